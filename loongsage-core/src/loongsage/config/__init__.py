@@ -1,0 +1,1 @@
+"""Typed configuration: schema, Hydra composition, validation."""

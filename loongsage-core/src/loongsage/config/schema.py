@@ -1,0 +1,195 @@
+"""Structured configuration: one typed dataclass per section of the config tree.
+
+The root node is a dict of sections rather than a dataclass because one section is called
+``async``, a Python keyword. Plugin-bound fields (``algorithm.policy_loss`` and friends)
+are ``PluginRef`` nodes: a ``name`` plus that plugin's own parameters, typed by the
+parameter dataclass the plugin registered (validated in ``loongsage.config.validate``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from omegaconf import MISSING
+
+
+@dataclass
+class ModelConfig:
+    """Which checkpoint to train and how to load it."""
+
+    path: str = MISSING  # any Hugging Face folder; see `loongsage models` for local ones
+    tokenizer_path: Optional[str] = None  # defaults to `path`
+    dtype: str = "float32"  # float32 | bfloat16 | float16
+    fp32_lm_head: bool = True  # compute logits and log-softmax in fp32 (train/infer consistency)
+    trust_remote_code: bool = False
+
+
+@dataclass
+class TrainConfig:
+    """The train engine: backend, optimiser and batching."""
+
+    backend: str = "embedded_train"
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    grad_clip: float = 1.0
+    micro_batch_size: int = 8  # sequences per forward/backward
+    mini_batches_per_step: int = 1  # optimizer steps per rollout batch
+    num_threads: int = 0  # torch threads in the trainer (0 = torch default)
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class RolloutConfig:
+    """The rollout engines and sampling."""
+
+    backend: str = "embedded_rollout"
+    num_engines: int = 1
+    prompts_per_step: int = 4  # B: prompt groups per training step
+    n_samples_per_prompt: int = 4  # G: samples per prompt group
+    max_new_tokens: int = 64
+    max_prompt_tokens: int = 512
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_running_requests: int = 64  # engine's decode batch cap
+    num_threads: int = 0
+    partial: bool = False  # partial rollout across weight updates
+    mask_offpolicy_in_partial_rollout: bool = False
+    oversample_groups: int = 0  # extra prompt groups dispatched per step
+
+
+@dataclass
+class KLConfig:
+    """KL regularisation against a frozen reference."""
+
+    method: str = "k3"  # kl_policy name
+    coef: float = 0.0  # 0 disables the reference model entirely
+    use_as: str = "loss"  # loss | reward
+
+
+@dataclass
+class AlgorithmConfig:
+    """Advantage, policy loss, KL, IS correction, filters."""
+
+    advantage_estimator: Any = field(default_factory=lambda: {"name": "grpo"})
+    policy_loss: Any = field(default_factory=lambda: {"name": "ppo_clip"})
+    loss_agg_mode: str = "token_mean"
+    kl: KLConfig = field(default_factory=KLConfig)
+    is_correction: Any = None  # PluginRef or null
+    filters: List[Any] = field(default_factory=list)  # PluginRefs
+
+
+@dataclass
+class AsyncConfig:
+    """Fully asynchronous runtime: window policy and its bounds."""
+
+    enable: bool = False
+    window_policy: Any = field(default_factory=lambda: {"name": "no_window"})
+    stale_steps: int = 1  # S: max policy versions a trained token may lag
+
+
+@dataclass
+class PlacementConfig:
+    """Where actors run (Ray placement)."""
+
+    mode: str = "colocated"  # colocated | disaggregated
+    ray_address: Optional[str] = None  # defaults to RAY_ADDRESS, else a local cluster
+    num_cpus: Optional[int] = None  # for a local cluster
+    train_cpus: float = 1.0
+    rollout_cpus: float = 1.0
+    object_store_memory: int = 1 << 30
+
+
+@dataclass
+class DataSourceConfig:
+    """One data source: its prompts, agent, reward, sandbox, teacher and sampling."""
+
+    name: str = MISSING
+    weight: float = 1.0  # proportion of every batch (normalised over sources)
+    dataset: Any = MISSING  # PluginRef keyed by `format`
+    agent: Any = field(default_factory=lambda: {"name": "single_turn"})
+    reward: Any = MISSING  # PluginRef
+    sandbox: Any = None  # PluginRef keyed by `type`
+    teacher: Optional[str] = None
+    filters: List[Any] = field(default_factory=list)
+    sampling: Dict[str, Any] = field(default_factory=dict)  # overrides of rollout sampling
+    system_prompt: Optional[str] = None
+
+
+@dataclass
+class AgentFlowConfig:
+    """The AgentFlow router."""
+
+    host: str = "127.0.0.1"
+    port: int = 0  # 0 = pick a free port
+    tool_parser: str = "hermes"
+    middlewares: List[Any] = field(default_factory=list)
+
+
+@dataclass
+class OPDConfig:
+    """On-policy distillation (Teacher Manager arrives in a later issue)."""
+
+    pg_ratio: float = 0.0
+    gkd_ratio: float = 0.0
+    pg_kl_method: str = "k1"
+    gkd_kl_method: str = "k3"
+
+
+@dataclass
+class LoggingConfig:
+    """Trackers, run directory and trajectory samples."""
+
+    trackers: List[Any] = field(default_factory=lambda: ["console", "jsonl"])
+    run_root: str = "runs"
+    run_name: Optional[str] = None
+    samples_per_step: int = 4  # decoded trajectories saved per step
+    progress_bar: bool = True
+
+
+@dataclass
+class CheckpointConfig:
+    """Checkpointing."""
+
+    interval: int = 0  # steps between checkpoints; 0 = only at the end
+    keep_last: int = 2
+
+
+@dataclass
+class SFTConfig:
+    """Supervised warm start run by `loongsage sft` or before RL (trainer.sft_steps)."""
+
+    steps: int = 0
+    lr: float = 1e-3
+    batch_size: int = 16
+    examples: int = 512  # generated from the data sources' ground truths
+
+
+@dataclass
+class TrainerConfig:
+    """The training loop: steps, seed, resume."""
+
+    steps: int = 10
+    seed: int = 0
+    resume: bool = False
+    run_dir: Optional[str] = None  # resume into / write to this directory
+    eval_interval: int = 0
+    sft: SFTConfig = field(default_factory=SFTConfig)
+
+
+SECTIONS: Dict[str, type] = {
+    "model": ModelConfig,
+    "train": TrainConfig,
+    "rollout": RolloutConfig,
+    "algorithm": AlgorithmConfig,
+    "async": AsyncConfig,
+    "placement": PlacementConfig,
+    "agentflow": AgentFlowConfig,
+    "opd": OPDConfig,
+    "logging": LoggingConfig,
+    "checkpoint": CheckpointConfig,
+    "trainer": TrainerConfig,
+}

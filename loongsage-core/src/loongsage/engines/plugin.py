@@ -1,0 +1,3 @@
+"""Core's built-in engines plugins, registered through the same hooks as third-party code."""
+
+from loongsage import hookimpl  # noqa: F401

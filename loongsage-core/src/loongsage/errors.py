@@ -1,0 +1,64 @@
+"""Errors raised while loading plugins and validating configuration.
+
+Each error names what a user needs to fix it: the config key, the plugin kind, the
+distributions involved, and, for an unknown name, the closest registered one.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+
+class LoongSageError(Exception):
+    """Base class of every error LoongSage raises on purpose."""
+
+
+class ConfigError(LoongSageError, ValueError):
+    """A configuration value is invalid; the message starts with the offending key."""
+
+    def __init__(self, key: str, problem: str):
+        self.key = key
+        self.problem = problem
+        super().__init__(f"{key}: {problem}")
+
+
+class DuplicatePluginError(LoongSageError):
+    """Two registrations claim the same name within one kind."""
+
+    def __init__(self, kind: str, name: str, first: str, second: str):
+        self.kind, self.name, self.first, self.second = kind, name, first, second
+        super().__init__(
+            f"{kind} '{name}' is registered twice: by distribution '{first}' and by "
+            f"distribution '{second}'. Names are unique per kind; rename one of them."
+        )
+
+
+class UnknownPluginError(LoongSageError, KeyError):
+    """A config names a plugin that no loaded distribution registered."""
+
+    def __init__(self, kind: str, name: str, key: str, available: dict[str, str]):
+        self.kind, self.name, self.key, self.available = kind, name, key, available
+        match = difflib.get_close_matches(str(name), list(available), n=1, cutoff=0.5)
+        self.closest = match[0] if match else None
+        listing = ", ".join(f"{n} ({d})" for n, d in sorted(available.items())) or "none"
+        hint = f" Did you mean '{self.closest}'?" if self.closest else ""
+        super().__init__(
+            f"{key}: unknown {kind} '{name}'.{hint} Registered {kind} names: {listing}."
+        )
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return self.args[0]
+
+
+class PluginImportError(LoongSageError, ImportError):
+    """A plugin module named by an entry point or a config failed to import."""
+
+    def __init__(self, source: str, module: str, traceback_text: str):
+        self.source, self.module, self.traceback_text = source, module, traceback_text
+        super().__init__(
+            f"plugin module '{module}' from {source} failed to import:\n{traceback_text}"
+        )
+
+
+class RegistryFrozenError(LoongSageError):
+    """Registration was attempted after the registries were frozen."""

@@ -1,0 +1,254 @@
+"""Registries: one per plugin kind, filled through the hooks and frozen after loading.
+
+Every registry behaves the same way (a lesson from verl, whose registries differ): a
+second registration of a name raises ``DuplicatePluginError`` naming both distributions,
+an unknown name raises ``UnknownPluginError`` naming the config key and the closest
+match, and nothing can be registered once the registry is frozen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping
+
+from loongsage.errors import (
+    ConfigError,
+    DuplicatePluginError,
+    RegistryFrozenError,
+    UnknownPluginError,
+)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A plugin kind: its registry name, its hook, and the config field that names it."""
+
+    name: str
+    hook: str
+    config_field: str
+
+
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind("agent", "loongsage_register_agents", "data_sources[*].agent.name"),
+        Kind("reward", "loongsage_register_rewards", "data_sources[*].reward.name"),
+        Kind("sandbox", "loongsage_register_sandboxes", "data_sources[*].sandbox.type"),
+        Kind("dataset", "loongsage_register_datasets", "data_sources[*].dataset.format"),
+        Kind("tool_parser", "loongsage_register_tool_parsers", "agentflow.tool_parser"),
+        Kind(
+            "router_middleware",
+            "loongsage_register_router_middlewares",
+            "agentflow.middlewares",
+        ),
+        Kind(
+            "advantage",
+            "loongsage_register_advantage_estimators",
+            "algorithm.advantage_estimator",
+        ),
+        Kind("policy_loss", "loongsage_register_policy_losses", "algorithm.policy_loss"),
+        Kind("kl_policy", "loongsage_register_kl_policies", "algorithm.kl.method"),
+        Kind("is_correction", "loongsage_register_is_corrections", "algorithm.is_correction"),
+        Kind("data_filter", "loongsage_register_data_filters", "algorithm.filters"),
+        Kind("window_policy", "loongsage_register_window_policies", "async.window_policy"),
+        Kind("engine", "loongsage_register_engines", "train.backend"),
+        Kind("tracker", "loongsage_register_trackers", "logging.trackers"),
+    )
+}
+
+
+def _first_doc_line(obj: Any) -> str:
+    doc = getattr(obj, "__doc__", None) or ""
+    return doc.strip().splitlines()[0].strip() if doc.strip() else ""
+
+
+def resolve_target(target: str) -> Any:
+    """Import ``"package.module:attribute"`` and return the attribute."""
+    import importlib
+
+    module, _, attr = target.partition(":")
+    obj = importlib.import_module(module)
+    for part in attr.split(".") if attr else ():
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclass(frozen=True)
+class RegistryEntry:
+    """One registered plugin object with where it came from and its parameter type.
+
+    ``target`` is the object itself or a lazy ``"module:attribute"`` reference, imported on
+    first use of ``obj`` so that listing plugins never imports torch.
+    """
+
+    kind: str
+    name: str
+    target: Any
+    distribution: str
+    params: type | None = None
+    doc: str = ""
+
+    @property
+    def obj(self) -> Any:
+        if not isinstance(self.target, str):
+            return self.target
+        cached = self.__dict__.get("_resolved")
+        if cached is None:
+            try:
+                cached = resolve_target(self.target)
+            except Exception as err:
+                from loongsage.errors import PluginImportError
+                import traceback
+
+                raise PluginImportError(
+                    f"{self.kind} '{self.name}' of distribution '{self.distribution}'",
+                    self.target, traceback.format_exc(),
+                ) from err
+            object.__setattr__(self, "_resolved", cached)
+        return cached
+
+    def build_params(self, values: Mapping[str, Any] | None, key: str) -> Any:
+        """Validate ``values`` against the entry's parameter dataclass and return an instance.
+
+        ``key`` is the config path used in error messages. Entries without a parameter
+        dataclass accept no parameters.
+        """
+        values = dict(values or {})
+        if self.params is None:
+            if values:
+                raise ConfigError(
+                    key, f"{self.kind} '{self.name}' takes no parameters, got {sorted(values)}"
+                )
+            return None
+        from omegaconf import OmegaConf
+        from omegaconf.errors import OmegaConfBaseException
+
+        try:
+            node = OmegaConf.merge(OmegaConf.structured(self.params), values)
+            return OmegaConf.to_object(node)
+        except OmegaConfBaseException as err:
+            sub = getattr(err, "full_key", "") or ""
+            where = f"{key}.{sub}" if sub else key
+            raise ConfigError(where, f"invalid parameter for {self.kind} '{self.name}': {err.msg}") from None
+
+    def param_schema(self) -> list[dict[str, Any]]:
+        """Describe the parameters as plain data (name, type, default) for listings."""
+        if self.params is None:
+            return []
+        out = []
+        for f in dataclasses.fields(self.params):
+            if f.default is not dataclasses.MISSING:
+                default = f.default
+            elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+                default = f.default_factory()  # type: ignore[misc]
+            else:
+                default = None
+            type_name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            out.append({"name": f.name, "type": type_name, "default": default})
+        return out
+
+
+@dataclass
+class Registry:
+    """Named plugin objects of one kind."""
+
+    kind: str
+    _entries: dict[str, RegistryEntry] = field(default_factory=dict)
+    _frozen: bool = False
+
+    def add(
+        self,
+        name: str,
+        obj: Any,
+        distribution: str,
+        params: type | None = None,
+        doc: str | None = None,
+    ) -> RegistryEntry:
+        if self._frozen:
+            raise RegistryFrozenError(
+                f"{self.kind} registry is frozen; '{name}' from '{distribution}' came too late"
+            )
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{self.kind} name from '{distribution}' must be a non-empty string")
+        if params is not None and not dataclasses.is_dataclass(params):
+            raise TypeError(
+                f"{self.kind} '{name}' from '{distribution}': params must be a dataclass type"
+            )
+        if name in self._entries:
+            raise DuplicatePluginError(
+                self.kind, name, self._entries[name].distribution, distribution
+            )
+        if doc is None:
+            doc = _first_doc_line(params if isinstance(obj, str) else obj)
+        entry = RegistryEntry(self.kind, name, obj, distribution, params, doc)
+        self._entries[name] = entry
+        return entry
+
+    def freeze(self) -> None:
+        self._frozen = True
+
+    @property
+    def frozen(self) -> bool:
+        return self._frozen
+
+    def entry(self, name: str, key: str | None = None) -> RegistryEntry:
+        """Return the entry called ``name``; ``key`` names the config field for errors."""
+        try:
+            return self._entries[name]
+        except (KeyError, TypeError):
+            raise UnknownPluginError(
+                self.kind,
+                name,
+                key or KINDS[self.kind].config_field,
+                {n: e.distribution for n, e in self._entries.items()},
+            ) from None
+
+    def get(self, name: str, key: str | None = None) -> Any:
+        """Return the registered object called ``name``."""
+        return self.entry(name, key).obj
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[RegistryEntry]:
+        return iter(sorted(self._entries.values(), key=lambda e: e.name))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class Registries:
+    """All fourteen registries, addressable by kind name (``registries.policy_loss``)."""
+
+    def __init__(self) -> None:
+        self._by_kind = {kind: Registry(kind) for kind in KINDS}
+
+    def __getattr__(self, kind: str) -> Registry:
+        try:
+            return self.__dict__["_by_kind"][kind]
+        except KeyError:
+            raise AttributeError(f"no plugin kind '{kind}'; kinds: {', '.join(KINDS)}") from None
+
+    def __getitem__(self, kind: str) -> Registry:
+        return getattr(self, kind)
+
+    def __iter__(self) -> Iterator[Registry]:
+        return iter(self._by_kind.values())
+
+    def freeze(self) -> None:
+        for registry in self._by_kind.values():
+            registry.freeze()
+
+    def register_callable(self, kind: str, distribution: str) -> Callable[..., None]:
+        """The ``register`` callable handed to one plugin's hook implementation."""
+        registry = self[kind]
+
+        def register(name: str, obj: Any, *, params: type | None = None, doc: str | None = None) -> None:
+            registry.add(name, obj, distribution, params=params, doc=doc)
+
+        register.__doc__ = f"Register a {kind} plugin: register(name, obj, *, params=None, doc=None)."
+        return register
