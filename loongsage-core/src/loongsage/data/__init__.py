@@ -1,0 +1,1 @@
+"""Data: sample/group types, prompt sources, multi-source mixing."""

@@ -1,0 +1,68 @@
+"""The records that flow from rollout to training.
+
+A ``Sample`` is one generated response with everything training needs, token-aligned: the
+sampled ids, the engine's logprob for each, the weight version that sampled each token
+(partial rollout mixes versions), and the loss mask. A ``Group`` is the G samples drawn for
+one prompt; advantages are computed within a group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Prompt:
+    """One prompt drawn from a data source."""
+
+    source: str  # data source name
+    index: int  # position in the data source's stream (for resume and dedup)
+    messages: list[dict[str, Any]]  # chat messages
+    ground_truth: Any = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Sample:
+    """One trajectory (or one trainable segment of it), token in / token out."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_logprobs: list[float]  # rollout engine logprob of each response token
+    weight_versions: list[int]  # policy version that sampled each response token
+    loss_mask: list[int]  # 1 = trained (model-sampled); 0 = tool output / template / masked
+    finish_reason: str = "stop"  # stop | length | abort
+    reward: float = 0.0
+    reward_info: dict[str, Any] = field(default_factory=dict)
+    text: str = ""  # decoded response, for logs and trajectory samples
+
+    def __post_init__(self) -> None:
+        n = len(self.response_ids)
+        for name in ("response_logprobs", "weight_versions", "loss_mask"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(
+                    f"Sample.{name} has {len(getattr(self, name))} entries for {n} response tokens"
+                )
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+
+@dataclass
+class Group:
+    """The samples generated for one prompt; the unit of dispatch, collection and advantage."""
+
+    group_id: int  # dispatch sequence number, unique within a run
+    prompt: Prompt
+    samples: list[Sample] = field(default_factory=list)
+    dispatch_version: int = 0  # policy version when the group was dispatched
+
+    @property
+    def rewards(self) -> list[float]:
+        return [s.reward for s in self.samples]
+
+    def min_version(self) -> int:
+        versions = [v for s in self.samples for v in s.weight_versions]
+        return min(versions) if versions else self.dispatch_version
