@@ -1,1 +1,1 @@
-"""Tracking."""
+"""Metric trackers (plugin kind ``tracker``): console and JSONL built in."""

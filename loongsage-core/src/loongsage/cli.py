@@ -1,0 +1,151 @@
+"""The ``loongsage`` command: one entry point, one subcommand per job.
+
+Subcommands that belong to another distribution (``sandbox``) are looked up by module
+name at run time, so core never imports a plugin package at import time and the command
+says which distribution to install when one is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from typing import Sequence
+
+from loongsage import __version__
+from loongsage.errors import LoongSageError
+from loongsage.registry import KINDS
+
+# subcommand -> (module providing `main(argv)`, distribution that ships it)
+DELEGATED = {
+    "sandbox": ("loongsage_sandbox.cli", "loongsage-sandbox"),
+    "models": ("loongsage.models.cli", "loongsage-core"),
+}
+
+
+def _add_config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config-name", "-cn", required=True, help="recipe, e.g. tiny/grpo")
+    parser.add_argument("--config-dir", "-cd", default=None, help="folder with your own recipes")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides: key=value, group=option")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="loongsage", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    plugins = sub.add_parser("plugins", help="list registered plugins")
+    plugins.add_argument("kind", nargs="?", choices=sorted(KINDS), help="one kind, with parameters")
+    plugins.add_argument("--json", action="store_true", help="machine-readable list")
+
+    config = sub.add_parser("config", help="inspect configuration")
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    _add_config_args(config_sub.add_parser("show", help="print the resolved, validated config"))
+    config_sub.add_parser("recipes", help="list bundled recipes")
+
+    _add_config_args(sub.add_parser("train", help="run RL training"))
+    _add_config_args(sub.add_parser("sft", help="run the supervised warm start only"))
+    sub.add_parser("version", help="print the version")
+    for name, (module, dist) in DELEGATED.items():
+        delegated = sub.add_parser(name, help=f"{name} commands (from {dist})", add_help=False)
+        delegated.add_argument("rest", nargs=argparse.REMAINDER)
+    return parser
+
+
+def _plugin_rows(kind: str | None) -> list[dict]:
+    from loongsage.plugins import get_registries
+
+    registries = get_registries()
+    kinds = [kind] if kind else list(KINDS)
+    return [
+        {
+            "kind": k,
+            "name": e.name,
+            "distribution": e.distribution,
+            "doc": e.doc,
+            "params": e.param_schema(),
+        }
+        for k in kinds
+        for e in registries[k]
+    ]
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    rows = _plugin_rows(args.kind)
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    kinds = [args.kind] if args.kind else list(KINDS)
+    for kind in kinds:
+        entries = [r for r in rows if r["kind"] == kind]
+        print(f"{kind} ({len(entries)})")
+        for row in entries:
+            print(f"  {row['name']:<28} {row['distribution']:<22} {row['doc']}")
+            if args.kind:
+                for p in row["params"]:
+                    print(f"      {p['name']}: {p['type']} = {p['default']!r}")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from omegaconf import OmegaConf
+
+    from loongsage.config.compose import list_recipes, load_config
+
+    if args.config_command == "recipes":
+        print("\n".join(list_recipes()))
+        return 0
+    cfg, _ = load_config(args.config_name, args.overrides, args.config_dir)
+    print(OmegaConf.to_yaml(cfg))
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from loongsage.config.compose import load_config
+    from loongsage.controller import run_training
+
+    cfg, registries = load_config(args.config_name, args.overrides, args.config_dir)
+    run_training(cfg, registries)
+    return 0
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    from loongsage.config.compose import load_config
+    from loongsage.controller import run_sft_only
+
+    cfg, registries = load_config(args.config_name, args.overrides, args.config_dir)
+    run_sft_only(cfg, registries)
+    return 0
+
+
+def cmd_delegated(command: str, rest: Sequence[str]) -> int:
+    module_name, dist = DELEGATED[command]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError:
+        print(f"loongsage {command}: needs the '{dist}' distribution: pip install {dist}", file=sys.stderr)
+        return 2
+    return int(module.main(list(rest)) or 0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in DELEGATED:
+        return cmd_delegated(argv[0], argv[1:])
+    args = build_parser().parse_args(argv)
+    handlers = {
+        "plugins": cmd_plugins,
+        "config": cmd_config,
+        "train": cmd_train,
+        "sft": cmd_sft,
+        "version": lambda _: print(f"loongsage {__version__}") or 0,
+    }
+    try:
+        return handlers[args.command](args)
+    except LoongSageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

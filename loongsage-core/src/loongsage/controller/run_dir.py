@@ -1,0 +1,121 @@
+"""The run directory: resolved config, metrics, trajectory samples, checkpoints, resume.
+
+Layout::
+
+    <run_dir>/config.yaml            resolved, validated config
+    <run_dir>/metrics.jsonl          one JSON object per step (jsonl tracker)
+    <run_dir>/samples/step_000003.jsonl   decoded trajectories + token ids
+    <run_dir>/checkpoints/step_000003/    trainer state + controller state (state.json)
+    <run_dir>/checkpoints/latest          name of the newest complete checkpoint
+
+A checkpoint is written to a temporary folder and renamed into place, and ``latest`` is
+replaced atomically afterwards, so a run killed mid-save resumes from the previous one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Iterable
+
+from omegaconf import DictConfig, OmegaConf
+
+from loongsage.data.types import Group
+
+
+class RunDirectory:
+    """Owns every file a run writes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.checkpoints = self.path / "checkpoints"
+        self.samples = self.path / "samples"
+
+    @classmethod
+    def for_config(cls, cfg: DictConfig) -> "RunDirectory":
+        """The configured ``trainer.run_dir``, or a new timestamped folder under the run root."""
+        if cfg.trainer.run_dir:
+            path = Path(cfg.trainer.run_dir)
+        else:
+            name = cfg.logging.run_name or time.strftime("%Y%m%d-%H%M%S")
+            path = Path(cfg.logging.run_root) / name
+        run = cls(path.resolve())
+        for folder in (run.path, run.checkpoints, run.samples):
+            folder.mkdir(parents=True, exist_ok=True)
+        return run
+
+    def write_config(self, cfg: DictConfig) -> None:
+        (self.path / "config.yaml").write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
+
+    def write_samples(self, step: int, groups: Iterable[Group], tokenizer: Any, limit: int) -> None:
+        """Save up to ``limit`` trajectories of this step: decoded text plus token ids."""
+        rows = []
+        for group in groups:
+            for sample in group.samples:
+                if len(rows) >= limit:
+                    break
+                rows.append(
+                    {
+                        "step": step,
+                        "group_id": group.group_id,
+                        "source": group.prompt.source,
+                        "prompt_index": group.prompt.index,
+                        "prompt": tokenizer.decode(sample.prompt_ids),
+                        "response": tokenizer.decode(sample.response_ids),
+                        "prompt_ids": sample.prompt_ids,
+                        "response_ids": sample.response_ids,
+                        "reward": sample.reward,
+                        "reward_info": sample.reward_info,
+                        "finish_reason": sample.finish_reason,
+                        "weight_versions": sorted(set(sample.weight_versions)),
+                    }
+                )
+        path = self.samples / f"step_{step:06d}.jsonl"
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(row, default=str) + "\n" for row in rows)
+
+    # checkpoints ---------------------------------------------------------------------
+
+    def checkpoint_dir(self, step: int) -> Path:
+        return self.checkpoints / f"step_{step:06d}"
+
+    def begin_checkpoint(self, step: int) -> Path:
+        tmp = self.checkpoints / f".tmp_step_{step:06d}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        return tmp
+
+    def commit_checkpoint(self, step: int, tmp: Path, state: dict, keep_last: int) -> Path:
+        """Write controller state, move the folder into place, point ``latest`` at it."""
+        (tmp / "state.json").write_text(json.dumps(state, default=_jsonable), encoding="utf-8")
+        final = self.checkpoint_dir(step)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        latest_tmp = self.checkpoints / ".latest.tmp"
+        latest_tmp.write_text(final.name, encoding="utf-8")
+        os.replace(latest_tmp, self.checkpoints / "latest")
+        self._prune(keep_last)
+        return final
+
+    def latest_checkpoint(self) -> tuple[Path, dict] | None:
+        marker = self.checkpoints / "latest"
+        if not marker.exists():
+            return None
+        folder = self.checkpoints / marker.read_text(encoding="utf-8").strip()
+        state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
+        return folder, state
+
+    def _prune(self, keep_last: int) -> None:
+        done = sorted(p for p in self.checkpoints.glob("step_*") if p.is_dir())
+        for old in done[:-keep_last]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "__dataclass_fields__"):
+        return asdict(value)
+    raise TypeError(f"cannot store {type(value).__name__} in checkpoint state.json")
