@@ -1,0 +1,237 @@
+"""Build every component of a run from its validated config, and tear it down again.
+
+``build_run`` starts (or attaches to) Ray, hosts the train engine and the rollout engines
+as actors, builds the data sources, the mixer, the rollout manager, the scheduler, the
+objective and the trackers, and returns a ``Run`` whose methods the loop in ``run.py``
+calls. Nothing here chooses an algorithm: every choice is a registry lookup.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+import ray
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from loongsage.algorithms.advantages import compute_advantages
+from loongsage.algorithms.objective import Objective
+from loongsage.config.validate import as_container
+from loongsage.controller.actors import spawn_engine, start_ray
+from loongsage.controller.rollout import RolloutManager
+from loongsage.controller.run_dir import RunDirectory
+from loongsage.controller.trainer_ops import apply_numpy_state, train_on_rollout
+from loongsage.data.mixer import DataMixer
+from loongsage.data.sources import build_sources
+from loongsage.engines.client import EngineClient
+from loongsage.models.resolve import resolve_model_path
+from loongsage.registry import Registries
+
+
+@dataclass
+class Run:
+    """Everything the training loop touches."""
+
+    cfg: DictConfig
+    registries: Registries
+    run_dir: RunDirectory
+    tokenizer: Any
+    train_actor: Any
+    objective: Objective
+    rollout_actors: list = field(default_factory=list)
+    rollout: RolloutManager | None = None
+    mixer: DataMixer | None = None
+    scheduler: Any = None
+    trackers: list = field(default_factory=list)
+    version: int = 0
+
+    @property
+    def pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return pad if pad is not None else self.tokenizer.eos_token_id
+
+    # the loop's verbs --------------------------------------------------------------
+
+    def advantages(self, rewards: torch.Tensor, group_index: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+        return compute_advantages(
+            rewards, group_index, loss_mask, self.cfg.algorithm.advantage_estimator, self.registries
+        )
+
+    def train(self, batch: Any) -> dict[str, float]:
+        need_ref = self.cfg.algorithm.kl.coef > 0
+        ref = self.train_actor.run.remote(
+            train_on_rollout, batch, self.objective, self.cfg.train.mini_batches_per_step, need_ref
+        )
+        return ray.get(ref)
+
+    def sync_weights(self) -> int:
+        """Send the trainer's weights to every rollout engine; return the new version."""
+        self.version += 1
+        state = self.train_actor.call.remote("state_numpy")
+        ray.get([a.run.remote(apply_numpy_state, state, self.version) for a in self.rollout_actors])
+        return self.version
+
+    def record(self, step: int, metrics: dict[str, float], groups: list) -> None:
+        metrics["train/weight_version"] = float(self.version)
+        for tracker in self.trackers:
+            tracker.log(metrics, step)
+        self.run_dir.write_samples(step, groups, self.tokenizer, self.cfg.logging.samples_per_step)
+        if self._bar is not None:
+            self._bar.set_postfix(
+                reward=f"{metrics.get('rollout/reward_mean', float('nan')):.3f}",
+                loss=f"{metrics.get('train/loss', float('nan')):.3f}",
+                t=f"{metrics.get('timing/step', 0.0):.1f}s",
+            )
+
+    def progress(self, steps: Iterable[int]) -> Iterable[int]:
+        from tqdm import tqdm
+
+        steps = list(steps)
+        show = self.cfg.logging.progress_bar and sys.stderr.isatty()
+        self._bar = tqdm(steps, desc="train", disable=not show, dynamic_ncols=True) if show else None
+        return self._bar if self._bar is not None else steps
+
+    _bar: Any = None
+
+    # warm start, checkpoints, resume -------------------------------------------------
+
+    def warm_start(self) -> None:
+        """Supervised warm start on the data sources' reference answers (trainer.sft)."""
+        from loongsage.models.sft import sft_examples, train_sft
+
+        sft = self.cfg.trainer.sft
+        if sft.steps <= 0:
+            return
+        examples = sft_examples(self.sources_for_sft, sft.examples, seed=self.cfg.trainer.seed)
+        losses = ray.get(self.train_actor.run.remote(train_sft, examples, sft.steps, sft.batch_size, sft.lr))
+        print(f"sft warm start: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {len(losses)} steps", flush=True)
+        if self.rollout_actors:
+            self.sync_weights()
+
+    sources_for_sft: Any = None
+
+    def checkpoint_due(self, step: int) -> bool:
+        interval = self.cfg.checkpoint.interval
+        last = step == self.cfg.trainer.steps - 1
+        return last or (interval > 0 and (step + 1) % interval == 0)
+
+    def save_checkpoint(self, step: int) -> None:
+        tmp = self.run_dir.begin_checkpoint(step)
+        ray.get(self.train_actor.call.remote("save", str(tmp / "trainer")))
+        state = {
+            "step": step,
+            "version": self.version,
+            "mixer": self.mixer.state_dict() if self.mixer else None,
+            "scheduler": self.scheduler.state_dict() if self.scheduler else None,
+            "python_random": random.getstate()[1][:1],
+        }
+        self.run_dir.commit_checkpoint(step, tmp, state, self.cfg.checkpoint.keep_last)
+
+    def resume_or_warm_start(self) -> int:
+        """Restore the latest checkpoint when resuming; otherwise warm start. Return first step."""
+        latest = self.run_dir.latest_checkpoint() if self.cfg.trainer.resume else None
+        if latest is None:
+            self.warm_start()
+            return 0
+        folder, state = latest
+        ray.get(self.train_actor.call.remote("load", str(folder / "trainer")))
+        self.version = state["version"]
+        if self.mixer and state["mixer"] is not None:
+            self.mixer.load_state_dict(state["mixer"])
+        if self.scheduler and state["scheduler"] is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        for tracker in self.trackers:
+            if hasattr(tracker, "truncate_before"):
+                tracker.truncate_before(state["step"] + 1)
+        if self.rollout_actors:
+            self.version -= 1  # sync_weights bumps it back to the checkpoint's version
+            self.scheduler.on_weights_updated(self.sync_weights())
+        print(f"resumed from {folder.name}: continuing at step {state['step'] + 1}", flush=True)
+        return state["step"] + 1
+
+    def close(self) -> None:
+        for tracker in self.trackers:
+            tracker.close()
+        if self.scheduler is not None:
+            self.scheduler.close()
+        if self.rollout is not None:
+            self.rollout.close()
+        if self._bar is not None:
+            self._bar.close()
+        for actor in [self.train_actor, *self.rollout_actors]:
+            ray.kill(actor)
+
+
+def _build_scheduler(cfg: DictConfig, registries: Registries, mixer: DataMixer, rollout: RolloutManager) -> Any:
+    from loongsage.runtime.sync_scheduler import SyncScheduler
+
+    return SyncScheduler(mixer.next_prompts, rollout.generate_groups, cfg.rollout.prompts_per_step)
+
+
+def _trackers(cfg: DictConfig, registries: Registries, run_dir: RunDirectory) -> list:
+    trackers = []
+    for i, ref in enumerate(cfg.logging.trackers):
+        entry = registries.tracker.entry(ref["name"], f"logging.trackers[{i}].name")
+        params = entry.build_params({k: v for k, v in ref.items() if k != "name"}, f"logging.trackers[{i}]")
+        trackers.append(entry.obj(params, run_dir.path, as_container(cfg)))
+    return trackers
+
+
+def _sampling_params(cfg: DictConfig, tokenizer: Any) -> dict[str, Any]:
+    r = cfg.rollout
+    return {
+        "temperature": r.temperature,
+        "top_p": r.top_p,
+        "top_k": r.top_k,
+        "max_new_tokens": r.max_new_tokens,
+        "stop_token_ids": [tokenizer.eos_token_id],
+    }
+
+
+@contextmanager
+def build_run(cfg: DictConfig, registries: Registries, rollout: bool = True) -> Iterator[Run]:
+    """Start every component for ``cfg``; close them all on exit, also after errors."""
+    from transformers import AutoTokenizer
+
+    cfg = cfg.copy()
+    cfg.model.path = str(resolve_model_path(cfg.model.path))
+    random.seed(cfg.trainer.seed)
+    torch.manual_seed(cfg.trainer.seed)
+    run_dir = RunDirectory.for_config(cfg)
+    run_dir.write_config(cfg)
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
+    start_ray(cfg.placement)
+    plain = as_container(cfg)
+    colocated = cfg.placement.mode == "colocated"
+    train_threads = cfg.train.num_threads or (0 if colocated else 1)
+    train_actor = spawn_engine(
+        registries.engine.get(cfg.train.backend, "train.backend"), plain, cfg.placement.train_cpus, train_threads, "train"
+    )
+    run = Run(cfg, registries, run_dir, tokenizer, train_actor, Objective.from_config(cfg.algorithm, registries))
+    try:
+        sources = build_sources(cfg, registries, tokenizer)
+        run.sources_for_sft = sources
+        if rollout:
+            engine_cls = registries.engine.get(cfg.rollout.backend, "rollout.backend")
+            run.rollout_actors = [
+                spawn_engine(engine_cls, plain, cfg.placement.rollout_cpus, cfg.rollout.num_threads, f"rollout{i}")
+                for i in range(cfg.rollout.num_engines)
+            ]
+            urls = ray.get([a.call.remote("start") for a in run.rollout_actors])
+            clients = [EngineClient(url) for url in urls]
+            run.rollout = RolloutManager(
+                {name: s.runtime for name, s in sources.items()},
+                clients,
+                cfg.rollout.n_samples_per_prompt,
+                _sampling_params(cfg, tokenizer),
+            )
+            run.mixer = DataMixer.from_sources(sources, cfg.trainer.seed)
+            run.scheduler = _build_scheduler(cfg, registries, run.mixer, run.rollout)
+        run.trackers = _trackers(cfg, registries, run_dir)
+        yield run
+    finally:
+        run.close()
