@@ -1,3 +1,27 @@
 """Registrations of loongsage-agents: only hook implementations, cheap to import (no torch)."""
 
-from loongsage import hookimpl  # noqa: F401
+from loongsage import hookimpl
+from loongsage_agents.agents.params import SingleTurnParams
+from loongsage_agents.datasets.params import FileDatasetParams, SyntheticMathParams
+from loongsage_agents.rewards.params import MathRewardParams
+
+
+@hookimpl
+def loongsage_register_datasets(register):
+    register("synthetic_math", "loongsage_agents.datasets.synthetic_math:SyntheticMathDataset",
+             params=SyntheticMathParams)
+    register("jsonl", "loongsage_agents.datasets.jsonl:JsonlDataset", params=FileDatasetParams,
+             doc="Prompts and ground truths read from a JSONL file (dotted field paths).")
+    register("parquet", "loongsage_agents.datasets.parquet:ParquetDataset", params=FileDatasetParams,
+             doc="Prompts and ground truths read from a Parquet file (dotted field paths).")
+
+
+@hookimpl
+def loongsage_register_rewards(register):
+    register("math", "loongsage_agents.rewards.math:math_reward", params=MathRewardParams)
+
+
+@hookimpl
+def loongsage_register_agents(register):
+    register("single_turn", "loongsage_agents.agents.single_turn:SingleTurnAgent",
+             params=SingleTurnParams)

@@ -1,0 +1,78 @@
+"""The single-turn agent: the smallest white-box agent loop.
+
+For a prompt group it renders the prompt's chat messages once with the tokenizer's chat
+template (``add_generation_prompt=True``), encodes that text without adding special tokens
+again (the template already holds them, as in verl and slime), sends ``n`` generate
+requests concurrently through the engine client, and returns one ``Sample`` per completion:
+every response token was sampled by the model, so the loss mask is all ones, and every
+token carries the weight version the engine reported.
+
+The client is anything with ``async agenerate(input_ids, sampling_params, rid=None)``
+returning an object with ``output_ids``, ``output_logprobs``, ``finish_reason`` and
+``weight_version`` (``loongsage.engines.client.EngineClient``). Rewards are not computed
+here: the controller scores samples with the data source's reward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from loongsage.data.types import Prompt, Sample
+
+from loongsage_agents.agents.params import SingleTurnParams
+
+
+class SingleTurnAgent:
+    """Chat-template the prompt, sample n completions, return them as samples."""
+
+    def __init__(self, params: SingleTurnParams | None, tokenizer: Any) -> None:
+        self.params = params or SingleTurnParams()
+        self.tokenizer = tokenizer
+
+    def prompt_ids(self, prompt: Prompt) -> list[int]:
+        """The token ids of the prompt's messages rendered with the chat template."""
+        text = self.tokenizer.apply_chat_template(
+            prompt.messages,
+            add_generation_prompt=True,
+            tokenize=False,
+            **self.params.chat_template_kwargs,
+        )
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def _sample(self, prompt_ids: list[int], out: Any) -> Sample:
+        ids = [int(t) for t in out.output_ids]
+        return Sample(
+            prompt_ids=prompt_ids,
+            response_ids=ids,
+            response_logprobs=[float(x) for x in out.output_logprobs],
+            weight_versions=[int(out.weight_version)] * len(ids),
+            loss_mask=[1] * len(ids),
+            finish_reason=out.finish_reason,
+            text=self.tokenizer.decode(ids, skip_special_tokens=True),
+        )
+
+    async def run_group(
+        self, prompt: Prompt, n: int, client: Any, sampling_params: dict[str, Any]
+    ) -> list[Sample]:
+        """Generate ``n`` completions of ``prompt`` concurrently; cancel the rest if one fails."""
+        if n < 1:
+            raise ValueError(f"single_turn: n must be >= 1, got {n}")
+        prompt_ids = self.prompt_ids(prompt)
+        group = uuid.uuid4().hex[:8]
+        tasks = [
+            asyncio.ensure_future(
+                client.agenerate(
+                    prompt_ids, dict(sampling_params), rid=f"{prompt.source}-{prompt.index}-{group}-{i}"
+                )
+            )
+            for i in range(n)
+        ]
+        try:
+            outputs = await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
+        return [self._sample(prompt_ids, out) for out in outputs]

@@ -1,0 +1,33 @@
+"""Typed parameters of the dataset formats (torch-free, imported by ``plugin.py``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from omegaconf import MISSING
+
+
+@dataclass
+class SyntheticMathParams:
+    """Seeded arithmetic word problems (add/subtract) with answers in \\boxed{}."""
+
+    size: int = 10000  # distinct problems (one epoch)
+    min_operand: int = 0
+    max_operand: int = 9  # 9: single-digit, 99: two-digit
+    operations: List[str] = field(default_factory=lambda: ["+", "-"])
+    num_operands: int = 2  # terms per problem (>= 2)
+    allow_negative: bool = False  # False: subtractions never go below zero
+    instruction: str = "Put your final answer in \\boxed{}."  # appended to every question
+
+
+@dataclass
+class FileDatasetParams:
+    """Prompts and ground truths read from a JSONL or Parquet file."""
+
+    path: str = MISSING
+    prompt_field: str = "prompt"  # dotted path; a string or a list of chat messages
+    ground_truth_field: str = "reward_model.ground_truth"  # dotted path (verl/DAPO layout)
+    metadata_fields: List[str] = field(default_factory=list)  # dotted paths copied to metadata
+    instruction: Optional[str] = None  # appended to the last user message when set
+    limit: int = 0  # keep only the first `limit` rows (0 = all)

@@ -1,0 +1,1 @@
+"""Rewards: functions ``reward(sample_text, ground_truth, params, **context) -> float | dict``."""

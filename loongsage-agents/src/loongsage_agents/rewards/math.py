@@ -1,0 +1,99 @@
+"""Math reward: is the last ``\\boxed{...}`` answer equal to the ground truth?
+
+The boxed answer is located with a brace-balancing scan (``\\boxed{\\frac{1}{2}}`` nests
+braces, which regex-only extractors get wrong), and the *last* box wins, as in DAPO and
+verl's ``math_dapo``. Equality is decided by Hugging Face's ``math-verify`` (symbolic:
+``\\frac{1}{2}`` = ``0.5`` = ``1/2``; ``x = 3`` = ``3``), never by string comparison.
+
+The result is a dict, ``{"score", "correct", "boxed"}``, so training can log the format
+rate and the accuracy separately from the shaped score.
+
+math-verify enforces its timeouts with ``SIGALRM``, which only works in a process's main
+thread; elsewhere (reward worker threads, Ray async actors) the timeouts are disabled
+rather than failing, and the caller owns the time limit.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from math_verify import parse, verify
+from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
+
+from loongsage_agents.rewards.params import MathRewardParams
+
+_BOX_COMMANDS = ("\\boxed", "\\fbox")
+_EXTRACTION = (LatexExtractionConfig(), ExprExtractionConfig())
+
+
+def last_boxed(text: str) -> str | None:
+    """Return the contents of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``.
+
+    Braces are balanced, so nested groups survive. ``\\boxed 7`` (no braces) yields ``"7"``.
+    An unclosed last box yields ``None``.
+    """
+    start = max(text.rfind(cmd) for cmd in _BOX_COMMANDS)
+    if start < 0:
+        return None
+    cmd = next(c for c in _BOX_COMMANDS if text.startswith(c, start))
+    i = start + len(cmd)
+    while i < len(text) and text[i] == " ":
+        i += 1
+    if i >= len(text):
+        return None
+    if text[i] != "{":
+        end = i
+        while end < len(text) and not text[end].isspace() and text[end] != "$":
+            end += 1
+        return text[i:end] or None
+    depth = 0
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i + 1 : j]
+    return None
+
+
+def _timeout(params: MathRewardParams) -> int | None:
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return params.timeout_seconds if params.timeout_seconds > 0 else None
+
+
+def _as_latex(value: Any) -> str:
+    text = str(value).strip()
+    if last_boxed(text) is not None:
+        text = last_boxed(text) or ""
+    if text.startswith("$") and text.endswith("$"):
+        return text
+    return f"${text}$"
+
+
+def answers_match(answer: str, ground_truth: Any, params: MathRewardParams | None = None) -> bool:
+    """Whether ``answer`` (LaTeX without delimiters) equals ``ground_truth`` for math-verify."""
+    params = params or MathRewardParams()
+    timeout = _timeout(params)
+    gold = parse(_as_latex(ground_truth), _EXTRACTION, parsing_timeout=timeout)
+    pred = parse(f"${answer}$", _EXTRACTION, parsing_timeout=timeout)
+    if not gold or not pred:
+        return False
+    return bool(verify(gold, pred, timeout_seconds=timeout))
+
+
+def math_reward(
+    sample_text: str, ground_truth: Any, params: MathRewardParams | None = None, **context: Any
+) -> dict[str, Any]:
+    """Score a response by its last boxed answer: correct, boxed-but-wrong, or no answer."""
+    params = params or MathRewardParams()
+    if ground_truth is None:
+        raise ValueError("math reward: the prompt has no ground truth (dataset ground-truth field)")
+    answer = last_boxed(sample_text)
+    if answer is None or not answer.strip():
+        return {"score": float(params.no_answer_score), "correct": False, "boxed": False}
+    correct = answers_match(answer.strip(), ground_truth, params)
+    score = params.correct_score if correct else params.format_score
+    return {"score": float(score), "correct": correct, "boxed": True}

@@ -1,0 +1,15 @@
+"""Typed parameters of the rewards in this package (torch-free, imported by ``plugin.py``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class MathRewardParams:
+    """Math answer reward: the last \\boxed{} answer checked against the ground truth by math-verify."""
+
+    correct_score: float = 1.0  # boxed answer equal to the ground truth
+    format_score: float = 0.0  # boxed answer present but wrong
+    no_answer_score: float = 0.0  # no \boxed{} answer at all
+    timeout_seconds: int = 5  # math-verify parse/verify limit (main thread only; see rewards.math)
