@@ -17,10 +17,10 @@ from loongsage import __version__
 from loongsage.errors import LoongSageError
 from loongsage.registry import KINDS
 
-# subcommand -> (module providing `main(argv)`, distribution that ships it)
+# subcommand -> (module, its `argv -> exit code` function, distribution that ships it)
 DELEGATED = {
-    "sandbox": ("loongsage_sandbox.cli", "loongsage-sandbox"),
-    "models": ("loongsage.models.cli", "loongsage-core"),
+    "sandbox": ("loongsage_sandbox.cli", "main", "loongsage-sandbox"),
+    "models": ("loongsage.models", "cli_main", "loongsage-core"),
 }
 
 
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(sub.add_parser("train", help="run RL training"))
     _add_config_args(sub.add_parser("sft", help="run the supervised warm start only"))
     sub.add_parser("version", help="print the version")
-    for name, (module, dist) in DELEGATED.items():
+    for name, (_, _, dist) in DELEGATED.items():
         delegated = sub.add_parser(name, help=f"{name} commands (from {dist})", add_help=False)
         delegated.add_argument("rest", nargs=argparse.REMAINDER)
     return parser
@@ -119,13 +119,13 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_delegated(command: str, rest: Sequence[str]) -> int:
-    module_name, dist = DELEGATED[command]
+    module_name, function, dist = DELEGATED[command]
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError:
         print(f"loongsage {command}: needs the '{dist}' distribution: pip install {dist}", file=sys.stderr)
         return 2
-    return int(module.main(list(rest)) or 0)
+    return int(getattr(module, function)(list(rest)) or 0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,1 @@
+"""A worked third-party LoongSage plugin package."""

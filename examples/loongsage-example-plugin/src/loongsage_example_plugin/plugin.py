@@ -1,0 +1,15 @@
+"""Hook implementations only: cheap to import, the objects load lazily by name."""
+
+from loongsage import hookimpl
+
+from loongsage_example_plugin.params import CsvParams, ExactMatchParams
+
+
+@hookimpl
+def loongsage_register_trackers(register):
+    register("csv", "loongsage_example_plugin.csv_tracker:CsvTracker", params=CsvParams)
+
+
+@hookimpl
+def loongsage_register_rewards(register):
+    register("exact_match", "loongsage_example_plugin.exact_match:exact_match", params=ExactMatchParams)
