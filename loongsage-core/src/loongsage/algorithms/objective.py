@@ -1,0 +1,105 @@
+"""The training objective: policy loss × IS correction, masks, aggregation, KL term.
+
+For one micro-batch (a ``LossContext``) the objective computes
+
+    ℓ_t      = policy_loss(π_θ, π_old, π_roll, Â)_t · Π_c w_{c,t}      (IS weights, detached)
+    keep_t   = keep_policy_loss_t · Π_c keep_{c,t}                     (M2PO, IS mask, OPSM)
+    L_pg     = agg(ℓ, loss_mask, keep)                                 (``loss_agg_mode``)
+    L_kl     = agg(kl_method(π_θ, π_ref), loss_mask)                   (``kl.use_as = loss``)
+    L        = L_pg + kl.coef · L_kl
+
+with global denominators (``aggregation``), so the sum over micro-batches and ranks is the
+full mini-batch loss. The KL term is aggregated with the same mode but ignores the keep
+mask (a sequence masked for its policy-gradient signal still stays close to the reference).
+
+Returned metrics are additive shares (sum them over micro-batches, see ``metrics``):
+``train/loss``, ``train/pg_loss``, ``train/kl_loss`` (when used), ``train/keep_frac``,
+``train/is_approx_k3_kl`` and ``train/is_logprob_abs_diff`` (always: token means of the
+rollout/training mismatch, ``mismatch``), plus each component's own metrics.
+
+The object is picklable (it holds module-level callables and parameter dataclasses), so
+it can be shipped to a Ray train actor as its ``loss_fn``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from loongsage.algorithms.aggregation import aggregate, seq_metric, token_metric
+from loongsage.algorithms.mismatch import mismatch_metrics
+from loongsage.algorithms.types import PolicyLossInputs
+from loongsage.algorithms.validate import AlgorithmSpec, validate_algorithm
+
+REQUIRED_EXTRAS = ("old_logprobs", "rollout_logprobs", "advantages")
+
+
+class Objective:
+    """``loss_fn(ctx) -> (loss, metrics)`` composed from the ``algorithm`` config."""
+
+    def __init__(self, spec: AlgorithmSpec):
+        self.spec = spec
+
+    @classmethod
+    def from_config(cls, algorithm_cfg: Any, registries: Any = None) -> "Objective":
+        return cls(validate_algorithm(algorithm_cfg, registries))
+
+    @property
+    def needs_reference(self) -> bool:
+        """True when reference-model logprobs (``extras["ref_logprobs"]``) are needed."""
+        return self.spec.needs_reference
+
+    def _inputs(self, ctx: Any) -> PolicyLossInputs:
+        extras = ctx.batch.extras
+        missing = [k for k in REQUIRED_EXTRAS if k not in extras]
+        if self.spec.kl_as_loss and "ref_logprobs" not in extras:
+            missing.append("ref_logprobs")
+        if missing:
+            raise KeyError(
+                f"loss_fn: TrainBatch.extras lacks {missing} (policy loss "
+                f"'{self.spec.policy_loss.name}', kl {self.spec.kl_method} coef {self.spec.kl_coef})"
+            )
+        mask = ctx.batch.loss_mask.to(ctx.logprobs.dtype)
+        return PolicyLossInputs(
+            logprobs=ctx.logprobs,
+            old_logprobs=extras["old_logprobs"].detach().to(ctx.logprobs.dtype),
+            rollout_logprobs=extras["rollout_logprobs"].detach().to(ctx.logprobs.dtype),
+            advantages=extras["advantages"].detach().to(ctx.logprobs.dtype),
+            mask=mask,
+        )
+
+    def __call__(self, ctx: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        spec = self.spec
+        inputs = self._inputs(ctx)
+        mask = inputs.mask
+        out = spec.policy_loss.fn(inputs, spec.policy_loss.params)
+        tensors = dict(mismatch_metrics(inputs.old_logprobs, inputs.rollout_logprobs))
+        tensors.update(out.metrics)
+        weight = torch.ones_like(mask)
+        keep = torch.ones_like(mask) if out.keep is None else out.keep.detach().to(mask.dtype)
+        for comp in spec.corrections:
+            corr = comp.fn(inputs, comp.params)
+            if corr.weight is not None:
+                weight = weight * corr.weight.detach()
+            if corr.keep is not None:
+                keep = keep * corr.keep.detach().to(mask.dtype)
+            tensors.update(corr.metrics)
+
+        n_tok, n_seq = ctx.global_num_tokens, ctx.global_num_seqs
+        agg = dict(mode=spec.loss_agg_mode, global_num_tokens=n_tok, global_num_seqs=n_seq,
+                   norm_len=spec.loss_agg_norm_len)
+        pg = aggregate(out.loss * weight, mask, keep=keep, **agg)
+        total = pg
+        metrics: dict[str, float] = {"train/pg_loss": float(pg.detach())}
+        if spec.kl_as_loss:
+            ref = ctx.batch.extras["ref_logprobs"].detach().to(ctx.logprobs.dtype)
+            kl = aggregate(spec.kl_fn(ctx.logprobs, ref), mask, **agg)
+            total = total + spec.kl_coef * kl
+            metrics["train/kl_loss"] = float(kl.detach())
+        metrics["train/loss"] = float(total.detach())
+        tensors["train/keep_frac"] = keep
+        for name, value in tensors.items():
+            reduce = token_metric if value.dim() == 2 else seq_metric
+            metrics[name] = reduce(value, mask, n_tok if value.dim() == 2 else n_seq)
+        return total, metrics

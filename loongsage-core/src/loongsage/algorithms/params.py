@@ -1,0 +1,51 @@
+"""Typed parameters of core's built-in algorithms (torch-free, so ``plugin.py`` stays cheap).
+
+Each dataclass is what a config node next to the plugin's ``name`` may set, e.g.
+``algorithm.policy_loss: {name: ppo_clip, eps_high: 0.28, dual_clip: 3.0}``. The registry
+publishes them to Hydra's ConfigStore, so Hydra validates the keys and types.
+
+``uses_rollout_ratio`` (a class variable, not a config key) marks components that already
+use the rollout/training log-ratio log(π_old/π_roll); ``validate_algorithm`` rejects two
+such components in one objective (they would correct the same mismatch twice).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Optional
+
+GRPO_NORM_MODES = ("group_zscore", "group_mean", "batch_zscore", "batch_mean", "none")
+
+
+@dataclass
+class GRPOParams:
+    """GRPO: group-relative outcome advantage, with five normalisation modes."""
+
+    norm_mode: str = "group_zscore"  # group_zscore | group_mean | batch_zscore | batch_mean | none
+    eps: float = 1e-6  # added to the standard deviation
+    std_unbiased: bool = True  # Bessel-corrected std (torch.std default, as verl and LS-ref)
+
+    def __post_init__(self) -> None:
+        if self.norm_mode not in GRPO_NORM_MODES:
+            raise ValueError(f"norm_mode must be one of {GRPO_NORM_MODES}, got {self.norm_mode!r}")
+        if self.eps < 0:
+            raise ValueError(f"eps must be >= 0, got {self.eps}")
+
+
+@dataclass
+class PPOClipParams:
+    """PPO-clip with asymmetric clip-higher bounds and an optional dual-clip constant."""
+
+    eps_low: float = 0.2  # ratio lower bound 1 - eps_low
+    eps_high: float = 0.28  # ratio upper bound 1 + eps_high (DAPO clip-higher)
+    dual_clip: Optional[float] = 3.0  # c > 1 caps the loss of negative-advantage tokens; null disables
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.eps_low < 1:
+            raise ValueError(f"eps_low must be in [0, 1), got {self.eps_low}")
+        if self.eps_high < 0:
+            raise ValueError(f"eps_high must be >= 0, got {self.eps_high}")
+        if self.dual_clip is not None and self.dual_clip <= 1:
+            raise ValueError(f"dual_clip must be > 1 (or null to disable), got {self.dual_clip}")
+
+    uses_rollout_ratio: ClassVar[bool] = False
