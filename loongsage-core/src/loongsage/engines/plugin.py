@@ -1,3 +1,12 @@
 """Core's built-in engines plugins, registered through the same hooks as third-party code."""
 
-from loongsage import hookimpl  # noqa: F401
+from loongsage import hookimpl
+
+
+@hookimpl
+def loongsage_register_engines(register):
+    register(
+        "embedded_train",
+        "loongsage.engines.embedded_train:EmbeddedTrainEngine",
+        doc="HF causal LM trainer on CPU or one GPU (micro-batching, AdamW, HF safetensors).",
+    )

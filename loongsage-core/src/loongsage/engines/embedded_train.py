@@ -1,0 +1,266 @@
+"""The embedded train engine: one HF causal LM on CPU or one GPU, trained by loss closures.
+
+The engine knows nothing about RL. Algorithms hand ``train_step`` a closure that maps a
+``LossContext`` (one micro-batch's logprobs + the global token/sequence counts of its
+mini-batch) to a loss; the engine does micro-batching with gradient accumulation, AdamW,
+gradient clipping and bookkeeping. Because closures normalise by the *global* counts,
+per-micro-batch losses are summed, never averaged, and the gradient does not depend on
+``train.micro_batch_size`` (verl's ``global_batch_info`` / slime's ``calculate_per_token_loss``
+idea). Dropout is switched off at load: RL ratios need ``compute_logprobs`` and the train
+forward to be the same function. The class is plain Python so the controller can host it
+in a Ray actor; ``state_numpy`` is the transfer format Ray serialises fastest
+(REFERENCE.md §6.8).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from loongsage.config.schema import ModelConfig, TrainConfig
+from loongsage.engines.batch import LossContext, TrainBatch
+from loongsage.engines.embedded_train_logprobs import token_logprobs
+from loongsage.engines.embedded_train_state import load_train_state, save_train_state
+from loongsage.errors import ConfigError
+
+LossFn = Callable[[LossContext], Any]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _section(cfg: Any, name: str, schema: type) -> Any:
+    """``cfg[name]`` (dict or DictConfig) as the schema dataclass, defaults filled in."""
+    from omegaconf import DictConfig, OmegaConf
+
+    node = cfg.get(name) if cfg is not None else None
+    values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
+    try:
+        return schema(**values)
+    except TypeError as err:
+        raise ConfigError(name, f"does not match {schema.__name__}: {err}") from None
+
+
+def load_causal_lm(path: str | Path, dtype: str, trust_remote_code: bool = False) -> nn.Module:
+    """A HF causal LM from a folder, in ``dtype``, with every dropout disabled."""
+    from transformers import AutoModelForCausalLM
+
+    if dtype not in _DTYPES:
+        raise ConfigError("model.dtype", f"expected one of {sorted(_DTYPES)}, got {dtype!r}")
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path), dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code
+    )
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+    if hasattr(model.config, "attention_dropout"):
+        model.config.attention_dropout = 0.0
+    return model
+
+
+class EmbeddedTrainEngine:
+    """Train a HF causal LM with loss closures; see the module docstring."""
+
+    def __init__(
+        self,
+        model: ModelConfig,
+        train: TrainConfig,
+        *,
+        device: str | None = None,
+        seed: int = 0,
+    ) -> None:
+        if train.micro_batch_size < 1:
+            raise ConfigError("train.micro_batch_size", f"must be >= 1, got {train.micro_batch_size}")
+        from transformers import AutoTokenizer
+
+        self.model_cfg, self.train_cfg = model, train
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if train.num_threads > 0:
+            torch.set_num_threads(train.num_threads)
+        torch.manual_seed(seed)
+        self.model = load_causal_lm(model.path, model.dtype, model.trust_remote_code).to(self.device)
+        self.model.eval()
+        if train.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
+            self.model.train()  # HF only checkpoints in training mode; dropout is already off
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            model.tokenizer_path or model.path, trust_remote_code=model.trust_remote_code
+        )
+        self.optimizer = self._new_optimizer(train.lr)
+        self.weight_version = 0
+        self._ref: nn.Module | None = None
+        self.ref_offload = self.device.type != "cpu"
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any], device: str | None = None) -> "EmbeddedTrainEngine":
+        """Build from the full resolved config (sections ``model``, ``train``, ``trainer``)."""
+        from loongsage.models.resolve import resolve_model_path
+
+        model = _section(cfg, "model", ModelConfig)
+        model.path = str(resolve_model_path(str(model.path)))
+        train = _section(cfg, "train", TrainConfig)
+        trainer = cfg.get("trainer") or {}
+        return cls(model, train, device=device, seed=int(trainer.get("seed", 0)))
+
+    # optimizer ---------------------------------------------------------------------
+
+    def _new_optimizer(self, lr: float) -> torch.optim.Optimizer:
+        t = self.train_cfg
+        if len(t.betas) != 2:
+            raise ConfigError("train.betas", f"expected two numbers, got {list(t.betas)}")
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        return torch.optim.AdamW(
+            params, lr=lr, betas=(float(t.betas[0]), float(t.betas[1])), eps=t.eps,
+            weight_decay=t.weight_decay,
+        )
+
+    def reset_optimizer(self, lr: float | None = None) -> None:
+        """Fresh AdamW moments at ``lr`` (default ``train.lr``), e.g. between SFT and RL."""
+        self.optimizer = self._new_optimizer(self.train_cfg.lr if lr is None else lr)
+
+    # forward passes ------------------------------------------------------------------
+
+    def _micro_batches(self, n: int) -> list[slice]:
+        size = self.train_cfg.micro_batch_size
+        return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+    def _logprobs(self, model: nn.Module, batch: TrainBatch, with_entropy: bool) -> tuple:
+        return token_logprobs(
+            model,
+            batch.input_ids.to(self.device),
+            batch.attention_mask.to(self.device),
+            fp32_lm_head=self.model_cfg.fp32_lm_head,
+            with_entropy=with_entropy,
+        )
+
+    @torch.no_grad()
+    def _forward_all(self, model: nn.Module, batch: TrainBatch, with_entropy: bool) -> dict:
+        logprobs, entropy = [], []
+        for rows in self._micro_batches(len(batch)):
+            lp, ent = self._logprobs(model, batch.rows(rows), with_entropy)
+            logprobs.append(lp.cpu())
+            if with_entropy:
+                entropy.append(ent.cpu())
+        out = {"logprobs": torch.cat(logprobs)}
+        if with_entropy:
+            out["entropy"] = torch.cat(entropy)
+        return out
+
+    def compute_logprobs(self, batch: TrainBatch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
+        """``{"logprobs": [N, L]}`` (+ ``"entropy"``) in fp32 on CPU, without grad."""
+        return self._forward_all(self.model, batch, with_entropy)
+
+    def compute_ref_logprobs(self, batch: TrainBatch) -> torch.Tensor:
+        """Logprobs [N, L] under the frozen reference (the checkpoint at ``model.path``).
+
+        The reference is loaded from disk on first use, so it is the initial policy even
+        when asked for late or after ``load``. On a GPU it lives on the CPU between calls
+        (``ref_offload``).
+        """
+        if self._ref is None:
+            ref = load_causal_lm(self.model_cfg.path, self.model_cfg.dtype, self.model_cfg.trust_remote_code)
+            ref.requires_grad_(False).eval()
+            self._ref = ref if self.ref_offload else ref.to(self.device)
+        self._ref.to(self.device)
+        try:
+            return self._forward_all(self._ref, batch, with_entropy=False)["logprobs"]
+        finally:
+            if self.ref_offload:
+                self._ref.to("cpu")
+
+    # training ------------------------------------------------------------------------
+
+    def train_step(
+        self, batch: TrainBatch, loss_fn: LossFn, mini_batches: int = 1, *, with_entropy: bool = False
+    ) -> dict[str, float]:
+        """Split ``batch`` into ``mini_batches`` optimizer steps; return averaged metrics.
+
+        ``loss_fn(ctx)`` returns a scalar loss or ``(loss, metrics)``; it must normalise by
+        ``ctx.global_num_tokens`` / ``ctx.global_num_seqs`` (micro-batch losses are summed).
+        Metrics are token-weighted over micro-batches and averaged over mini-batches;
+        names without a ``/`` get a ``train/`` prefix.
+        """
+        n = len(batch)
+        if not 1 <= mini_batches <= n:
+            raise ConfigError("train.mini_batches_per_step", f"must be in [1, {n}] for {n} rows, got {mini_batches}")
+        totals: dict[str, float] = {}
+        for rows in torch.tensor_split(torch.arange(n), mini_batches):
+            for key, value in self._mini_batch_step(batch.rows(rows), loss_fn, with_entropy).items():
+                totals[key] = totals.get(key, 0.0) + value / mini_batches
+        return totals
+
+    def _mini_batch_step(self, batch: TrainBatch, loss_fn: LossFn, with_entropy: bool) -> dict[str, float]:
+        mask = batch.loss_mask.float()
+        num_tokens = max(float(mask.sum()), 1.0)
+        num_seqs = max(float((mask.sum(-1) > 0).sum()), 1.0)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_total, metrics = 0.0, {}
+        for rows in self._micro_batches(len(batch)):
+            micro = batch.rows(rows)
+            logprobs, entropy = self._logprobs(self.model, micro, with_entropy)
+            device_micro = TrainBatch(
+                micro.input_ids.to(self.device), micro.attention_mask.to(self.device),
+                micro.loss_mask.to(self.device), {k: v.to(self.device) for k, v in micro.extras.items()},
+            )
+            ctx = LossContext(device_micro, logprobs, entropy, num_tokens, num_seqs)
+            out = loss_fn(ctx)
+            loss, extra = out if isinstance(out, tuple) else (out, {})
+            loss.backward()
+            loss_total += float(loss.detach())
+            weight = float(micro.loss_mask.float().sum()) / num_tokens
+            for key, value in extra.items():
+                name = key if "/" in key else f"train/{key}"
+                metrics[name] = metrics.get(name, 0.0) + float(value) * weight
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        clip = self.train_cfg.grad_clip if self.train_cfg.grad_clip > 0 else math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+        skipped = not math.isfinite(grad_norm)
+        if skipped:
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            self.optimizer.step()
+            self.weight_version += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        metrics.update({
+            "train/loss": loss_total,
+            "train/grad_norm": grad_norm,
+            "train/lr": float(self.optimizer.param_groups[0]["lr"]),
+            "train/skipped_steps": float(skipped),
+            "train/num_tokens": num_tokens,
+        })
+        return metrics
+
+    # weights out -----------------------------------------------------------------------
+
+    def named_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """``(hf_name, tensor)`` for every entry of the HF state dict (tied ones included)."""
+        for name, tensor in self.model.state_dict().items():
+            yield name, tensor.detach()
+
+    def state_numpy(self) -> dict[str, np.ndarray]:
+        """The state dict as numpy arrays on CPU (bf16 is widened to fp32: numpy has no bf16)."""
+        out = {}
+        for name, tensor in self.named_tensors():
+            if tensor.dtype == torch.bfloat16:
+                tensor = tensor.float()
+            out[name] = tensor.cpu().numpy()
+        return out
+
+    # checkpoints -----------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> Path:
+        """HF folder (safetensors + tokenizer) plus ``train_state.pt`` for an exact resume."""
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+        save_train_state(folder, self.optimizer, self.weight_version)
+        return folder
+
+    def load(self, path: str | Path) -> None:
+        """Restore weights, optimizer, weight version and RNG state written by ``save``."""
+        self.weight_version = load_train_state(Path(path), self.model, self.optimizer)

@@ -1,0 +1,77 @@
+"""Checkpoint state of the embedded train engine beyond the HF weights.
+
+``save_pretrained`` already writes the weights as safetensors (tied copies once); this
+module adds ``train_state.pt`` with the optimizer state, the weight version and the RNG
+states, and loads a folder back into a live model + optimizer, bit for bit.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+from loongsage.errors import LoongSageError
+
+STATE_FILE = "train_state.pt"
+
+
+def save_train_state(folder: Path, optimizer: torch.optim.Optimizer, weight_version: int) -> None:
+    state = {
+        "optimizer": optimizer.state_dict(),
+        "weight_version": weight_version,
+        "torch_rng": torch.random.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        "numpy_rng": np.random.get_state(),
+        "python_rng": random.getstate(),
+    }
+    torch.save(state, folder / STATE_FILE)
+
+
+def _tied_names(model: nn.Module) -> set[str]:
+    """State-dict names whose storage another (earlier) name already holds."""
+    seen: dict[int, str] = {}
+    tied = set()
+    for name, tensor in model.state_dict().items():
+        ptr = tensor.data_ptr()
+        if ptr in seen:
+            tied.add(name)
+        seen.setdefault(ptr, name)
+    return tied
+
+
+def load_weights(folder: Path, model: nn.Module) -> None:
+    """Copy every ``*.safetensors`` tensor in ``folder`` into ``model`` (strict, tied-aware)."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise LoongSageError(f"{folder}: no *.safetensors weights to load")
+    weights: dict[str, torch.Tensor] = {}
+    for f in files:
+        weights.update(load_file(str(f)))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    missing = sorted(set(missing) - _tied_names(model))
+    if missing or unexpected:
+        raise LoongSageError(
+            f"{folder}: weights do not match the model (missing {missing[:5]}, "
+            f"unexpected {sorted(unexpected)[:5]})"
+        )
+
+
+def load_train_state(folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Load weights and, when present, optimizer and RNG state; return the weight version."""
+    load_weights(folder, model)
+    path = folder / STATE_FILE
+    if not path.is_file():
+        return 0
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    optimizer.load_state_dict(state["optimizer"])
+    torch.random.set_rng_state(state["torch_rng"])
+    if state["cuda_rng"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    np.random.set_state(state["numpy_rng"])
+    random.setstate(state["python_rng"])
+    return int(state["weight_version"])
