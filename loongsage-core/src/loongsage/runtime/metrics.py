@@ -1,0 +1,35 @@
+"""Per-step metrics of what the trainer received: staleness, partial ratio, length bias.
+
+* ``async/staleness_mean`` / ``async/staleness_max``: over every response token of the
+  batch, the current weight version minus the version that sampled the token
+  (``Sample.weight_versions``).
+* ``rollout/partial_ratio``: fraction of the batch's samples whose tokens were sampled by
+  more than one weight version (continued across an update by partial rollout).
+* ``rollout/length_bias``: mean response length of the batch's samples divided by the mean
+  response length of every sample generated so far, trained or not. 1.0 means training
+  sees the lengths the policy produces; below 1.0 means the schedule favours short
+  responses (first finishers), which is how a policy that starves long rollouts shows up.
+  None of the peers report this (REFERENCE §2.1, tinker-cookbook PR #822 on the bias).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from loongsage.data.types import Group
+
+
+def batch_metrics(batch: Sequence[Group], version: int, finished_samples: int, finished_tokens: int) -> dict[str, float]:
+    samples = [s for g in batch for s in g.samples]
+    lags = [version - v for s in samples for v in s.weight_versions]
+    lengths = [len(s.response_ids) for s in samples]
+    overall = finished_tokens / finished_samples if finished_samples else 0.0
+    mean_len = sum(lengths) / len(lengths) if lengths else 0.0
+    return {
+        "async/staleness_mean": sum(lags) / len(lags) if lags else 0.0,
+        "async/staleness_max": float(max(lags)) if lags else 0.0,
+        "rollout/partial_ratio": (
+            sum(1 for s in samples if len(set(s.weight_versions)) > 1) / len(samples) if samples else 0.0
+        ),
+        "rollout/length_bias": mean_len / overall if overall else 1.0,
+    }

@@ -1,0 +1,61 @@
+"""The scheduler protocol the controller drives, and the window-policy factory.
+
+Each step the controller calls ``next_batch(step)``, trains on the groups, syncs weights
+and calls ``on_weights_updated(new_version)``. The synchronous scheduler and
+``AsyncScheduler`` both implement this protocol, so a config switch (``async.enable``)
+picks one without changing the loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Protocol
+
+from loongsage.data.types import Group
+from loongsage.runtime.window import WindowPolicy
+
+
+class Scheduler(Protocol):
+    def next_batch(self, step: int) -> list[Group]: ...
+
+    def on_weights_updated(self, version: int) -> None: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def build_window_policy(ref: Any, registries: Optional[Any] = None) -> WindowPolicy:
+    """Instantiate ``async.window_policy`` (a name, or ``{name: ..., **params}``).
+
+    Parameters are validated by the policy's registered dataclass; errors name the key.
+    """
+    if registries is None:
+        from loongsage.plugins import get_registries
+
+        registries = get_registries()
+    values = {"name": ref} if isinstance(ref, str) else dict(_plain(ref))
+    if "name" not in values:
+        raise ValueError(f"async.window_policy: expected a name or a mapping with 'name', got {ref!r}")
+    name = values.pop("name")
+    entry = registries.window_policy.entry(name, "async.window_policy.name")
+    params = entry.build_params(values, "async.window_policy")
+    policy = entry.obj(params)
+    if not isinstance(policy, WindowPolicy):
+        raise TypeError(
+            f"async.window_policy: '{name}' from '{entry.distribution}' built a "
+            f"{type(policy).__name__}, expected a subclass of loongsage.runtime.window.WindowPolicy"
+        )
+    return policy
+
+
+def _plain(ref: Any) -> Mapping[str, Any]:
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(ref, DictConfig):
+            return OmegaConf.to_container(ref, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf is a core dependency
+        pass
+    return ref
