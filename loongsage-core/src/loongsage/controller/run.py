@@ -1,4 +1,4 @@
-"""The training loop: generate -> score -> advantages -> train -> sync weights.
+"""The training loop: generate -> score -> train (advantages, loss) -> sync weights.
 
 Reads like slime's train.py on purpose: build the pieces, then loop. Scheduling (which
 groups train in this step) sits behind the scheduler interface, so the asynchronous
@@ -31,9 +31,8 @@ def train_one_step(run: Run, step: int) -> dict[str, float]:
         with timed(metrics, "timing/rollout"):
             groups = run.scheduler.next_batch(step)
         batch, rewards, group_index = groups_to_batch(groups, run.pad_id)
-        batch.extras["advantages"] = run.advantages(rewards, group_index, batch.loss_mask)
         with timed(metrics, "timing/train"):
-            metrics.update(run.trainer.train(batch))
+            metrics.update(run.train(batch, rewards, group_index))
         with timed(metrics, "timing/weight_sync"):
             version = run.sync_weights()
         run.scheduler.on_weights_updated(version)

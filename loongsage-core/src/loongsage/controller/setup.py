@@ -18,7 +18,6 @@ import ray
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from loongsage.algorithms.advantages import compute_advantages
 from loongsage.algorithms.objective import Objective
 from loongsage.config.validate import as_container
 from loongsage.controller.actors import spawn_engine, start_ray
@@ -47,7 +46,9 @@ class Run:
     mixer: DataMixer | None = None
     scheduler: Any = None
     trackers: list = field(default_factory=list)
+    sources: dict = field(default_factory=dict)
     version: int = 0
+    _bar: Any = None
 
     @property
     def pad_id(self) -> int:
@@ -56,15 +57,15 @@ class Run:
 
     # the loop's verbs --------------------------------------------------------------
 
-    def advantages(self, rewards: torch.Tensor, group_index: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
-        return compute_advantages(
-            rewards, group_index, loss_mask, self.cfg.algorithm.advantage_estimator, self.registries
-        )
-
-    def train(self, batch: Any) -> dict[str, float]:
-        need_ref = self.cfg.algorithm.kl.coef > 0
+    def train(self, batch: Any, rewards: torch.Tensor, group_index: torch.Tensor) -> dict[str, float]:
         ref = self.train_actor.run.remote(
-            train_on_rollout, batch, self.objective, self.cfg.train.mini_batches_per_step, need_ref
+            train_on_rollout,
+            batch,
+            rewards,
+            group_index,
+            self.objective,
+            as_container(self.cfg.algorithm),
+            self.cfg.train.mini_batches_per_step,
         )
         return ray.get(ref)
 
@@ -95,8 +96,6 @@ class Run:
         self._bar = tqdm(steps, desc="train", disable=not show, dynamic_ncols=True) if show else None
         return self._bar if self._bar is not None else steps
 
-    _bar: Any = None
-
     # warm start, checkpoints, resume -------------------------------------------------
 
     def warm_start(self) -> None:
@@ -106,13 +105,11 @@ class Run:
         sft = self.cfg.trainer.sft
         if sft.steps <= 0:
             return
-        examples = sft_examples(self.sources_for_sft, sft.examples, seed=self.cfg.trainer.seed)
+        examples = sft_examples(self.sources, sft.examples, seed=self.cfg.trainer.seed)
         losses = ray.get(self.train_actor.run.remote(train_sft, examples, sft.steps, sft.batch_size, sft.lr))
         print(f"sft warm start: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {len(losses)} steps", flush=True)
         if self.rollout_actors:
             self.sync_weights()
-
-    sources_for_sft: Any = None
 
     def checkpoint_due(self, step: int) -> bool:
         interval = self.cfg.checkpoint.interval
@@ -214,7 +211,7 @@ def build_run(cfg: DictConfig, registries: Registries, rollout: bool = True) -> 
     run = Run(cfg, registries, run_dir, tokenizer, train_actor, Objective.from_config(cfg.algorithm, registries))
     try:
         sources = build_sources(cfg, registries, tokenizer)
-        run.sources_for_sft = sources
+        run.sources = sources
         if rollout:
             engine_cls = registries.engine.get(cfg.rollout.backend, "rollout.backend")
             run.rollout_actors = [

@@ -2,26 +2,42 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
+from loongsage.algorithms.advantages import compute_advantages
+from loongsage.algorithms.objective import Objective
 from loongsage.engines.batch import TrainBatch
 
 
 def train_on_rollout(
     engine: Any,
     batch: TrainBatch,
-    loss_fn: Callable[..., Any],
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    objective: Objective,
+    algorithm_cfg: dict,
     mini_batches: int,
-    need_ref: bool,
 ) -> dict[str, float]:
-    """pi_old logprobs (and reference logprobs) at step start, then the optimizer steps."""
+    """pi_old (and reference) logprobs at step start, advantages, then the optimizer steps.
+
+    Advantages are computed here, after the logprobs, because a KL penalty used as a
+    reward (``algorithm.kl.use_as=reward``) needs pi_old and pi_ref first.
+    """
     batch.extras["old_logprobs"] = engine.compute_logprobs(batch)["logprobs"]
-    if need_ref:
+    if objective.needs_reference:
         batch.extras["ref_logprobs"] = engine.compute_ref_logprobs(batch)
-    return engine.train_step(batch, loss_fn, mini_batches=mini_batches)
+    batch.extras["advantages"] = compute_advantages(
+        rewards,
+        group_index,
+        batch.loss_mask,
+        algorithm_cfg,
+        old_logprobs=batch.extras["old_logprobs"],
+        ref_logprobs=batch.extras.get("ref_logprobs"),
+    )
+    return engine.train_step(batch, objective, mini_batches=mini_batches)
 
 
 def apply_numpy_state(engine: Any, state: dict[str, np.ndarray], version: int) -> int:

@@ -1,0 +1,66 @@
+"""A real third-party package, pip-installed with its own entry point, seen end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+LOONGSAGE = [sys.executable, "-m", "loongsage.cli"]
+
+
+def _run(args: list[str], site: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("LOONGSAGE_DISABLE_PLUGIN_AUTOLOAD", None)
+    env.pop("LOONGSAGE_LOAD_PLUGINS", None)
+    if site is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+    return subprocess.run([*LOONGSAGE, *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_installed_package_is_listed_under_its_distribution(example_plugin_path):
+    result = _run(["plugins", "--json"], example_plugin_path)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    ours = {(r["kind"], r["name"]): r for r in rows if r["distribution"] == "loongsage-example-plugin"}
+    assert set(ours) == {("tracker", "csv"), ("reward", "exact_match")}
+    assert ours[("tracker", "csv")]["params"][0] == {
+        "name": "filename", "type": "str", "default": "metrics.csv"
+    }
+    assert set(rows[0]) == {"kind", "name", "distribution", "doc", "params"}
+
+
+def test_without_the_package_its_names_are_unknown(example_plugin_path):
+    result = _run(["plugins", "tracker", "--json"])
+    names = {r["name"] for r in json.loads(result.stdout)}
+    assert "csv" not in names and {"console", "jsonl"} <= names
+
+
+def test_recipe_override_can_name_the_third_party_plugin(example_plugin_path):
+    args = ["config", "show", "--config-name", "tiny/grpo",
+            "logging.trackers=[console,{name: csv, filename: m.csv}]"]
+    result = _run(args, example_plugin_path)
+    assert result.returncode == 0, result.stderr
+    assert "name: csv" in result.stdout and "filename: m.csv" in result.stdout
+    missing = _run(args)
+    assert missing.returncode == 2
+    assert "logging.trackers[1].name: unknown tracker 'csv'" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("algorithm.policy_loss.name=ppo_clipp", "algorithm.policy_loss.name: unknown policy_loss 'ppo_clipp'. Did you mean 'ppo_clip'?"),
+        ("algorithm/policy_loss=ppo_clipp", "algorithm.policy_loss: unknown policy_loss 'ppo_clipp'. Did you mean 'ppo_clip'?"),
+        ("data_sources.0.reward.name=maht", "data_sources[0].reward.name: unknown reward 'maht'. Did you mean 'math'?"),
+    ],
+)
+def test_misspelled_plugin_fails_before_anything_starts(override, expected):
+    result = _run(["config", "show", "--config-name", "tiny/grpo", override])
+    assert result.returncode == 2
+    assert expected in result.stderr
+    assert "(loongsage-core)" in result.stderr or "(loongsage-agents)" in result.stderr
