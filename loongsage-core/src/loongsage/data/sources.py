@@ -81,10 +81,10 @@ class DataSource:
     @property
     def runtime(self) -> Any:
         """What the rollout manager needs (``loongsage.controller.rollout.SourceRuntime``)."""
-        from loongsage.controller.rollout import SourceRuntime
-
         if self.agent is None:
             raise RuntimeError(f"data source {self.name!r} was built without a tokenizer, so it has no agent")
+        from loongsage.controller.rollout import SourceRuntime
+
         return SourceRuntime(self.name, self.agent, self.reward, self.reward_params, dict(self.sampling))
 
 
