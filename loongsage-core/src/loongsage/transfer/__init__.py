@@ -1,0 +1,27 @@
+"""TransferMesh: bucketed, verified weight sync from trainer ranks to rollout engines.
+
+Sender: `TransferMesh(config, sender_rank=...).start()`, then `mesh.sync(named_tensors, version)`.
+Receiver: `WeightReceiver([mesh.address, ...], apply=engine.apply_weights).start()`.
+The transport per receiver (shared memory, gloo, CUDA IPC, NCCL) follows from where it runs;
+see `topology.py`. SGLang servers are driven through `sglang.py`.
+"""
+
+from loongsage.transfer.frames import (
+    MeshAddress,
+    ReceiverInfo,
+    SyncReport,
+    TransferConfig,
+    WeightSyncError,
+)
+from loongsage.transfer.mesh import TransferMesh
+from loongsage.transfer.receiver import WeightReceiver
+
+__all__ = [
+    "MeshAddress",
+    "ReceiverInfo",
+    "SyncReport",
+    "TransferConfig",
+    "TransferMesh",
+    "WeightReceiver",
+    "WeightSyncError",
+]

@@ -1,0 +1,212 @@
+"""WeightReceiver: the engine side of TransferMesh.
+
+    receiver = WeightReceiver([mesh_address], apply=engine.apply_weights).start()
+
+It connects to every sender rank, reports where it runs, attaches the transport the sender
+picked, and reassembles each version into persistent staging tensors. `apply(named_tensors,
+version)` is called once per version, from a receiver thread, only after every shard from
+every sender verified; a version that fails anywhere (sender died, checksum, missing bucket,
+delta against the wrong base) is never applied: the engine stays on its previous version and
+`last_error` names the version and bucket. The tensors passed to `apply` are the receiver's
+staging buffers, reused by the next version: an engine copies them into its parameters (as
+`load_state_dict` / SGLang's `load_weights` do) and must not keep references.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from multiprocessing.connection import Client, Connection
+
+import torch
+
+from loongsage.transfer.bucketing import IncompleteVersion, Reassembler
+from loongsage.transfer.channels import ReceiverChannel
+from loongsage.transfer.frames import (
+    FRAME_ABORT,
+    FRAME_BUCKET,
+    Begin,
+    Hello,
+    MeshAddress,
+    ReceiverInfo,
+    Result,
+    Welcome,
+    WeightSyncError,
+)
+from loongsage.transfer.transports import TRANSPORTS
+
+ApplyFn = Callable[[Iterable[tuple[str, torch.Tensor]], int], None]
+
+
+class _Pending:
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.errors: list[str] = []
+        self.done: set[int] = set()
+        self.finished = False
+        self.ok = False
+
+
+class WeightReceiver:
+    def __init__(self, senders: Sequence[MeshAddress], apply: ApplyFn, *,
+                 receiver_id: str | None = None, host_id: str | None = None,
+                 device: str = "cpu", address: str = "127.0.0.1", timeout_s: float = 60.0):
+        if not senders:
+            raise ValueError("WeightReceiver.senders: expected at least one MeshAddress")
+        self.senders = list(senders)
+        self.apply = apply
+        self.info = ReceiverInfo(receiver_id or f"receiver-{uuid.uuid4().hex[:8]}",
+                                 host_id or socket.gethostname(), device, address)
+        self.timeout_s = timeout_s
+        self.staging: dict[str, torch.Tensor] = {}
+        self.applied_version: int | None = None
+        self.mirror_version: int | None = None
+        self.last_error = ""
+        self.transports: dict[int, str] = {}
+        self._pending: dict[int, _Pending] = {}
+        self._cond = threading.Condition()
+        self._closed = False
+        self._conns: list[Connection] = []
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> WeightReceiver:
+        for address in self.senders:
+            conn = Client((address.host, address.port), authkey=address.authkey)
+            conn.send(Hello(self.info, self.applied_version, self.mirror_version))
+            if not conn.poll(self.timeout_s):
+                raise TimeoutError(f"sender rank {address.sender_rank} sent no Welcome")
+            welcome = conn.recv()
+            if not isinstance(welcome, Welcome):
+                raise RuntimeError(f"expected Welcome, got {type(welcome).__name__}")
+            channel = TRANSPORTS[welcome.transport].receiver(welcome.setup, conn,
+                                                            self.info.device, self.timeout_s)
+            self.transports[address.sender_rank] = welcome.transport
+            self._conns.append(conn)
+            thread = threading.Thread(target=self._serve, args=(address.sender_rank, conn,
+                                                                channel),
+                                      daemon=True, name=f"transfer-recv-{address.sender_rank}")
+            self._threads.append(thread)
+            thread.start()
+        return self
+
+    def wait_for_version(self, version: int, timeout_s: float | None = None) -> bool:
+        """True once `version` (or a later one) is applied, False on timeout."""
+        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        with self._cond:
+            while self.applied_version is None or self.applied_version < version:
+                if not self._cond.wait(timeout=max(0.0, deadline - time.monotonic())):
+                    return False
+            return True
+
+    def _serve(self, rank: int, conn: Connection, channel: ReceiverChannel) -> None:
+        assembler = Reassembler(self.staging, self.info.device)
+        while not self._closed:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                return
+            if channel.on_control(message):
+                continue
+            if isinstance(message, Begin):
+                if not self._receive(rank, conn, channel, assembler, message):
+                    return
+
+    def _receive(self, rank: int, conn: Connection, channel: ReceiverChannel,
+                 assembler: Reassembler, begin: Begin) -> bool:
+        """One version's frames from one sender; False if the sender is gone."""
+        version, error, bucket, alive, names = begin.version, "", None, True, []
+        if begin.base_version is not None and begin.base_version != self.mirror_version:
+            error = (f"delta against version {begin.base_version}, but this receiver holds "
+                     f"{self.mirror_version}")
+        assembler.reset()
+        try:
+            while True:
+                meta, payload = channel.recv_frame()
+                if meta.kind == FRAME_BUCKET:
+                    bucket = meta.index
+                    if not error:
+                        try:
+                            assembler.write(meta, payload)
+                        except IncompleteVersion as exc:
+                            error = str(WeightSyncError(version, meta.index, str(exc)))
+                    channel.release(meta)
+                elif meta.kind == FRAME_ABORT:
+                    error = str(WeightSyncError(version, meta.index, f"sender rank {rank} "
+                                                f"aborted: {meta.reason}"))
+                    break
+                else:
+                    if not error:
+                        names = assembler.finish(meta.num_buckets, meta.total_bytes)
+                    break
+        except IncompleteVersion as exc:
+            error = str(WeightSyncError(version, None, str(exc)))
+        except (EOFError, OSError, RuntimeError, TimeoutError) as exc:
+            alive = False
+            error = str(WeightSyncError(version, bucket, f"lost sender rank {rank} after "
+                                        f"{'no bucket' if bucket is None else 'this bucket'}: "
+                                        f"{type(exc).__name__}: {exc}"))
+        pending = self._shard_done(version, rank, names, error)
+        self._wait(pending, version)
+        if alive:
+            try:
+                conn.send(Result(version, pending.ok, self.applied_version, self.mirror_version,
+                                 "; ".join(pending.errors)))
+            except (OSError, EOFError):
+                return False
+        return alive
+
+    def _shard_done(self, version: int, rank: int, names: list[str], error: str) -> _Pending:
+        with self._cond:
+            pending = self._pending.setdefault(version, _Pending())
+            pending.names.update(names)
+            if error:
+                pending.errors.append(error)
+            pending.done.add(rank)
+            if len(pending.done) < len(self.senders) or pending.finished:
+                return pending
+            self._pending.pop(version)
+        self._finish(version, pending)
+        return pending
+
+    def _finish(self, version: int, pending: _Pending) -> None:
+        error = "; ".join(pending.errors)
+        if not error:
+            try:
+                self.apply([(name, self.staging[name]) for name in sorted(pending.names)],
+                           version)
+            except Exception as exc:  # the engine refused: stay on the old version
+                error = str(WeightSyncError(version, None,
+                                            f"apply failed: {type(exc).__name__}: {exc}"))
+                pending.errors.append(error)
+        with self._cond:
+            pending.ok = not error
+            if pending.ok:
+                self.applied_version = version
+                self.mirror_version = version
+            else:
+                self.mirror_version = None
+                self.last_error = error
+            pending.finished = True
+            self._cond.notify_all()
+
+    def _wait(self, pending: _Pending, version: int) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        with self._cond:
+            while not pending.finished:
+                if not self._cond.wait(timeout=max(0.0, deadline - time.monotonic())):
+                    pending.errors.append(f"weight version {version}: other sender ranks "
+                                          f"never finished")
+                    self.mirror_version = None
+                    self.last_error = pending.errors[-1]
+                    pending.finished = True
+
+    def close(self) -> None:
+        self._closed = True
+        for conn in self._conns:
+            try:
+                conn.close()
+            except OSError:
+                pass
