@@ -10,3 +10,8 @@ def loongsage_register_engines(register):
         "loongsage.engines.embedded_train:EmbeddedTrainEngine",
         doc="HF causal LM trainer on CPU or one GPU (micro-batching, AdamW, HF safetensors).",
     )
+    register(
+        "embedded_rollout",
+        "loongsage.engines.embedded_rollout.engine:EmbeddedRolloutEngine",
+        doc="HF causal LM behind SGLang's HTTP API on loopback, with its own batched decode loop.",
+    )

@@ -1,0 +1,400 @@
+"""``EngineClient``: the one client every LoongSage component uses to talk to a rollout engine.
+
+It speaks SGLang's native HTTP API (``/generate`` with token ids, ``/abort_request``,
+``/pause_generation``, ``/continue_generation``, ``/flush_cache``,
+``/update_weights_from_tensor``, ``/get_model_info``, ``/get_weight_version``,
+``/health``), so the controller, the AgentFlow router and TransferMesh work unchanged
+against a real SGLang server or LoongSage's embedded engine. Every call has a blocking form
+(``generate``) and an asyncio form (``agenerate``); ``astream_generate`` yields incremental
+chunks of a streaming generation.
+
+Wire-format tolerance (SGLang fields vary by version, REFERENCE.md §4): ``output_ids`` are
+read from the top level when present, else from ``meta_info.output_token_logprobs``
+(``[[logprob, token_id, text], ...]``); streaming chunks may be cumulative (SGLang's default)
+or incremental (``--stream-output``) and are normalised to increments; ``weight_version``
+strings that are decimal integers become ``int``. Every request carries a ``rid`` (a fresh
+UUID unless the caller gives one) so that it can be aborted.
+
+The client holds one ``httpx.Client`` for blocking calls and one ``httpx.AsyncClient`` per
+event loop, so it is safe to share between threads and between ``asyncio.run`` calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Iterable, Sequence
+
+import httpx
+
+from loongsage.errors import LoongSageError
+
+
+class EngineError(LoongSageError):
+    """An engine answered with an error (``status``) or could not be reached (``status`` None)."""
+
+    def __init__(self, endpoint: str, message: str, status: int | None = None,
+                 field: str | None = None):
+        self.endpoint, self.status, self.field = endpoint, status, field
+        where = f"HTTP {status}" if status is not None else "unreachable"
+        super().__init__(f"{endpoint} ({where}): {message}")
+
+
+@dataclass
+class GenerateOutput:
+    """The result of one ``/generate`` call.
+
+    ``output_logprobs[i]`` is the engine's logprob of ``output_ids[i]`` (``None`` when
+    ``return_logprob`` was false). ``finish_reason`` is ``"stop"``, ``"length"`` or
+    ``"abort"``; ``matched_stop`` is the stop token/string that ended it, if any.
+    ``output_weight_versions`` (embedded engine only; ``None`` from SGLang) gives the weight
+    version that sampled each token, for partial rollouts spanning a weight update.
+    """
+
+    output_ids: list[int]
+    output_logprobs: list[float] | None
+    finish_reason: str | None
+    weight_version: int | str | None
+    prompt_tokens: int
+    rid: str
+    text: str = ""
+    matched_stop: int | str | None = None
+    output_weight_versions: list[int] | None = None
+    meta_info: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.output_ids)
+
+
+@dataclass
+class StreamChunk:
+    """New tokens since the previous chunk of a streaming generation."""
+
+    output_ids: list[int]
+    output_logprobs: list[float] | None
+    text: str  # text added since the previous chunk
+    finished: bool
+    finish_reason: str | None
+    weight_version: int | str | None
+    rid: str
+
+
+def _version(value: Any) -> int | str | None:
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    return value
+
+
+def _finish(meta: dict[str, Any]) -> tuple[str | None, int | str | None]:
+    reason = meta.get("finish_reason")
+    if isinstance(reason, dict):
+        return reason.get("type"), reason.get("matched")
+    return reason, None
+
+
+def _tokens(out: dict[str, Any], endpoint: str) -> tuple[list[int], list[float] | None]:
+    meta = out.get("meta_info", {})
+    pairs = meta.get("output_token_logprobs")
+    ids = out.get("output_ids")
+    if ids is None and pairs is None:
+        raise EngineError(endpoint, "response has neither output_ids nor "
+                          "meta_info.output_token_logprobs; request return_logprob=True")
+    if ids is None:
+        ids = [int(p[1]) for p in pairs]
+    logprobs = [float(p[0]) for p in pairs] if pairs is not None else None
+    return list(ids), logprobs
+
+
+def _output(out: dict[str, Any], rid: str) -> GenerateOutput:
+    meta = out.get("meta_info", {})
+    ids, logprobs = _tokens(out, "/generate")
+    reason, matched = _finish(meta)
+    return GenerateOutput(
+        output_ids=ids, output_logprobs=logprobs, finish_reason=reason,
+        weight_version=_version(meta.get("weight_version")),
+        prompt_tokens=int(meta.get("prompt_tokens", 0)), rid=str(meta.get("id") or rid),
+        text=out.get("text") or "", matched_stop=matched,
+        output_weight_versions=meta.get("output_token_weight_versions"), meta_info=meta,
+    )
+
+
+def _raise_for(resp: httpx.Response, endpoint: str) -> None:
+    if resp.is_success:
+        return
+    message, fld = resp.text, None
+    try:
+        body = resp.json()
+        err = body.get("error") if isinstance(body, dict) else None
+        if isinstance(err, dict):
+            message, fld = err.get("message", message), err.get("field")
+        elif isinstance(body, dict) and "message" in body:
+            message = body["message"]
+    except ValueError:
+        pass
+    raise EngineError(endpoint, message, resp.status_code, fld)
+
+
+class EngineClient:
+    """Client of one rollout engine (embedded or SGLang) at ``base_url``.
+
+    ``timeout`` bounds every call in seconds (a generation included); ``None`` waits forever.
+    """
+
+    def __init__(self, base_url: str, timeout: float | None = 600.0):
+        self.base_url = base_url.rstrip("/")
+        self.timeout = httpx.Timeout(timeout, connect=None if timeout is None else min(10.0, timeout))
+        self._client = httpx.Client(base_url=self.base_url, timeout=self.timeout)
+        self._aclients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def __repr__(self) -> str:
+        return f"EngineClient({self.base_url!r})"
+
+    # ---- plumbing ------------------------------------------------------------------------
+    def _aclient(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        client = self._aclients.get(loop)
+        if client is None:
+            client = httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout)
+            self._aclients[loop] = client
+        return client
+
+    def _call(self, method: str, path: str, body: dict | None = None) -> Any:
+        try:
+            resp = self._client.request(method, path, json=body)
+        except httpx.TransportError as exc:
+            raise EngineError(path, f"{self.base_url}: {exc!r}") from exc
+        _raise_for(resp, path)
+        return resp.json() if resp.content else None
+
+    async def _acall(self, method: str, path: str, body: dict | None = None) -> Any:
+        try:
+            resp = await self._aclient().request(method, path, json=body)
+        except httpx.TransportError as exc:
+            raise EngineError(path, f"{self.base_url}: {exc!r}") from exc
+        _raise_for(resp, path)
+        return resp.json() if resp.content else None
+
+    def close(self) -> None:
+        self._client.close()
+
+    async def aclose(self) -> None:
+        client = self._aclients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
+
+    def __enter__(self) -> "EngineClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    async def __aenter__(self) -> "EngineClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    # ---- generation ----------------------------------------------------------------------
+    @staticmethod
+    def _generate_body(input_ids: Sequence[int], sampling_params: dict[str, Any] | None,
+                       return_logprob: bool, rid: str | None, stream: bool) -> dict[str, Any]:
+        return {
+            "input_ids": list(input_ids),
+            "sampling_params": dict(sampling_params or {}),
+            "return_logprob": return_logprob,
+            "rid": rid or uuid.uuid4().hex,
+            "stream": stream,
+        }
+
+    def generate(self, input_ids: Sequence[int], sampling_params: dict[str, Any] | None = None,
+                 *, return_logprob: bool = True, rid: str | None = None) -> GenerateOutput:
+        """Generate from token ids (no chat template is applied). Always set
+        ``sampling_params["max_new_tokens"]``: SGLang's default is 16."""
+        body = self._generate_body(input_ids, sampling_params, return_logprob, rid, False)
+        return _output(self._call("POST", "/generate", body), body["rid"])
+
+    async def agenerate(self, input_ids: Sequence[int],
+                        sampling_params: dict[str, Any] | None = None, *,
+                        return_logprob: bool = True, rid: str | None = None) -> GenerateOutput:
+        """Asyncio form of :meth:`generate`."""
+        body = self._generate_body(input_ids, sampling_params, return_logprob, rid, False)
+        return _output(await self._acall("POST", "/generate", body), body["rid"])
+
+    async def astream_generate(self, input_ids: Sequence[int],
+                               sampling_params: dict[str, Any] | None = None, *,
+                               return_logprob: bool = True,
+                               rid: str | None = None) -> AsyncIterator[StreamChunk]:
+        """Stream a generation; each chunk holds only the tokens new since the last one.
+
+        Leaving the iteration early closes the connection, which aborts the request.
+        """
+        body = self._generate_body(input_ids, sampling_params, return_logprob, rid, True)
+        seen_tokens, seen_text = 0, ""
+        try:
+            async with self._aclient().stream("POST", "/generate", json=body) as resp:
+                if not resp.is_success:
+                    await resp.aread()
+                    _raise_for(resp, "/generate")
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    payload = line[len("data:"):].strip()
+                    if payload == "[DONE]":
+                        return
+                    out = json.loads(payload)
+                    if "error" in out:
+                        err = out["error"]
+                        raise EngineError("/generate", err.get("message", str(err))
+                                          if isinstance(err, dict) else str(err))
+                    meta = out.get("meta_info", {})
+                    ids, logprobs = _tokens(out, "/generate")
+                    total = int(meta.get("completion_tokens", len(ids)))
+                    if len(ids) == total and total >= seen_tokens:  # cumulative chunk
+                        ids = ids[seen_tokens:]
+                        logprobs = logprobs[seen_tokens:] if logprobs is not None else None
+                    seen_tokens = total
+                    text = out.get("text") or ""
+                    delta = text[len(seen_text):] if text.startswith(seen_text) else text
+                    seen_text = text if text.startswith(seen_text) else seen_text + text
+                    reason, _ = _finish(meta)
+                    yield StreamChunk(ids, logprobs, delta, reason is not None, reason,
+                                      _version(meta.get("weight_version")), body["rid"])
+        except httpx.TransportError as exc:
+            raise EngineError("/generate", f"{self.base_url}: {exc!r}") from exc
+
+    # ---- control -------------------------------------------------------------------------
+    def abort(self, rid: str | None = None, *, abort_all: bool = False) -> None:
+        """Abort request ``rid`` (or all with ``abort_all``); it finishes with ``abort`` and
+        returns the tokens generated so far to its caller."""
+        self._call("POST", "/abort_request", self._abort_body(rid, abort_all))
+
+    async def aabort(self, rid: str | None = None, *, abort_all: bool = False) -> None:
+        await self._acall("POST", "/abort_request", self._abort_body(rid, abort_all))
+
+    @staticmethod
+    def _abort_body(rid: str | None, abort_all: bool) -> dict[str, Any]:
+        if rid is None and not abort_all:
+            raise ValueError("abort: give a rid or abort_all=True")
+        return {"rid": rid or "", "abort_all": abort_all}
+
+    def pause_generation(self, mode: str = "in_place") -> None:
+        """Pause decoding. ``in_place`` keeps requests and their KV (the default here, unlike
+        SGLang's server-side default ``abort``); ``retract`` keeps requests and recomputes
+        KV on continue; ``abort`` finishes running requests with ``abort``."""
+        self._call("POST", "/pause_generation", {"mode": mode})
+
+    async def apause_generation(self, mode: str = "in_place") -> None:
+        await self._acall("POST", "/pause_generation", {"mode": mode})
+
+    def continue_generation(self) -> None:
+        self._call("POST", "/continue_generation", {})
+
+    async def acontinue_generation(self) -> None:
+        await self._acall("POST", "/continue_generation", {})
+
+    def flush_cache(self) -> bool:
+        """Drop the engine's prefix cache; False when it refuses because requests are in flight."""
+        try:
+            self._call("POST", "/flush_cache")
+        except EngineError as exc:
+            if exc.status == 400:
+                return False
+            raise
+        return True
+
+    async def aflush_cache(self) -> bool:
+        try:
+            await self._acall("POST", "/flush_cache")
+        except EngineError as exc:
+            if exc.status == 400:
+                return False
+            raise
+        return True
+
+    def health(self) -> bool:
+        """True when the engine answers ``/health`` with 200 (never raises)."""
+        try:
+            return self._client.get("/health", timeout=5.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def ahealth(self) -> bool:
+        try:
+            return (await self._aclient().get("/health", timeout=5.0)).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def wait_until_healthy(self, timeout: float = 60.0, interval: float = 0.2) -> None:
+        """Block until ``/health`` answers 200; raise :class:`EngineError` after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while not self.health():
+            if time.monotonic() > deadline:
+                raise EngineError("/health", f"{self.base_url} not healthy after {timeout} s")
+            time.sleep(interval)
+
+    def get_model_info(self) -> dict[str, Any]:
+        return self._call("GET", "/get_model_info")
+
+    async def aget_model_info(self) -> dict[str, Any]:
+        return await self._acall("GET", "/get_model_info")
+
+    def get_weight_version(self) -> int | str | None:
+        return _version(self._call("GET", "/get_weight_version").get("weight_version"))
+
+    async def aget_weight_version(self) -> int | str | None:
+        return _version((await self._acall("GET", "/get_weight_version")).get("weight_version"))
+
+    # ---- weights -------------------------------------------------------------------------
+    @staticmethod
+    def _weights_body(named_tensors, serialized_named_tensors, load_format, weight_version,
+                      flush_cache, abort_all_requests) -> dict[str, Any]:
+        if (named_tensors is None) == (serialized_named_tensors is None):
+            raise ValueError("update_weights_from_tensor: give exactly one of named_tensors "
+                             "or serialized_named_tensors")
+        if named_tensors is not None:
+            from loongsage.engines.embedded_rollout.weights_codec import (
+                LOAD_FORMAT, encode_named_tensors)
+
+            serialized_named_tensors = [encode_named_tensors(named_tensors)]
+            load_format = load_format or LOAD_FORMAT
+        body = {"serialized_named_tensors": list(serialized_named_tensors),
+                "load_format": load_format, "flush_cache": flush_cache,
+                "abort_all_requests": abort_all_requests}
+        if weight_version is not None:
+            body["weight_version"] = str(weight_version)
+        return body
+
+    def update_weights_from_tensor(
+        self, named_tensors: Iterable[tuple[str, Any]] | None = None, *,
+        serialized_named_tensors: list[str] | None = None, load_format: str | None = None,
+        weight_version: int | str | None = None, flush_cache: bool = True,
+        abort_all_requests: bool = False,
+    ) -> dict[str, Any]:
+        """Load new weights. ``named_tensors`` (HF names, CPU or any device) are encoded for
+        the embedded engine (``loongsage_torch_b64``); for SGLang pass
+        ``serialized_named_tensors`` already serialized by the caller (one per TP rank, as
+        SGLang's ``MultiprocessingSerializer`` produces) with its ``load_format``."""
+        body = self._weights_body(named_tensors, serialized_named_tensors, load_format,
+                                  weight_version, flush_cache, abort_all_requests)
+        return self._checked(self._call("POST", "/update_weights_from_tensor", body))
+
+    async def aupdate_weights_from_tensor(
+        self, named_tensors: Iterable[tuple[str, Any]] | None = None, *,
+        serialized_named_tensors: list[str] | None = None, load_format: str | None = None,
+        weight_version: int | str | None = None, flush_cache: bool = True,
+        abort_all_requests: bool = False,
+    ) -> dict[str, Any]:
+        body = self._weights_body(named_tensors, serialized_named_tensors, load_format,
+                                  weight_version, flush_cache, abort_all_requests)
+        return self._checked(await self._acall("POST", "/update_weights_from_tensor", body))
+
+    @staticmethod
+    def _checked(out: Any) -> dict[str, Any]:
+        if isinstance(out, dict) and out.get("success") is False:
+            raise EngineError("/update_weights_from_tensor", str(out.get("message")))
+        return out if isinstance(out, dict) else {"success": True}

@@ -1,0 +1,186 @@
+"""``EmbeddedRolloutEngine``: a Hugging Face causal LM behind SGLang's HTTP API on loopback.
+
+The engine loads the model, runs its :class:`~.scheduler.Scheduler` (the batched decode
+loop) in one background thread and a uvicorn server in another, so it works the same in a
+plain process, a test and a Ray actor (nothing needs the main thread or a running event
+loop). Callers use :class:`loongsage.engines.client.EngineClient` on :meth:`start`'s URL;
+the only in-process call is :meth:`apply_weights`, which TransferMesh's shared-memory path
+uses to skip HTTP.
+
+Deviation from SGLang: weight versions are integers (sent as decimal strings on the wire,
+where SGLang carries any string); after a weight swap, running requests are re-prefilled
+under the new weights rather than continuing on KV computed by the old ones.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any, Iterable
+
+import torch
+
+from loongsage.engines.embedded_rollout.scheduler import Scheduler
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _section(cfg: Any, name: str) -> Any:
+    return cfg[name] if name in cfg else {}
+
+
+def _get(section: Any, key: str, default: Any) -> Any:
+    value = section.get(key, default) if hasattr(section, "get") else getattr(section, key, default)
+    return default if value is None else value
+
+
+class EmbeddedRolloutEngine:
+    """An in-process rollout engine speaking the SGLang HTTP API (DESIGN.md §5)."""
+
+    def __init__(self, model_path: str, *, tokenizer_path: str | None = None,
+                 dtype: str = "float32", fp32_lm_head: bool = True,
+                 max_running_requests: int = 64, num_threads: int = 0, seed: int = 0,
+                 weight_version: int = 0, trust_remote_code: bool = False):
+        from transformers import AutoModelForCausalLM
+
+        if dtype not in _DTYPES:
+            raise ValueError(f"model.dtype: expected one of {sorted(_DTYPES)}, got {dtype!r}")
+        if max_running_requests < 1:
+            raise ValueError("rollout.max_running_requests: must be >= 1")
+        self.model_path = str(model_path)
+        self.tokenizer_path = str(tokenizer_path or model_path)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            self.model_path, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code
+        ).eval()
+        self.model.requires_grad_(False)
+        self.tokenizer = self._load_tokenizer(trust_remote_code)
+        cfg = self.model.config.get_text_config()
+        self.vocab_size = int(cfg.vocab_size)
+        self.max_len = int(getattr(cfg, "max_position_embeddings", 1 << 30))
+        self.scheduler = Scheduler(
+            self.model, fp32_lm_head=fp32_lm_head, eos_ids=self._eos_ids(),
+            max_len=self.max_len, max_running=max_running_requests, seed=seed,
+            weight_version=weight_version, num_threads=num_threads,
+        )
+        self._params = dict(self.model.state_dict(keep_vars=True))
+        self._server = None
+        self._server_thread: threading.Thread | None = None
+        self.url: str | None = None
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "EmbeddedRolloutEngine":
+        """Build from a resolved LoongSage config (its ``model`` and ``rollout`` sections)."""
+        model, rollout = _section(cfg, "model"), _section(cfg, "rollout")
+        trainer = _section(cfg, "trainer")
+        path = _get(model, "path", None)
+        if not path or str(path) == "???":
+            raise ValueError("model.path: required (a Hugging Face model folder)")
+        return cls(
+            str(path),
+            tokenizer_path=_get(model, "tokenizer_path", None),
+            dtype=_get(model, "dtype", "float32"),
+            fp32_lm_head=bool(_get(model, "fp32_lm_head", True)),
+            max_running_requests=int(_get(rollout, "max_running_requests", 64)),
+            num_threads=int(_get(rollout, "num_threads", 0)),
+            seed=int(_get(trainer, "seed", 0)),
+            trust_remote_code=bool(_get(model, "trust_remote_code", False)),
+        )
+
+    def _load_tokenizer(self, trust_remote_code: bool):
+        from transformers import AutoTokenizer
+
+        try:
+            return AutoTokenizer.from_pretrained(self.tokenizer_path,
+                                                 trust_remote_code=trust_remote_code)
+        except (OSError, ValueError):  # a bare weights folder: token ids only, no text
+            return None
+
+    def _eos_ids(self) -> set[int]:
+        eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        if eos is None:
+            eos = self.model.config.get_text_config().eos_token_id
+        if eos is None and self.tokenizer is not None:
+            eos = self.tokenizer.eos_token_id
+        if eos is None:
+            return set()
+        return {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])}
+
+    @property
+    def weight_version(self) -> int:
+        return self.scheduler.version
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Start the decode loop and the HTTP server; returns the base URL."""
+        import uvicorn
+
+        from loongsage.engines.embedded_rollout.server import build_app
+
+        if self._server is not None:
+            return self.url
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        bound_port = sock.getsockname()[1]
+        self.scheduler.start()
+        config = uvicorn.Config(build_app(self), log_level="warning", access_log=False,
+                                timeout_graceful_shutdown=2)
+        self._server = uvicorn.Server(config)
+        self._server_thread = threading.Thread(target=self._server.run,
+                                               kwargs={"sockets": [sock]},
+                                               name="embedded-rollout-http", daemon=True)
+        self._server_thread.start()
+        while not self._server.started:
+            if not self._server_thread.is_alive():
+                raise RuntimeError(f"embedded rollout server failed to start on {host}:{port}")
+            threading.Event().wait(0.01)
+        self.url = f"http://{host}:{bound_port}"
+        return self.url
+
+    def stop(self) -> None:
+        """Abort everything in flight, stop the server and the decode loop."""
+        self.scheduler.stop()
+        if self._server is not None:
+            self._server.should_exit = True
+            self._server_thread.join(timeout=10)
+            self._server = None
+        self.url = None
+
+    # ---- weights -------------------------------------------------------------------------
+    def apply_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
+                      version: int | None = None) -> int:
+        """Copy ``named_tensors`` (HF parameter names) into the model between decode steps.
+
+        All names and shapes are checked before anything is written, and the copy happens on
+        the decode thread, so no request sees half-updated weights. Running requests then
+        recompute their KV under the new weights. ``version`` defaults to the current one
+        plus one. A multi-bucket update is atomic per call; pause generation around a
+        sequence of calls to make the whole sequence atomic. Returns the new version.
+        """
+        items = list(named_tensors)
+        for name, tensor in items:
+            target = self._params.get(name)
+            if target is None:
+                raise KeyError(f"apply_weights: unknown parameter '{name}' for {self.model_path}")
+            if tuple(target.shape) != tuple(tensor.shape):
+                raise ValueError(f"apply_weights: '{name}' has shape {tuple(tensor.shape)}, "
+                                 f"the model expects {tuple(target.shape)}")
+        new_version = self.scheduler.version + 1 if version is None else int(version)
+
+        def write() -> None:
+            with torch.no_grad():
+                for name, tensor in items:
+                    self._params[name].copy_(tensor)
+
+        return self.scheduler.swap_weights(write, new_version).result()
+
+    def model_info(self) -> dict[str, Any]:
+        return {
+            "model_path": self.model_path,
+            "tokenizer_path": self.tokenizer_path if self.tokenizer is not None else None,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": str(self.weight_version),
+            "vocab_size": self.vocab_size,
+            "max_context_length": self.max_len,
+        }

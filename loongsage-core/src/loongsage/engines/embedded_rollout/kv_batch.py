@@ -1,0 +1,132 @@
+"""The running decode batch: one left-padded KV cache shared by all running requests.
+
+Why not transformers' continuous batching: on CPU its per-step overhead makes it ~5x slower
+than static batching (REFERENCE.md §6.8). This module keeps the decode step as cheap as a
+plain ``generate`` step and pays for batch changes only when they happen:
+
+* **admit**: new requests are prefilled together (left-padded, one forward), and their
+  cache is merged into the running one by left-padding the narrower cache to the common
+  width and concatenating along the batch dimension;
+* **evict**: finished or aborted rows are dropped with an index-select, then leading columns
+  that are padding in every remaining row are sliced off, so a long finished request does not
+  leave its width behind;
+* **decode**: one token per row, ``position_ids`` = the row's count of real tokens, the 2-D
+  attention mask marks the padding, exactly as ``generate`` does for a left-padded batch.
+
+Padded key/value slots are zeroed after prefill so no value computed for a padding position
+can reach a real row. Logits are computed for the last position only, in fp32 (either
+because the model is fp32, or via an fp32 copy of the LM head when ``fp32_lm_head`` is set).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from transformers import DynamicCache
+
+
+class LogitsHead:
+    """Runs the model and returns fp32 logits of the last position of each row."""
+
+    def __init__(self, model: torch.nn.Module, fp32_lm_head: bool):
+        self.model = model
+        self.split = fp32_lm_head and next(model.parameters()).dtype != torch.float32
+        self._w32: torch.Tensor | None = None
+        # transformers 5.24 renamed `past_key_values` to `cache` (old name deprecated)
+        params = inspect.signature(model.forward).parameters
+        self.cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    def refresh(self) -> None:
+        """Drop the cached fp32 LM-head weight (call after the weights change)."""
+        self._w32 = None
+
+    def __call__(self, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
+        if not self.split:
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                             position_ids=position_ids, use_cache=True, logits_to_keep=1,
+                             **{self.cache_kw: cache})
+            return out.logits[:, -1].float()
+        decoder = self.model.get_decoder()
+        out = decoder(input_ids=input_ids, attention_mask=attention_mask,
+                      position_ids=position_ids, use_cache=True, **{self.cache_kw: cache})
+        if self._w32 is None:
+            self._w32 = self.model.get_output_embeddings().weight.float()
+        return torch.nn.functional.linear(out.last_hidden_state[:, -1].float(), self._w32)
+
+
+def _layers(cache: DynamicCache):
+    return cache.layers
+
+
+class KVBatch:
+    """KV cache + attention mask of the running rows; row order matches ``rows``."""
+
+    def __init__(self, cache: DynamicCache, mask: torch.Tensor):
+        self.cache = cache
+        self.mask = mask  # [B, W] long, 1 = real token
+        self.lengths = mask.sum(dim=-1)  # [B] real tokens per row
+
+    @property
+    def size(self) -> int:
+        return self.mask.shape[0]
+
+    @classmethod
+    def prefill(cls, head: LogitsHead, prompts: list[list[int]]) -> tuple["KVBatch", torch.Tensor]:
+        """Prefill ``prompts`` in one left-padded forward; returns the batch and fp32 logits."""
+        width = max(len(p) for p in prompts)
+        ids = torch.zeros(len(prompts), width, dtype=torch.long)
+        mask = torch.zeros(len(prompts), width, dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p):] = 1
+        positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        logits = head(ids, mask, positions, cache)
+        if not bool(mask.all()):
+            pad = (mask == 0)[:, None, :, None]
+            for layer in _layers(cache):
+                layer.keys.masked_fill_(pad, 0)
+                layer.values.masked_fill_(pad, 0)
+        return cls(cache, mask), logits
+
+    def decode(self, head: LogitsHead, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row; returns fp32 logits [B, V]."""
+        positions = self.lengths.unsqueeze(-1)
+        self.mask = torch.cat([self.mask, torch.ones(self.size, 1, dtype=torch.long)], dim=-1)
+        self.lengths = self.lengths + 1
+        return head(tokens.unsqueeze(-1), self.mask, positions, self.cache)
+
+    def merge(self, other: "KVBatch") -> "KVBatch":
+        """Rows of ``self`` followed by rows of ``other``, left-padded to a common width."""
+        width = max(self.mask.shape[1], other.mask.shape[1])
+
+        def pad(t: torch.Tensor, dim: int) -> torch.Tensor:
+            missing = width - t.shape[dim]
+            if missing == 0:
+                return t
+            shape = list(t.shape)
+            shape[dim] = missing
+            return torch.cat([t.new_zeros(shape), t], dim=dim)
+
+        layers = [
+            (torch.cat([pad(a.keys, 2), pad(b.keys, 2)]), torch.cat([pad(a.values, 2), pad(b.values, 2)]))
+            for a, b in zip(_layers(self.cache), _layers(other.cache))
+        ]
+        mask = torch.cat([pad(self.mask, 1), pad(other.mask, 1)])
+        return KVBatch(DynamicCache(ddp_cache_data=layers), mask)
+
+    def select(self, keep: list[int]) -> "KVBatch | None":
+        """Keep only rows ``keep`` (in that order) and trim all-padding leading columns."""
+        if not keep:
+            return None
+        index = torch.tensor(keep, dtype=torch.long)
+        mask = self.mask.index_select(0, index)
+        start = int((mask.sum(dim=0) > 0).long().argmax())
+        mask = mask[:, start:]
+        for layer in _layers(self.cache):
+            layer.keys = layer.keys.index_select(0, index)[:, :, start:]
+            layer.values = layer.values.index_select(0, index)[:, :, start:]
+        self.mask = mask
+        self.lengths = self.lengths.index_select(0, index)
+        return self

@@ -1,0 +1,246 @@
+"""The decode loop: one thread that owns the model, the running batch and the waiting queue.
+
+Every state change (a new request, an abort, pause/continue, a weight swap) is a command
+executed by this thread *between* decode steps, so a step never sees a half-applied change
+and no lock guards the model. One iteration of the loop:
+
+1. run queued commands;
+2. unless paused: if the weights changed while requests were running, move the running
+   requests back to the queue (their KV was computed with the old weights; SGLang's
+   "retract"), then admit waiting requests up to ``max_running`` (one batched prefill of
+   prompt + tokens generated so far, which also samples their next token), then one decode
+   step over every running row;
+3. finished rows (stop token, EOS, ``max_new_tokens``, context limit) leave the batch and
+   their callers are notified; streaming callers are notified after every step.
+
+Each sampled token is tagged with the weight version that produced it, so a partial rollout
+that spans an update knows which tokens came from which policy.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from loongsage.engines.embedded_rollout.kv_batch import KVBatch, LogitsHead
+from loongsage.engines.embedded_rollout.params import SamplingParams
+from loongsage.engines.embedded_rollout.sampler import RowSettings, sample
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Request:
+    """A generation request and its growing output (appended to by the scheduler only)."""
+
+    rid: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    on_update: Callable[[int, bool], None]  # (tokens so far, finished); scheduler thread
+    stream: bool = False
+    output_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    finish: dict[str, Any] | None = None
+    done: bool = False  # set last, after finish and outputs are final
+    created: float = field(default_factory=time.monotonic)
+
+
+class Scheduler:
+    """Owns the model between decode steps; all public methods are thread-safe."""
+
+    def __init__(self, model: torch.nn.Module, *, fp32_lm_head: bool, eos_ids: set[int],
+                 max_len: int, max_running: int, seed: int, weight_version: int,
+                 num_threads: int = 0):
+        self.model = model
+        self.head = LogitsHead(model, fp32_lm_head)
+        self.eos_ids = eos_ids
+        self.max_len = max_len
+        self.max_running = max_running
+        self.version = weight_version
+        self.num_threads = num_threads
+        self._generator = torch.Generator().manual_seed(seed)
+        self._cmds: queue.SimpleQueue = queue.SimpleQueue()
+        self._waiting: list[Request] = []
+        self._rows: list[Request] = []
+        self._batch: KVBatch | None = None
+        self._settings: RowSettings | None = None
+        self._paused = False
+        self._stale = False
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="embedded-rollout-decode",
+                                        daemon=True)
+
+    # ---- thread-safe API ---------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        def _stop() -> None:
+            self._stopping = True
+            self._abort(None, "engine stopped")
+        if self._thread.is_alive():
+            self.call(_stop).result()
+            self._thread.join()
+
+    def call(self, fn: Callable[[], Any]) -> Future:
+        """Run ``fn`` on the decode thread between steps; its result arrives in the future."""
+        fut: Future = Future()
+        self._cmds.put((fn, fut))
+        return fut
+
+    def submit(self, req: Request) -> None:
+        self.call(lambda: self._admit_later(req))
+
+    def abort(self, rid: str | None) -> Future:
+        """Abort one request (``rid``) or all (None); the future gives how many were aborted."""
+        return self.call(lambda: self._abort(rid, "aborted by request"))
+
+    def pause(self, mode: str) -> Future:
+        return self.call(lambda: self._pause(mode))
+
+    def resume(self) -> Future:
+        return self.call(lambda: setattr(self, "_paused", False))
+
+    def flush_cache(self) -> Future:
+        """True when idle (nothing to flush: no prefix cache is kept); False while busy."""
+        return self.call(lambda: not self._rows and not self._waiting)
+
+    def swap_weights(self, apply: Callable[[], None], version: int) -> Future:
+        """Run ``apply`` (which writes the new tensors) between steps and bump the version."""
+        def _swap() -> int:
+            apply()
+            self.head.refresh()
+            self.version = version
+            self._stale = self._stale or bool(self._rows)
+            return version
+        return self.call(_swap)
+
+    def load(self) -> dict[str, int]:
+        return {"running": len(self._rows), "waiting": len(self._waiting)}
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    # ---- decode thread -------------------------------------------------------------------
+    def _run(self) -> None:
+        if self.num_threads > 0:
+            torch.set_num_threads(self.num_threads)
+        while not self._stopping:
+            idle = self._paused or (not self._rows and not self._waiting)
+            self._drain(block=idle)
+            if self._stopping or self._paused or not (self._rows or self._waiting):
+                continue
+            try:
+                with torch.inference_mode():
+                    self._step()
+            except Exception as exc:  # a failed forward must not strand callers
+                log.exception("decode step failed")
+                self._abort(None, f"engine error: {exc!r}")
+
+    def _drain(self, block: bool) -> None:
+        try:
+            item = self._cmds.get(block=block)
+        except queue.Empty:
+            return
+        while True:
+            fn, fut = item
+            try:
+                fut.set_result(fn())
+            except Exception as exc:
+                fut.set_exception(exc)
+            try:
+                item = self._cmds.get_nowait()
+            except queue.Empty:
+                return
+
+    def _admit_later(self, req: Request) -> None:
+        if req.params.max_new_tokens == 0:
+            self._finish(req, {"type": "length", "length": 0})
+        else:
+            self._waiting.append(req)
+
+    def _pause(self, mode: str) -> None:
+        if mode == "abort":
+            self._abort(None, "aborted by pause_generation(mode=abort)")
+        self._stale = self._stale or (mode == "retract" and bool(self._rows))
+        self._paused = True
+
+    def _abort(self, rid: str | None, message: str) -> int:
+        victims = [r for r in self._waiting + self._rows if rid is None or r.rid == rid]
+        for r in victims:
+            r.finish = {"type": "abort", "message": message}
+        self._waiting = [r for r in self._waiting if r.finish is None]
+        self._evict_finished()
+        for r in victims:
+            self._finish(r, r.finish)
+        return len(victims)
+
+    def _finish(self, req: Request, reason: dict[str, Any]) -> None:
+        req.finish = reason
+        req.done = True
+        req.on_update(len(req.output_ids), True)
+
+    def _step(self) -> None:
+        if self._stale:  # weights changed under running requests: recompute their KV
+            self._waiting = self._rows + self._waiting
+            self._rows, self._batch, self._settings, self._stale = [], None, None, False
+        free = self.max_running - len(self._rows)
+        if free > 0 and self._waiting:
+            new, self._waiting = self._waiting[:free], self._waiting[free:]
+            batch, logits = KVBatch.prefill(self.head, [r.prompt_ids + r.output_ids for r in new])
+            self._append(new, logits, self._row_settings(new))
+            self._batch = batch if self._batch is None else self._batch.merge(batch)
+            self._rows += new
+            self._settings = None
+            self._evict_finished()
+        if self._rows:
+            tokens = torch.tensor([r.output_ids[-1] for r in self._rows], dtype=torch.long)
+            logits = self._batch.decode(self.head, tokens)
+            if self._settings is None:
+                self._settings = self._row_settings(self._rows)
+            self._append(self._rows, logits, self._settings)
+            self._evict_finished()
+        for r in self._rows:
+            if r.stream:
+                r.on_update(len(r.output_ids), False)
+
+    @staticmethod
+    def _row_settings(reqs: list[Request]) -> RowSettings:
+        ps = [r.params for r in reqs]
+        return RowSettings.build([p.temperature for p in ps], [p.top_p for p in ps],
+                                 [p.top_k for p in ps], [p.min_p for p in ps])
+
+    def _append(self, reqs: list[Request], logits: torch.Tensor, settings: RowSettings) -> None:
+        tokens, logprobs = sample(logits, settings, self._generator)
+        for r, tok, lp in zip(reqs, tokens.tolist(), logprobs.tolist()):
+            r.output_ids.append(tok)
+            r.logprobs.append(lp)
+            r.versions.append(self.version)
+            p = r.params
+            if tok in p.stop_token_ids or (not p.ignore_eos and tok in self.eos_ids):
+                r.finish = {"type": "stop", "matched": tok}
+            elif len(r.output_ids) >= p.max_new_tokens:
+                r.finish = {"type": "length", "length": p.max_new_tokens}
+            elif len(r.prompt_ids) + len(r.output_ids) >= self.max_len:
+                r.finish = {"type": "length", "length": len(r.output_ids)}
+
+    def _evict_finished(self) -> None:
+        keep = [i for i, r in enumerate(self._rows) if r.finish is None]
+        if len(keep) == len(self._rows):
+            return
+        done = [r for r in self._rows if r.finish is not None]
+        self._rows = [self._rows[i] for i in keep]
+        self._batch = self._batch.select(keep) if self._batch is not None else None
+        self._settings = None
+        for r in done:
+            if r.finish.get("type") != "abort":
+                self._finish(r, r.finish)

@@ -1,0 +1,230 @@
+"""The FastAPI app: SGLang's HTTP endpoints over an :class:`EmbeddedRolloutEngine`.
+
+Wire format follows SGLang (see REFERENCE.md §4): ``/generate`` answers
+``{"text", "output_ids", "meta_info"}`` with ``meta_info.output_token_logprobs`` as
+``[[logprob, token_id, null], ...]``, ``finish_reason`` ``{"type": "stop"|"length"|"abort", ...}``
+and ``weight_version`` (a string); streaming answers ``text/event-stream`` lines
+``data: {json}`` (cumulative, SGLang's default) ending with ``data: [DONE]``. Errors are
+HTTP 400 with ``{"error": {"message": ..., "field": ...}}``. One addition to SGLang's
+``meta_info``: ``output_token_weight_versions``, the weight version that sampled each token.
+
+A non-streaming request whose client disconnects is aborted (checked every second), as
+SGLang does, so abandoned requests do not keep decoding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request as HTTPRequest
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from loongsage.engines.embedded_rollout.params import RequestError, parse_generate
+from loongsage.engines.embedded_rollout.scheduler import Request
+from loongsage.engines.embedded_rollout.weights_codec import LOAD_FORMAT, decode_named_tensors
+
+if TYPE_CHECKING:
+    from loongsage.engines.embedded_rollout.engine import EmbeddedRolloutEngine
+
+_PAUSE_MODES = ("abort", "in_place", "retract")
+
+
+def _error(field: str, message: str, status: int = 400) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "field": field}}, status_code=status)
+
+
+async def _json_body(http: HTTPRequest, required: bool) -> dict[str, Any]:
+    raw = await http.body()
+    if not raw.strip():
+        if required:
+            raise RequestError("body", "expected a JSON object, got an empty body")
+        return {}
+    try:
+        body = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise RequestError("body", f"invalid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise RequestError("body", "expected a JSON object")
+    return body
+
+
+def build_app(engine: "EmbeddedRolloutEngine") -> FastAPI:
+    app = FastAPI(title="LoongSage embedded rollout engine")
+    sched = engine.scheduler
+    tok = engine.tokenizer
+
+    @app.exception_handler(RequestError)
+    async def _bad_request(_: HTTPRequest, exc: RequestError) -> JSONResponse:
+        return _error(exc.field, str(exc))
+
+    def render(req: Request, return_logprob: bool) -> dict[str, Any]:
+        done = req.done
+        n = len(req.versions)
+        ids = req.output_ids[:n]
+        meta: dict[str, Any] = {
+            "id": req.rid,
+            "finish_reason": req.finish if done else None,
+            "prompt_tokens": len(req.prompt_ids),
+            "completion_tokens": n,
+            "cached_tokens": 0,
+            "weight_version": str(sched.version),
+            "output_token_weight_versions": req.versions[:n],
+            "e2e_latency": time.monotonic() - req.created,
+        }
+        if return_logprob:
+            meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(req.logprobs[:n], ids)]
+        text = tok.decode(ids, skip_special_tokens=req.params.skip_special_tokens) if tok else ""
+        return {"text": text, "output_ids": ids, "meta_info": meta}
+
+    def track(req_parsed, loop: asyncio.AbstractEventLoop) -> tuple[Request, asyncio.Event]:
+        event = asyncio.Event()
+        req = Request(
+            rid=req_parsed.rid or uuid.uuid4().hex,
+            prompt_ids=req_parsed.input_ids,
+            params=req_parsed.params,
+            on_update=lambda n, done: loop.call_soon_threadsafe(event.set),
+            stream=req_parsed.stream,
+        )
+        return req, event
+
+    async def wait_done(http: HTTPRequest, req: Request, event: asyncio.Event) -> None:
+        while not req.done:
+            try:
+                await asyncio.wait_for(event.wait(), timeout=1.0)
+            except asyncio.TimeoutError:
+                if await http.is_disconnected():
+                    await asyncio.wrap_future(sched.abort(req.rid))
+            event.clear()
+
+    @app.api_route("/generate", methods=["POST", "PUT"])
+    async def generate(http: HTTPRequest):
+        body = await _json_body(http, required=True)
+        tokenize = (lambda t: tok(t)["input_ids"]) if tok is not None else None
+        parsed, batched = parse_generate(body, engine.vocab_size, tokenize)
+        for i, p in enumerate(parsed):
+            if len(p.input_ids) >= engine.max_len:
+                raise RequestError("input_ids", f"prompt {i} has {len(p.input_ids)} tokens; the "
+                                   f"model's context is {engine.max_len}")
+        loop = asyncio.get_running_loop()
+        tracked = [track(p, loop) for p in parsed]
+        for req, _ in tracked:
+            sched.submit(req)
+        if parsed[0].stream:
+            req, event = tracked[0]
+            return StreamingResponse(stream(req, event, parsed[0].return_logprob),
+                                     media_type="text/event-stream")
+        for req, event in tracked:
+            await wait_done(http, req, event)
+        outs = [render(req, p.return_logprob) for (req, _), p in zip(tracked, parsed)]
+        return outs if batched else outs[0]
+
+    async def stream(req: Request, event: asyncio.Event, return_logprob: bool):
+        sent = -1
+        try:
+            while True:
+                await event.wait()
+                event.clear()
+                done, n = req.done, len(req.versions)
+                if n > sent or done:
+                    sent = n
+                    yield b"data: " + json.dumps(render(req, return_logprob)).encode() + b"\n\n"
+                if done:
+                    break
+            yield b"data: [DONE]\n\n"
+        finally:
+            if not req.done:  # the client went away mid-stream
+                sched.abort(req.rid)
+
+    @app.post("/abort_request")
+    async def abort_request(http: HTTPRequest):
+        body = await _json_body(http, required=True)
+        if body.get("abort_all"):
+            return {"aborted": await asyncio.wrap_future(sched.abort(None))}
+        rid = body.get("rid")
+        if not isinstance(rid, str) or not rid:
+            raise RequestError("rid", "expected the rid of the request to abort (or abort_all)")
+        return {"aborted": await asyncio.wrap_future(sched.abort(rid))}
+
+    @app.post("/pause_generation")
+    async def pause_generation(http: HTTPRequest):
+        body = await _json_body(http, required=False)
+        mode = body.get("mode", "abort")
+        if mode not in _PAUSE_MODES:
+            raise RequestError("mode", f"expected one of {list(_PAUSE_MODES)}, got {mode!r}")
+        await asyncio.wrap_future(sched.pause(mode))
+        return {"success": True, "mode": mode}
+
+    @app.post("/continue_generation")
+    async def continue_generation(http: HTTPRequest):
+        await _json_body(http, required=False)
+        await asyncio.wrap_future(sched.resume())
+        return {"success": True}
+
+    @app.api_route("/flush_cache", methods=["GET", "POST"])
+    async def flush_cache():
+        if await asyncio.wrap_future(sched.flush_cache()):
+            return {"success": True, "message": "Cache flushed."}
+        return JSONResponse({"success": False, "message": "Cannot flush cache: requests are "
+                             "running or waiting.", "error": {"message": "requests in flight",
+                                                              "field": "flush_cache"}},
+                            status_code=400)
+
+    @app.post("/update_weights_from_tensor")
+    async def update_weights_from_tensor(http: HTTPRequest):
+        body = await _json_body(http, required=True)
+        load_format = body.get("load_format") or LOAD_FORMAT
+        if load_format != LOAD_FORMAT:
+            raise RequestError("load_format", f"the embedded engine reads '{LOAD_FORMAT}' "
+                               f"payloads only, got {load_format!r}")
+        entries = body.get("serialized_named_tensors")
+        if not isinstance(entries, list) or not entries or not all(isinstance(e, str) for e in entries):
+            raise RequestError("serialized_named_tensors", "expected a non-empty list of strings")
+        version = body.get("weight_version")
+        if version is not None:
+            try:
+                version = int(version)
+            except (TypeError, ValueError):
+                raise RequestError("weight_version", f"expected an integer, got {version!r}")
+        try:
+            named = [nt for e in entries for nt in await run_in_threadpool(decode_named_tensors, e)]
+        except ValueError as exc:
+            raise RequestError("serialized_named_tensors", str(exc)) from exc
+        if body.get("abort_all_requests"):
+            await asyncio.wrap_future(sched.abort(None))
+        try:
+            new = await run_in_threadpool(engine.apply_weights, named, version)
+        except (KeyError, ValueError) as exc:
+            msg = exc.args[0] if exc.args else str(exc)
+            return JSONResponse({"success": False, "message": msg,
+                                 "error": {"message": msg, "field": "serialized_named_tensors"}},
+                                status_code=400)
+        return {"success": True, "message": f"updated {len(named)} tensors",
+                "weight_version": str(new)}
+
+    @app.get("/get_model_info")
+    async def get_model_info():
+        return engine.model_info()
+
+    @app.get("/get_weight_version")
+    async def get_weight_version():
+        return {"weight_version": str(sched.version)}
+
+    @app.get("/get_server_info")
+    async def get_server_info():
+        return {"version": "loongsage-embedded", "max_running_requests": sched.max_running,
+                "paused": sched.paused, **sched.load()}
+
+    @app.get("/get_load")
+    async def get_load():
+        return sched.load()
+
+    @app.api_route("/health", methods=["GET", "POST"])
+    async def health():
+        return {"status": "ok"}
+
+    return app
