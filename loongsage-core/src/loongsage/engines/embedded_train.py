@@ -180,9 +180,10 @@ class EmbeddedTrainEngine:
         """Split ``batch`` into ``mini_batches`` optimizer steps; return averaged metrics.
 
         ``loss_fn(ctx)`` returns a scalar loss or ``(loss, metrics)``; it must normalise by
-        ``ctx.global_num_tokens`` / ``ctx.global_num_seqs`` (micro-batch losses are summed).
-        Metrics are token-weighted over micro-batches and averaged over mini-batches;
-        names without a ``/`` get a ``train/`` prefix.
+        ``ctx.global_num_tokens`` / ``ctx.global_num_seqs``. Loss and metrics are additive
+        shares of the mini-batch value (``loongsage.algorithms.metrics``), so both are summed
+        over micro-batches, then averaged over mini-batches; metric names without a ``/``
+        get a ``train/`` prefix.
         """
         n = len(batch)
         if not 1 <= mini_batches <= n:
@@ -211,10 +212,9 @@ class EmbeddedTrainEngine:
             loss, extra = out if isinstance(out, tuple) else (out, {})
             loss.backward()
             loss_total += float(loss.detach())
-            weight = float(micro.loss_mask.float().sum()) / num_tokens
             for key, value in extra.items():
                 name = key if "/" in key else f"train/{key}"
-                metrics[name] = metrics.get(name, 0.0) + float(value) * weight
+                metrics[name] = metrics.get(name, 0.0) + float(value)
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         clip = self.train_cfg.grad_clip if self.train_cfg.grad_clip > 0 else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))

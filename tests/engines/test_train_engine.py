@@ -1,0 +1,190 @@
+"""EmbeddedTrainEngine on the tiny Qwen2: logprobs, gradients, steps, weights, checkpoints."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from loongsage.config.schema import ModelConfig, TrainConfig
+from loongsage.engines.batch import TrainBatch
+from loongsage.engines.embedded_train import EmbeddedTrainEngine
+from loongsage.errors import ConfigError
+from loongsage.plugins import get_registries
+
+
+def make_engine(path, **train) -> EmbeddedTrainEngine:
+    return EmbeddedTrainEngine(ModelConfig(path=str(path)), TrainConfig(**train), device="cpu")
+
+
+def ragged_batch(n=4, length=20, seed=0) -> TrainBatch:
+    """Right-padded rows of different lengths; the last half of each row is 'response'."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 500, (n, length), generator=g)
+    lengths = [length - 3 * i for i in range(n)]
+    attn = torch.zeros(n, length, dtype=torch.long)
+    mask = torch.zeros(n, length)
+    for row, k in enumerate(lengths):
+        attn[row, :k] = 1
+        mask[row, k // 2 : k] = 1.0
+        ids[row, k:] = 0
+    return TrainBatch(ids, attn, mask, {"advantages": torch.linspace(-1, 1, n)})
+
+
+def token_mean_nll(ctx):
+    loss = -(ctx.logprobs * ctx.batch.loss_mask).sum() / ctx.global_num_tokens
+    share = (ctx.batch.extras["advantages"][:, None] * ctx.batch.loss_mask).sum() / ctx.global_num_tokens
+    return loss, {"nll": loss.detach(), "adv_token_mean": share}
+
+
+def params_of(engine):
+    return {k: v.clone() for k, v in engine.model.state_dict().items()}
+
+
+def test_registered_as_engine():
+    assert get_registries().engine.get("embedded_train") is EmbeddedTrainEngine
+
+
+def test_logprobs_equal_direct_hf_forward(tiny_model_dir):
+    engine = make_engine(tiny_model_dir, micro_batch_size=3)
+    batch = ragged_batch()
+    out = engine.compute_logprobs(batch, with_entropy=True)
+    hf = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    for row in range(len(batch)):
+        k = int(batch.attention_mask[row].sum())
+        ids = batch.input_ids[row : row + 1, :k]
+        with torch.no_grad():
+            logp = torch.log_softmax(hf(ids).logits.float(), -1)[0, :-1]
+        expected = logp.gather(-1, ids[0, 1:, None])[:, 0]
+        torch.testing.assert_close(out["logprobs"][row, 1:k], expected, atol=1e-5, rtol=0)
+        entropy = -(logp.exp() * logp).sum(-1)
+        torch.testing.assert_close(out["entropy"][row, 1:k], entropy, atol=1e-4, rtol=0)
+    assert (out["logprobs"][:, 0] == 0).all()
+    assert out["logprobs"].dtype == torch.float32 and out["logprobs"].shape == batch.input_ids.shape
+
+
+def _sgd_step_delta(path, micro, mini_batches=1):
+    """Parameter change after one plain SGD(lr=1) step = minus the accumulated gradient."""
+    engine = make_engine(path, micro_batch_size=micro, grad_clip=0.0)
+    engine.optimizer = torch.optim.SGD(engine.model.parameters(), lr=1.0)
+    before = params_of(engine)
+    metrics = engine.train_step(ragged_batch(n=6), token_mean_nll, mini_batches=mini_batches)
+    after = params_of(engine)
+    return {k: after[k] - before[k] for k in before}, metrics, engine
+
+
+def test_gradient_is_invariant_to_micro_batch_split(tiny_model_dir):
+    full, m_full, _ = _sgd_step_delta(tiny_model_dir, micro=6)
+    split, m_split, _ = _sgd_step_delta(tiny_model_dir, micro=4)  # uneven: 4 + 2 rows
+    single, m_single, _ = _sgd_step_delta(tiny_model_dir, micro=1)
+    assert max(v.abs().max().item() for v in full.values()) > 1e-4  # the step did move weights
+    for name in full:
+        torch.testing.assert_close(split[name], full[name], atol=1e-6, rtol=1e-4)
+        torch.testing.assert_close(single[name], full[name], atol=1e-6, rtol=1e-4)
+    for m in (m_split, m_single):
+        assert m["train/loss"] == pytest.approx(m_full["train/loss"], rel=1e-5)
+        assert m["train/grad_norm"] == pytest.approx(m_full["train/grad_norm"], rel=1e-4)
+        assert m["train/nll"] == pytest.approx(m_full["train/nll"], rel=1e-5)
+        assert m["train/adv_token_mean"] == pytest.approx(m_full["train/adv_token_mean"], rel=1e-5)
+    b = ragged_batch(n=6)  # metrics are additive shares: summed over micro-batches
+    expected = (b.extras["advantages"][:, None] * b.loss_mask).sum() / b.loss_mask.sum()
+    assert m_single["train/adv_token_mean"] == pytest.approx(float(expected), rel=1e-5)
+    assert m_single["train/nll"] == pytest.approx(m_single["train/loss"], rel=1e-6)
+    assert m_full["train/num_tokens"] == float(ragged_batch(n=6).loss_mask.sum())
+
+
+def test_mini_batches_take_one_optimizer_step_each(tiny_model_dir):
+    engine = make_engine(tiny_model_dir, micro_batch_size=2, lr=1e-3)
+    batch = ragged_batch(n=6)
+    first = engine.train_step(batch, token_mean_nll, mini_batches=3)
+    assert engine.weight_version == 3
+    assert first["train/lr"] == 1e-3 and first["train/skipped_steps"] == 0.0
+    second = engine.train_step(batch, token_mean_nll, mini_batches=3)
+    assert second["train/loss"] < first["train/loss"] - 0.1
+    with pytest.raises(ConfigError, match="train.mini_batches_per_step"):
+        engine.train_step(batch, token_mean_nll, mini_batches=7)
+
+
+def test_grad_clip_bounds_the_update(tiny_model_dir):
+    clipped, m, _ = _sgd_step_delta(tiny_model_dir, micro=6)
+    engine = make_engine(tiny_model_dir, micro_batch_size=6, grad_clip=0.5)
+    engine.optimizer = torch.optim.SGD(engine.model.parameters(), lr=1.0)
+    before = params_of(engine)
+    m2 = engine.train_step(ragged_batch(n=6), token_mean_nll)
+    delta = [engine.model.state_dict()[k] - before[k] for k in before if k != "lm_head.weight"]
+    norm = torch.sqrt(sum((d.double() ** 2).sum() for d in delta)).item()
+    assert m2["train/grad_norm"] == pytest.approx(m["train/grad_norm"], rel=1e-5)  # pre-clip norm
+    assert m["train/grad_norm"] > 0.5
+    assert norm == pytest.approx(0.5, rel=1e-3)
+
+
+def test_non_finite_loss_skips_the_step(tiny_model_dir):
+    engine = make_engine(tiny_model_dir)
+    before = params_of(engine)
+    metrics = engine.train_step(ragged_batch(), lambda ctx: ctx.logprobs.sum() * float("nan"))
+    assert metrics["train/skipped_steps"] == 1.0 and engine.weight_version == 0
+    for k, v in engine.model.state_dict().items():
+        assert torch.equal(v, before[k])
+
+
+def test_reference_logprobs_stay_at_the_initial_policy(tiny_model_dir):
+    engine = make_engine(tiny_model_dir, lr=1e-3)
+    batch = ragged_batch()
+    initial = engine.compute_logprobs(batch)["logprobs"]
+    for _ in range(3):
+        engine.train_step(batch, token_mean_nll)
+    moved = engine.compute_logprobs(batch)["logprobs"]
+    assert (moved - initial).abs().max() > 0.05
+    ref = engine.compute_ref_logprobs(batch)
+    torch.testing.assert_close(ref, initial, atol=1e-6, rtol=0)
+    assert not any(p.requires_grad for p in engine._ref.parameters())
+
+
+def test_named_tensors_and_numpy_state_match_hf_state_dict(tiny_model_dir):
+    engine = make_engine(tiny_model_dir)
+    hf = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
+    named = dict(engine.named_tensors())
+    assert list(named) == list(hf)
+    state = engine.state_numpy()
+    assert list(state) == list(hf)
+    for k, v in hf.items():
+        assert torch.equal(named[k], v)
+        assert torch.equal(torch.from_numpy(state[k]), v)
+        assert not named[k].requires_grad
+
+
+def test_save_load_round_trip_is_bitwise_and_resumes_exactly(tiny_model_dir, tmp_path):
+    batch = ragged_batch()
+    a = make_engine(tiny_model_dir, lr=1e-3, micro_batch_size=2)
+    a.train_step(batch, token_mean_nll)
+    a.save(tmp_path / "ckpt")
+    saved = params_of(a)
+    a.train_step(batch, token_mean_nll)
+
+    b = make_engine(tiny_model_dir, lr=1e-3, micro_batch_size=2)
+    b.load(tmp_path / "ckpt")
+    assert b.weight_version == 1
+    for k, v in b.model.state_dict().items():
+        assert torch.equal(v, saved[k]), k
+    b.train_step(batch, token_mean_nll)  # Adam moments restored: the next step is identical
+    for k, v in b.model.state_dict().items():
+        assert torch.equal(v, a.model.state_dict()[k]), k
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt").state_dict()
+    assert all(torch.equal(hf[k], saved[k]) for k in saved)
+
+
+def test_from_config_reads_sections_and_rejects_unknown_fields(tiny_model_dir):
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({
+        "model": {"path": str(tiny_model_dir)},
+        "train": {"lr": 3e-4, "betas": [0.8, 0.9], "micro_batch_size": 5},
+        "trainer": {"seed": 1},
+    })
+    engine = EmbeddedTrainEngine.from_config(cfg, device="cpu")
+    group = engine.optimizer.param_groups[0]
+    assert (group["lr"], group["betas"], engine.train_cfg.micro_batch_size) == (3e-4, (0.8, 0.9), 5)
+    with pytest.raises(ConfigError, match="^train: .*micro_batch"):
+        EmbeddedTrainEngine.from_config({"model": {"path": str(tiny_model_dir)}, "train": {"micro_batch": 2}})
+    with pytest.raises(ConfigError, match="model.dtype"):
+        EmbeddedTrainEngine.from_config({"model": {"path": str(tiny_model_dir), "dtype": "fp8"}})
