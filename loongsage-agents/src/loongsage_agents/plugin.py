@@ -25,3 +25,11 @@ def loongsage_register_rewards(register):
 def loongsage_register_agents(register):
     register("single_turn", "loongsage_agents.agents.single_turn:SingleTurnAgent",
              params=SingleTurnParams)
+
+
+@hookimpl
+def loongsage_register_tool_parsers(register):
+    register("hermes", "loongsage_agents.tool_parsers.hermes:HermesToolParser",
+             doc="Hermes/Qwen2.5 <tool_call>{json}</tool_call> tool calls.")
+    register("qwen3_xml", "loongsage_agents.tool_parsers.xml:XMLToolParser",
+             doc="Qwen3-Coder <tool_call><function=name><parameter=k>v</parameter></function> tool calls.")

@@ -34,6 +34,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "loongsage.runtime.plugin",
     "loongsage.engines.plugin",
     "loongsage.tracking.plugin",
+    "loongsage.agentflow.plugin",
 )
 
 

@@ -1,0 +1,115 @@
+"""The one internal request every wire format is normalised into, and message canonicalisation.
+
+Internal messages are OpenAI-chat-shaped dicts (``role``, ``content`` as a string,
+assistant ``tool_calls`` as ``[{"id", "type": "function", "function": {"name", "arguments"}}]``,
+tool results as ``role: "tool"`` with ``tool_call_id``), which is what HF chat templates take.
+
+``canonical(message)`` is what prefix matching compares. Real agents re-send history with
+changes that carry no meaning for the model (REFERENCE.md §5.2): Claude Code moves
+``cache_control``, OpenCode re-serialises tool-call arguments compactly, the Agents SDK
+drops ``reasoning_content``, Codex echoes our items with ids and encrypted reasoning. The
+canonical form therefore keeps only role, stripped text, tool names with *parsed* arguments
+and tool results; ids, reasoning and cache hints are left out.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from loongsage.agentflow.errors import RequestError
+
+
+@dataclass
+class SamplingOptions:
+    max_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None  # accepted from clients; engines here sample from their own seed
+
+    def to_engine(self, default_max: int) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "max_new_tokens": self.max_tokens if self.max_tokens is not None else default_max,
+            "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+        }
+        if self.stop:
+            out["stop"] = list(self.stop)
+        return out
+
+
+@dataclass
+class ChatRequest:
+    """A wire request normalised: messages, tools, sampling, streaming, and the raw body."""
+
+    wire: str  # openai_chat | openai_responses | anthropic_messages
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = field(default_factory=list)  # OpenAI function-tool shape
+    sampling: SamplingOptions = field(default_factory=SamplingOptions)
+    stream: bool = False
+    include_usage: bool = False
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+def content_text(content: Any, where: str) -> str:
+    """Text of an OpenAI/Anthropic content value: a string or a list of text parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for i, part in enumerate(content):
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict) and part.get("type") in ("text", "input_text", "output_text"):
+                parts.append(str(part.get("text", "")))
+            else:
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise RequestError(f"{where}[{i}]: unsupported content part type {kind!r}; "
+                                   "only text parts are supported")
+        return "".join(parts)
+    raise RequestError(f"{where}: content must be a string or a list of parts, got {type(content).__name__}")
+
+
+def _parsed_args(arguments: Any) -> Any:
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            return arguments.strip()
+    return arguments
+
+
+def canonical(message: dict[str, Any]) -> tuple:
+    """The meaning of a message for prefix matching (see module docstring)."""
+    role = message.get("role")
+    if role == "developer":
+        role = "system"
+    calls = tuple(
+        (c.get("function", c).get("name"), json.dumps(_parsed_args(c.get("function", c).get("arguments")),
+                                                      sort_keys=True))
+        for c in message.get("tool_calls") or ()
+    )
+    return (role, (message.get("content") or "").strip(), calls)
+
+
+def canonical_tools(tools: list[dict[str, Any]]) -> str:
+    return json.dumps(tools, sort_keys=True)
+
+
+def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as chat templates expect them: tool-call arguments as objects."""
+    out = []
+    for m in messages:
+        m2 = {k: v for k, v in m.items() if v is not None and not k.startswith("_")}
+        if m2.get("tool_calls"):
+            m2["tool_calls"] = [
+                {**c, "function": {**c["function"], "arguments": _parsed_args(c["function"]["arguments"])}}
+                for c in m2["tool_calls"]
+            ]
+        out.append(m2)
+    return out

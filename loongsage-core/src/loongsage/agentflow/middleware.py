@@ -1,0 +1,89 @@
+"""Router middlewares (plugin kind ``router_middleware``) and the two built-in ones.
+
+A middleware is registered as a factory ``factory(settings: RouterSettings, params) ->
+middleware``; the router builds the chain named in ``agentflow.middlewares`` (the built-in
+``tool_call_parser`` is always present, appended last unless listed). Per request the router
+calls, in chain order, ``await on_request(ctx)`` before the turn is planned (a middleware may
+set ``ctx.subagent``, choose ``ctx.parser``, annotate ``ctx.trajectory.metadata`` or raise
+``RequestError`` to refuse the call) and ``on_result(ctx, result)`` after the turn's tool
+calls are parsed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from loongsage.agentflow.messages import ChatRequest
+from loongsage.agentflow.middleware_params import ToolCallParserParams
+from loongsage.agentflow.protocols.base import TurnResult
+from loongsage.agentflow.store import Trajectory
+from loongsage.agentflow.tool_calls import PlainParser, ToolParser
+
+
+@dataclass
+class TurnContext:
+    """One request as middlewares see it."""
+
+    request: ChatRequest
+    headers: dict[str, str]  # lower-cased names
+    trajectory: Trajectory
+    subagent: bool = False
+    parser: ToolParser = field(default_factory=PlainParser)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class RouterMiddleware:
+    """Base class with no-op hooks; subclasses override what they need."""
+
+    async def on_request(self, ctx: TurnContext) -> None:
+        return None
+
+    def on_result(self, ctx: TurnContext, result: TurnResult) -> None:
+        return None
+
+
+class ToolCallParserMiddleware(RouterMiddleware):
+    """Parse tool calls from generated text with a registered tool parser."""
+
+    def __init__(self, settings: Any, params: ToolCallParserParams | None = None) -> None:
+        from loongsage.plugins import get_registries
+
+        name = (params.parser if params and params.parser else "") or settings.tool_parser
+        key = "agentflow.middlewares.tool_call_parser.parser" if params and params.parser else "agentflow.tool_parser"
+        registries = settings.registries or get_registries()
+        self.parser: ToolParser = registries.tool_parser.get(name, key=key)()
+
+    async def on_request(self, ctx: TurnContext) -> None:
+        choice = ctx.request.raw.get("tool_choice")
+        if ctx.request.tools and choice != "none" and not (isinstance(choice, dict) and choice.get("type") == "none"):
+            ctx.parser = self.parser
+
+
+SUBAGENT_KINDS = ("collab_spawn", "subagent")
+
+
+class AgentSessionsMiddleware(RouterMiddleware):
+    """Record agents' session headers and start subagent segments on their subagent signals."""
+
+    SESSION_HEADERS = ("session-id", "thread-id", "x-claude-code-session-id", "x-session-id",
+                       "x-session-affinity", "x-openai-subagent")
+
+    def __init__(self, settings: Any, params: None = None) -> None:
+        self.settings = settings
+
+    async def on_request(self, ctx: TurnContext) -> None:
+        seen = ctx.trajectory.metadata.setdefault("agent_headers", {})
+        for name in self.SESSION_HEADERS:
+            if name in ctx.headers:
+                seen.setdefault(name, ctx.headers[name])
+        kind = ctx.headers.get("x-loongsage-request-kind", "")
+        turn_meta = ctx.headers.get("x-codex-turn-metadata")
+        if turn_meta:
+            try:
+                kind = kind or str(json.loads(turn_meta).get("request_kind", ""))
+            except (ValueError, AttributeError):
+                pass
+        if kind in SUBAGENT_KINDS or ctx.headers.get("x-openai-subagent"):
+            ctx.subagent = True

@@ -1,0 +1,218 @@
+"""The AgentFlow router: an ASGI app on loopback that any agent can call unmodified.
+
+Routes (each ``/v1/...`` also under a ``/{trajectory_id}/{attempt_id}`` prefix):
+``HEAD|GET /`` (Claude Code probes it), ``GET /v1/models``, ``POST /v1/chat/completions``,
+``POST /v1/responses``, ``POST /v1/messages`` (``?beta=true`` accepted),
+``GET /v1/trajectories/{trajectory_id}`` and ``GET /health``. A request's trajectory comes
+from the path prefix, else from the API key (``Authorization: Bearer`` or ``x-api-key``)
+read as ``"{trajectory_id}:{attempt_id}"`` or ``"{trajectory_id}"`` (attempt ``"0"``).
+Every error is answered in the caller's wire format.
+
+Unlike LS-ref (a reverse proxy in a daemon thread with emulated streaming), streaming here
+relays the engine's own token stream as it is generated.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from loongsage.agentflow.engine_pool import EnginePool
+from loongsage.agentflow.errors import EngineError, RequestError
+from loongsage.agentflow.middleware import RouterMiddleware, TurnContext
+from loongsage.agentflow.protocols import ADAPTERS
+from loongsage.agentflow.protocols.base import WireAdapter, sse
+from loongsage.agentflow.settings import RouterSettings
+from loongsage.agentflow.store import Trajectory, TrajectoryStore
+from loongsage.agentflow.tito import ChatRenderer
+from loongsage.agentflow.turns import TurnRunner
+
+BUILTIN_PARSER_MIDDLEWARE = "tool_call_parser"
+
+
+def build_middlewares(settings: RouterSettings) -> list[RouterMiddleware]:
+    """Instantiate ``settings.middlewares`` from the registry (the parser middleware always last)."""
+    from loongsage.plugins import get_registries
+
+    registries = settings.registries or get_registries()
+    specs = [m if isinstance(m, dict) else {"name": m} for m in settings.middlewares]
+    if not any(s.get("name") == BUILTIN_PARSER_MIDDLEWARE for s in specs):
+        specs.append({"name": BUILTIN_PARSER_MIDDLEWARE})
+    chain = []
+    for i, spec in enumerate(specs):
+        key = f"agentflow.middlewares[{i}]"
+        entry = registries.router_middleware.entry(spec.get("name"), key=key)
+        chain.append(entry.obj(settings, entry.build_params(spec.get("params"), key=f"{key}.params")))
+    return chain
+
+
+class Router:
+    """Router state (store, engines, renderer) and its FastAPI app; ``start()`` serves it."""
+
+    def __init__(self, engines: list[Any], tokenizer: Any, settings: RouterSettings | None = None) -> None:
+        self.settings = settings or RouterSettings()
+        self.store = TrajectoryStore(self.settings.run_dir, auto_create=self.settings.auto_create_trajectories)
+        self.pool = EnginePool(list(engines))
+        self.renderer = ChatRenderer(tokenizer)
+        max_context = self.settings.max_context
+        if max_context is None:
+            limit = getattr(tokenizer, "model_max_length", None)
+            max_context = int(limit) if isinstance(limit, int) and limit < 10**8 else None
+        self.runner = TurnRunner(self.renderer, self.pool, build_middlewares(self.settings),
+                                 self.settings.default_max_tokens, max_context)
+        self.app = self._build_app()
+        self.url: str | None = None
+        self._server = None
+        self._thread: threading.Thread | None = None
+
+    # ---- trajectories -------------------------------------------------------------------
+    def open_trajectory(self, trajectory_id: str, attempt_id: str = "0", **metadata: Any) -> Trajectory:
+        return self.store.open(trajectory_id, attempt_id, **metadata)
+
+    def base_urls(self, trajectory_id: str, attempt_id: str = "0") -> dict[str, str]:
+        """What to give an agent: ``OPENAI_BASE_URL`` (ends in /v1) and ``ANTHROPIC_BASE_URL``."""
+        if self.url is None:
+            raise RuntimeError("router is not started")
+        root = f"{self.url}/{trajectory_id}/{attempt_id}"
+        return {"openai": f"{root}/v1", "anthropic": root}
+
+    def finish_trajectory(self, trajectory_id: str, attempt_id: str = "0", reward: float | None = None):
+        """Close a trajectory and return its training samples (one per trainable segment)."""
+        self.pool.release((str(trajectory_id), str(attempt_id)))
+        return self.store.finish(trajectory_id, attempt_id, reward=reward)
+
+    def _trajectory(self, http: Request, tid: str | None, aid: str | None) -> Trajectory:
+        if tid is None:
+            auth = http.headers.get("authorization", "")
+            key = auth[7:].strip() if auth.lower().startswith("bearer ") else http.headers.get("x-api-key", "")
+            if not key:
+                raise RequestError("no trajectory key: call /{trajectory_id}/{attempt_id}/v1/... or pass "
+                                   "'{trajectory_id}:{attempt_id}' as the API key", status=401,
+                                   kind="authentication_error")
+            tid, _, aid = key.partition(":")
+        traj = self.store.lookup(tid, aid or "0")
+        if traj is None:
+            raise RequestError(f"unknown trajectory {tid!r} attempt {aid or '0'!r}; open it first",
+                               status=404, kind="not_found_error")
+        return traj
+
+    def _check_model(self, model: str) -> None:
+        if not self.settings.accept_any_model and model not in self.settings.served_model_names:
+            raise RequestError(f"model: unknown model {model!r}; this router serves "
+                               f"{self.settings.served_model_names}", status=404, kind="model_not_found",
+                               param="model")
+
+    # ---- HTTP -----------------------------------------------------------------------------
+    async def _handle(self, api: str, http: Request, tid: str | None, aid: str | None) -> Response:
+        adapter: WireAdapter | None = ADAPTERS.get(api)
+        if adapter is None:
+            err = RequestError(f"unknown endpoint /v1/{api}; served: {sorted('/v1/' + k for k in ADAPTERS)}",
+                               status=404, kind="not_found_error")
+            return JSONResponse(ADAPTERS["chat/completions"].render_error(err), status_code=404)
+        try:
+            raw = await http.body()
+            try:
+                body = json.loads(raw)
+            except ValueError as exc:
+                raise RequestError(f"malformed JSON body: {exc}") from None
+            request = adapter.parse_request(body)
+            self._check_model(request.model)
+            traj = self._trajectory(http, tid, aid)
+            ctx = TurnContext(request=request, headers={k.lower(): v for k, v in http.headers.items()},
+                              trajectory=traj)
+            turn = await self.runner.prepare(ctx)
+        except RequestError as err:
+            return JSONResponse(adapter.render_error(err), status_code=err.status)
+        if request.stream:
+            return StreamingResponse(self._sse(adapter, turn), media_type="text/event-stream",
+                                     headers={"cache-control": "no-cache"})
+        try:
+            result = None
+            async for ev in self.runner.events(turn, stream=False):
+                result = ev.result or result
+        except EngineError as err:
+            failure = RequestError(str(err), status=500, kind="api_error")
+            return JSONResponse(adapter.render_error(failure), status_code=500)
+        return JSONResponse(adapter.render_response(request, result))
+
+    async def _sse(self, adapter: WireAdapter, turn: Any):
+        events = self.runner.events(turn, stream=True)
+        try:
+            async for chunk in adapter.stream_response(turn.ctx.request, events):
+                yield chunk
+        except EngineError as err:
+            yield sse(adapter.render_error(RequestError(str(err), status=500, kind="api_error")), event="error")
+        finally:
+            await events.aclose()
+
+    def _build_app(self) -> FastAPI:
+        app = FastAPI(title="LoongSage AgentFlow router")
+
+        @app.api_route("/", methods=["GET", "HEAD"])
+        @app.api_route("/{tid}/{aid}", methods=["GET", "HEAD"])
+        @app.api_route("/{tid}/{aid}/", methods=["GET", "HEAD"])
+        async def root(tid: str | None = None, aid: str | None = None) -> dict[str, str]:
+            return {"service": "loongsage-agentflow"}
+
+        @app.get("/health")
+        async def health() -> dict[str, str]:
+            return {"status": "ok"}
+
+        async def models() -> dict[str, Any]:
+            return {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "loongsage"}
+                                               for m in self.settings.served_model_names]}
+
+        app.get("/v1/models")(models)
+        app.get("/{tid}/{aid}/v1/models")(models)
+
+        @app.get("/v1/trajectories/{trajectory_id}")
+        async def trajectory(trajectory_id: str) -> Response:
+            attempts = self.store.attempts(trajectory_id)
+            if not attempts:
+                return JSONResponse({"error": {"message": f"unknown trajectory {trajectory_id!r}",
+                                               "type": "not_found_error"}}, status_code=404)
+            return JSONResponse({"trajectory_id": trajectory_id, "attempts": [t.to_json() for t in attempts]})
+
+        @app.post("/v1/{api:path}")
+        async def plain(api: str, http: Request) -> Response:
+            return await self._handle(api, http, None, None)
+
+        @app.post("/{tid}/{aid}/v1/{api:path}")
+        async def keyed(tid: str, aid: str, api: str, http: Request) -> Response:
+            return await self._handle(api, http, tid, aid)
+
+        return app
+
+    # ---- serving --------------------------------------------------------------------------
+    def start(self) -> str:
+        """Serve on ``settings.host:port`` in a background thread; returns the base URL."""
+        import socket
+
+        import uvicorn
+
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.settings.host, self.settings.port))
+        config = uvicorn.Config(self.app, log_level="warning", lifespan="off", timeout_keep_alive=30)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
+                                        name="agentflow-router", daemon=True)
+        self._thread.start()
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError("agentflow router failed to start")
+            threading.Event().wait(0.01)
+        self.url = f"http://{self.settings.host}:{sock.getsockname()[1]}"
+        return self.url
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+            if self._thread is not None:
+                self._thread.join(timeout=10)
+        self._server = None
+

@@ -1,0 +1,30 @@
+"""Router settings (the ``agentflow`` config section plus what the caller wires in)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RouterSettings:
+    host: str = "127.0.0.1"
+    port: int = 0  # 0 = pick a free port
+    served_model_names: list[str] = field(default_factory=lambda: ["policy"])
+    accept_any_model: bool = False  # black-box agents that insist on their own model names
+    tool_parser: str = "hermes"
+    middlewares: list[Any] = field(default_factory=list)  # names, or {"name": ..., "params": {...}}
+    auto_create_trajectories: bool = False  # `loongsage serve`: any key opens a trajectory
+    default_max_tokens: int = 1024
+    max_context: int | None = None  # tokens; None = the tokenizer's model_max_length if sane
+    run_dir: str | None = None  # finished trajectories are appended to run_dir/trajectories.jsonl
+    registries: Any = None  # loaded plugin registries; None = loongsage.plugins.get_registries()
+
+    @classmethod
+    def from_config(cls, agentflow: Any, **overrides: Any) -> "RouterSettings":
+        """Settings from the ``agentflow`` config section (host, port, tool_parser, middlewares)."""
+        get = agentflow.get if hasattr(agentflow, "get") else (lambda k, d=None: getattr(agentflow, k, d))
+        values = {k: get(k) for k in ("host", "port", "tool_parser") if get(k) is not None}
+        values["middlewares"] = list(get("middlewares") or [])
+        values.update(overrides)
+        return cls(**values)

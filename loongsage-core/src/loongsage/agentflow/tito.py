@@ -1,0 +1,179 @@
+"""TITO turn building: match re-sent history to a stored segment, render only what is new.
+
+For each request the router (1) finds the segment whose stored messages the request's
+history extends, comparing canonical messages (``messages.canonical``); (2) renders only
+the new messages with the model's own chat template as the text difference
+``render(prefix + new, add_generation_prompt=True) - render(prefix)``; (3) closes the
+previous sampled assistant turn with the template's own closing text after the stop token
+(ChatML: the ``\\n`` after ``<|im_end|>``; ``<|im_end|>\\n`` when generation hit the length
+limit); and (4) appends the tokens of that text. Held tokens, sampled ones included, are
+never re-tokenized, so a conversation whose full re-tokenisation would differ keeps its
+sampled tokens exactly.
+
+When the history diverges, the router forks at the last sampled assistant turn both still
+share (a new ``compact`` segment whose first span points at the shared tokens); with no
+shared turn it opens a fresh ``compact`` segment. mini-swe-agent's dropped tool-less reply
+is that fork case. LS-ref only appends or starts a fresh segment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from loongsage.agentflow.errors import RequestError
+from loongsage.agentflow.messages import ChatRequest, canonical, canonical_tools, template_messages
+from loongsage.agentflow.store import Segment, Trajectory
+
+
+class ChatRenderer:
+    """The model's chat template and tokenizer, used only on messages not yet held."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.eos_text = tokenizer.eos_token or ""
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], generation: bool) -> str:
+        if not messages:
+            return ""
+        try:
+            return self.tokenizer.apply_chat_template(
+                template_messages(messages), tools=tools or None, tokenize=False,
+                add_generation_prompt=generation)
+        except Exception as err:  # jinja raises for conversations the template refuses
+            raise RequestError(f"messages: the model's chat template cannot render this conversation: {err}") from None
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def turn_close(self, rendered_prefix: str, stop_text: str) -> str:
+        """Text the template puts after a sampled turn that is not yet in the stored tokens."""
+        marker = stop_text or self.eos_text
+        at = rendered_prefix.rfind(marker) if marker else -1
+        if at < 0:
+            return ""
+        return rendered_prefix[at + len(marker):] if stop_text else rendered_prefix[at:]
+
+    def delta(self, prefix: list[dict[str, Any]], new: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str | None:
+        """Text of ``new`` (and the generation prompt) after ``prefix``; None if not a pure suffix."""
+        if not prefix:
+            return self.render(new, tools, True)
+        prev = self.render(prefix, tools, False)
+        full = self.render(prefix + new, tools, True)
+        if not full.startswith(prev):
+            return None
+        stop = prefix[-1].get("_stop")
+        close = self.turn_close(prev, stop) if stop is not None else ""
+        return close + full[len(prev):]
+
+
+@dataclass
+class TurnPlan:
+    """What one request appends: its segment, and the prompt tokens to send to the engine."""
+
+    segment: Segment
+    prompt_ids: list[int]  # the whole segment's tokens up to and including the new prompt
+    new_ids: list[int]  # the tokens this request added
+    seg_len_before: int = 0  # segment length before this request's tokens
+    messages_before: int = 0  # segment message count before this request's messages
+    forked: bool = False
+
+
+def _common_prefix(seg: Segment, canon: list[tuple]) -> int:
+    k = 0
+    for stored, asked in zip(seg.messages, canon):
+        if canonical(stored) != asked:
+            break
+        k += 1
+    return k
+
+
+def _fork_point(seg: Segment, k: int) -> int:
+    """The largest j <= k such that message j-1 is a sampled turn (an exact token boundary)."""
+    for j in range(k, 0, -1):
+        if seg.message_ends[j - 1] >= 0:
+            return j
+    return 0
+
+
+def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
+              subagent: bool = False, busy: set[int] | frozenset = frozenset(), max_context: int | None = None, max_new: int = 0) -> TurnPlan:
+    """Pick or open the segment for ``request``, render its new messages and append them."""
+    msgs = request.messages
+    if not msgs:
+        raise RequestError("messages: at least one message is required")
+    canon = [canonical(m) for m in msgs]
+    tools_key = canonical_tools(request.tools)
+    origin_wanted = "subagent" if subagent else None
+    candidates = [s for s in reversed(traj.segments)
+                  if (s.origin == "subagent") == subagent and s.tools_key == tools_key
+                  and s.segment_id not in busy]
+    if traj.active_segment is not None and not subagent:
+        active = traj.segments[traj.active_segment]
+        if active in candidates:
+            candidates.remove(active)
+            candidates.insert(0, active)
+
+    best, best_k, full_match = None, 0, False
+    for seg in candidates:
+        k = _common_prefix(seg, canon)
+        if k == len(seg.messages) and k > 0:
+            best, best_k, full_match = seg, k, True
+            break
+        j = _fork_point(seg, k)
+        if j > best_k:
+            best, best_k = seg, j
+
+    forked = False
+    if full_match:
+        seg = best
+    elif best is not None:
+        shared = traj.prefix_span_at(best, best.message_ends[best_k - 1])
+        seg = traj.new_segment(origin_wanted or "compact", parent=best.segment_id)
+        seg.spans = [list(s) for s in shared]
+        seg.shared_len = len(seg)
+        seg.messages = list(best.messages[:best_k])
+        seg.message_ends = list(best.message_ends[:best_k])
+        seg.tools_key = tools_key
+        forked = True
+    else:
+        mainline = [s for s in traj.segments if s.origin != "subagent"]
+        origin = origin_wanted or ("compact" if mainline else "root")
+        parent = traj.active_segment if (subagent or mainline) else None
+        seg = traj.new_segment(origin, parent=parent)
+        seg.tools_key = tools_key
+        best_k = 0
+
+    new = msgs[best_k:]
+    text = renderer.delta(seg.messages, new, request.tools)
+    if text is None:  # the template re-renders held turns differently: start over
+        seg = traj.new_segment(origin_wanted or "compact", parent=seg.segment_id)
+        seg.tools_key = tools_key
+        new = msgs
+        text = renderer.delta([], new, request.tools)
+    new_ids = renderer.encode(text)
+    total = len(seg) + len(new_ids)
+    if max_context is not None and total + max_new > max_context:
+        raise RequestError(
+            f"messages: the conversation needs {total} prompt tokens + {max_new} new tokens, "
+            f"more than the model's context of {max_context} tokens",
+            param="messages", kind="context_length_exceeded")
+    seg_len_before, messages_before = len(seg), len(seg.messages)
+    traj.append(seg, new_ids, sampled=False)
+    seg.messages.extend(dict(m) for m in new)
+    seg.message_ends.extend([-1] * len(new))
+    return TurnPlan(segment=seg, prompt_ids=traj.segment_tokens(seg), new_ids=new_ids,
+                    seg_len_before=seg_len_before, messages_before=messages_before, forked=forked)
+
+
+def record_generation(traj: Trajectory, seg: Segment, output_ids: list[int], logprobs: list[float],
+                      versions: list[int], finish_reason: str, message: dict[str, Any], stop_text: str) -> None:
+    """Append sampled tokens and the assistant message they form to ``seg``."""
+    traj.append(seg, output_ids, sampled=True, logprobs=logprobs, versions=versions)
+    seg.messages.append({**message, "_stop": stop_text})
+    seg.message_ends.append(len(seg))
+    seg.finish_reason = finish_reason
+    seg.num_turns += 1

@@ -1,0 +1,114 @@
+"""Running one request: middlewares, TITO planning, generation, recording, turn events.
+
+``TurnRunner.prepare`` does everything that can refuse a request before any byte is sent
+(parse errors, unknown model, oversize context), so a refused streaming request still gets a
+plain HTTP error. ``TurnRunner.events`` then generates and yields ``StreamEvent``s; the last
+one carries the finished ``TurnResult``. A failed or abandoned turn aborts its engine
+request, rolls its prompt tokens back when nothing was appended after them, and marks the
+trajectory failed (engine failure) so the collector never trains on a half turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+from loongsage.agentflow.engine_pool import EnginePool
+from loongsage.agentflow.errors import EngineError
+from loongsage.agentflow.generation import Generated, TurnDecoder, abort, generate, stream_generation
+from loongsage.agentflow.middleware import RouterMiddleware, TurnContext
+from loongsage.agentflow.protocols.base import StreamEvent, TurnResult
+from loongsage.agentflow.tito import ChatRenderer, TurnPlan, plan_turn, record_generation
+
+
+@dataclass
+class PreparedTurn:
+    ctx: TurnContext
+    plan: TurnPlan
+    seg_len_before: int
+    messages_before: int
+    replica: int
+    rid: str
+    sampling: dict[str, Any]
+
+
+class TurnRunner:
+    def __init__(self, renderer: ChatRenderer, pool: EnginePool, middlewares: list[RouterMiddleware],
+                 default_max_tokens: int, max_context: int | None) -> None:
+        self.renderer, self.pool, self.middlewares = renderer, pool, middlewares
+        self.default_max_tokens, self.max_context = default_max_tokens, max_context
+        self._counter = itertools.count()
+        self._busy: dict[tuple[str, str], set[int]] = {}
+        self._background: set[asyncio.Task] = set()
+
+    async def prepare(self, ctx: TurnContext) -> PreparedTurn:
+        for mw in self.middlewares:
+            await mw.on_request(ctx)
+        traj = ctx.trajectory
+        sampling = ctx.request.sampling.to_engine(self.default_max_tokens)
+        busy = self._busy.setdefault(traj.key, set())
+        plan = plan_turn(traj, ctx.request, self.renderer, subagent=ctx.subagent, busy=busy,
+                         max_context=self.max_context, max_new=sampling["max_new_tokens"])
+        busy.add(plan.segment.segment_id)
+        rid = f"{traj.trajectory_id}#{traj.attempt_id}#{next(self._counter)}"
+        return PreparedTurn(ctx, plan, plan.seg_len_before, plan.messages_before,
+                            self.pool.pick(traj.key), rid, sampling)
+
+    async def events(self, turn: PreparedTurn, stream: bool) -> AsyncIterator[StreamEvent]:
+        ctx, seg, traj = turn.ctx, turn.plan.segment, turn.ctx.trajectory
+        decoder = TurnDecoder(self.renderer.tokenizer, ctx.parser)
+        gen, finished = Generated(), False
+        client = self.pool.clients[turn.replica]
+        try:
+            with self.pool.busy(turn.replica):
+                if stream:
+                    async for piece in stream_generation(client, turn.plan.prompt_ids, turn.sampling,
+                                                         turn.rid, decoder, gen):
+                        yield StreamEvent(text=piece)
+                else:
+                    gen = await generate(client, turn.plan.prompt_ids, turn.sampling, turn.rid)
+            if gen.finish_reason == "abort":
+                raise EngineError(f"the engine aborted request {turn.rid}")
+            tail, parsed = decoder.finish(gen.output_ids)
+            message = {"role": "assistant", "content": parsed.content,
+                       "tool_calls": [c.to_openai() for c in parsed.tool_calls] or None}
+            record_generation(traj, seg, gen.output_ids, gen.logprobs, gen.versions,
+                              "tool_calls" if parsed.tool_calls else gen.finish_reason, message,
+                              decoder.stop_text(gen))
+            result = TurnResult(content=parsed.content, tool_calls=parsed.tool_calls,
+                                finish_reason=gen.finish_reason, prompt_tokens=len(turn.plan.prompt_ids),
+                                completion_tokens=len(gen.output_ids), model=ctx.request.model)
+            for mw in self.middlewares:
+                mw.on_result(ctx, result)
+            finished = True
+            yield StreamEvent(text=tail, result=result)
+        except EngineError as err:
+            self._fail(turn, str(err))
+            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            traj.rollback(seg, turn.seg_len_before, turn.messages_before)
+            raise
+        except Exception as err:  # an engine transport failure: the client gets an error, never a hang
+            self._fail(turn, f"{type(err).__name__}: {err}")
+            raise EngineError(f"engine request {turn.rid} failed: {type(err).__name__}: {err}") from err
+        finally:
+            self._busy.get(traj.key, set()).discard(seg.segment_id)
+            if not finished:
+                task = asyncio.get_running_loop().create_task(self._abort(client, turn.rid))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+
+    def _fail(self, turn: PreparedTurn, why: str) -> None:
+        traj = turn.ctx.trajectory
+        traj.rollback(turn.plan.segment, turn.seg_len_before, turn.messages_before)
+        traj.status = "failed"
+        traj.error = f"request {turn.rid}: {why}"
+
+    @staticmethod
+    async def _abort(client: Any, rid: str) -> None:
+        try:
+            await abort(client, rid)
+        except Exception:  # the engine may be gone; nothing else to clean up
+            pass
