@@ -13,10 +13,11 @@ Invariants enforced here whatever the window policy says:
 * **capacity**: ``R + Q + T <= C`` with ``C = int(B * (1 + S)) + oversample``. ``T`` counts
   groups handed to the trainer whose update has not reached the rollout weights yet, so a
   group is always dispatched at most ``S`` updates before the step that may train it.
-* **staleness**: a group dispatched at version ``v`` is *due* at version ``v + S'``
-  (``S' = S + ceil(oversample / B)``); a batch must contain every due group, so the trainer
-  waits for a due straggler instead of leaving it behind. With one weight update per step,
-  every trained token is at most ``S'`` versions old (proof sketch in ``docs/async.md``).
+* **staleness**: a group dispatched at version ``v`` must be trained by the step of version
+  ``v + S'`` (``S' = S + ceil(oversample / B)``). Each batch first takes the groups an
+  earliest-deadline-first rule forces, waiting for a forced straggler rather than leaving
+  it behind; capacity guarantees the forced set fits in one batch. With one weight update
+  per step, every trained token is at most ``S'`` versions old (proof in ``docs/async.md``).
   Deviation from LoongSage: its ``no-window`` policy lets a straggler be overtaken without
   bound; ours keeps ``async.stale_steps`` a hard bound under every policy.
 * **liveness**: the oldest uncollected finished group is always collectable.
@@ -195,27 +196,44 @@ class Pipeline:
         return collected
 
     # ----------------------------------------------------------------- batches
-    def is_due(self, entry: _Entry) -> bool:
-        return entry.dispatch_version <= self.version - self.staleness_bound
+    def deadline(self, entry: _Entry) -> int:
+        """The last version whose step may train this group: ``dispatch_version + S'``."""
+        return entry.dispatch_version + self.staleness_bound
+
+    def forced(self, entries: list[_Entry], quota: int) -> list[_Entry]:
+        """The groups this step must train so no group ever misses its deadline.
+
+        Earliest-deadline-first: with ``N(w)`` untrained groups due by version ``w`` and
+        ``quota`` groups trained per step, the batch must take ``max_w N(w) - quota*(w - v)``
+        of the earliest-deadline ones (buffered ones first among equal deadlines, so the
+        trainer waits as little as possible). Capacity keeps that at most ``quota``.
+        """
+        order = sorted(entries, key=lambda e: (self.deadline(e), e.state != BUFFERED, e.seq))
+        must = due = 0
+        for i, entry in enumerate(order):
+            due += 1
+            last_of_deadline = i + 1 == len(order) or self.deadline(order[i + 1]) != self.deadline(entry)
+            if last_of_deadline:
+                must = max(must, due - quota * (self.deadline(entry) - self.version))
+        return order[: min(must, quota)]
 
     def take_batch(self, quotas: Optional[Mapping[str, int]] = None) -> Optional[list[Group]]:
         """Hand the trainer one batch, or ``None`` if it must wait.
 
-        Per source (all sources as one when ``quotas`` is None): every due group first, in
-        seq order (waiting for any that has not reached the buffer), then buffered groups
-        in collection order.
+        Per source (all sources as one when ``quotas`` is None): the groups the staleness
+        guard forces (waiting for any that has not reached the buffer), then buffered
+        groups in collection order (first finishers first).
         """
-        needs = self._needs(quotas)
-        due = sorted(
-            (e for pool in (self._uncollected, self._buffer) for e in pool.values() if self.is_due(e)),
-            key=lambda e: e.seq,
-        )
         chosen: list[int] = []
-        for source, need in needs.items():
-            mine = [e for e in due if source is None or e.prompt.source == source][:need]
-            if any(e.state != BUFFERED for e in mine):
+        for source, need in self._needs(quotas).items():
+            mine = [
+                e for pool in (self._uncollected, self._buffer) for e in pool.values()
+                if source is None or e.prompt.source == source
+            ]
+            forced = self.forced(mine, need)
+            if any(e.state != BUFFERED for e in forced):
                 return None
-            picked = [e.seq for e in mine]
+            picked = [e.seq for e in forced]
             for entry in self._buffer.values():
                 if len(picked) >= need:
                     break
