@@ -5,11 +5,14 @@ template (``add_generation_prompt=True``), encodes that text without adding spec
 again (the template already holds them, as in verl and slime), sends ``n`` generate
 requests concurrently through the engine client, and returns one ``Sample`` per completion:
 every response token was sampled by the model, so the loss mask is all ones, and every
-token carries the weight version the engine reported.
+token carries the weight version that sampled it (the engine's per-token versions when it
+reports them, as the embedded engine does for partial rollouts, else the response's one
+``weight_version``).
 
 The client is anything with ``async agenerate(input_ids, sampling_params, rid=None)``
-returning an object with ``output_ids``, ``output_logprobs``, ``finish_reason`` and
-``weight_version`` (``loongsage.engines.client.EngineClient``). Rewards are not computed
+returning an object with ``output_ids``, ``output_logprobs``, ``finish_reason``,
+``weight_version`` and optionally ``output_weight_versions``
+(``loongsage.engines.client.GenerateOutput``). Rewards are not computed
 here: the controller scores samples with the data source's reward.
 """
 
@@ -43,11 +46,21 @@ class SingleTurnAgent:
 
     def _sample(self, prompt_ids: list[int], out: Any) -> Sample:
         ids = [int(t) for t in out.output_ids]
+        if out.output_logprobs is None:
+            raise ValueError(f"single_turn: request {out.rid} came back without logprobs")
+        versions = getattr(out, "output_weight_versions", None)
+        if versions is None:
+            if not isinstance(out.weight_version, int):
+                raise ValueError(
+                    f"single_turn: request {out.rid} reported weight_version "
+                    f"{out.weight_version!r}; expected an integer policy version"
+                )
+            versions = [out.weight_version] * len(ids)
         return Sample(
             prompt_ids=prompt_ids,
             response_ids=ids,
             response_logprobs=[float(x) for x in out.output_logprobs],
-            weight_versions=[int(out.weight_version)] * len(ids),
+            weight_versions=[int(v) for v in versions],
             loss_mask=[1] * len(ids),
             finish_reason=out.finish_reason,
             text=self.tokenizer.decode(ids, skip_special_tokens=True),

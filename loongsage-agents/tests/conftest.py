@@ -1,0 +1,15 @@
+"""Fixtures of the loongsage-agents tests: the shared tiny model (built once, cached on disk)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    """The tiny Qwen2 HF folder of ``tests/conftest.py`` (same builder, same cache)."""
+    from loongsage.models.tiny import ensure_tiny_model
+
+    return ensure_tiny_model()
