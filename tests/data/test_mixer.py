@@ -19,7 +19,6 @@ class ListSource:
     def __init__(self, name: str, weight: float, size: int | None = 1000) -> None:
         self.name, self.weight, self._size = name, weight, size
 
-    @property
     def size(self) -> int | None:
         return self._size
 

@@ -35,7 +35,7 @@ def test_builds_dataset_reward_and_params(registries):
         "system_prompt": "You are a careful calculator.",
     }
     source = build_sources(config(spec, seed=4), registries)["arith"]
-    assert source.size == 40 and source.weight == 3 and source.sampling == {"temperature": 0.7}
+    assert source.size() == 40 and source.weight == 3 and source.sampling == {"temperature": 0.7}
     assert source.dataset.params.max_operand == 99 and source.dataset.seed == 4
     prompt = source.get(7)
     assert (prompt.source, prompt.index) == ("arith", 7)

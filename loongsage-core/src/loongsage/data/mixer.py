@@ -45,7 +45,6 @@ class MixableSource(Protocol):
     name: str
     weight: float
 
-    @property
     def size(self) -> int | None: ...
 
     def get(self, index: int) -> Prompt: ...
@@ -126,7 +125,7 @@ class DataMixer:
                     f"data_sources[{i}].weight",
                     f"expected a positive finite proportion, got {weight!r} (source {source.name!r})",
                 )
-            if source.size is not None and source.size < 1:
+            if source.size() is not None and source.size() < 1:
                 raise ConfigError(f"data_sources[{i}].dataset", f"source {source.name!r} holds no prompts")
         for key, value in (("train.mini_batches_per_step", mini_batches), ("data-parallel size", dp_size)):
             if not isinstance(value, int) or value < 1:
@@ -137,7 +136,7 @@ class DataMixer:
         self.seed = seed
         self.mini_batches = mini_batches
         self.dp_size = dp_size
-        self._streams = [_Stream(zlib.crc32(s.name.encode()), s.size) for s in sources]
+        self._streams = [_Stream(zlib.crc32(s.name.encode()), s.size()) for s in sources]
         self.drawn = 0  # prompts drawn over the run
         self.assigned = [0] * len(sources)  # prompts drawn per source
         self.calls = 0

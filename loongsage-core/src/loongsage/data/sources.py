@@ -54,7 +54,6 @@ class DataSource:
     sampling: dict[str, Any] = field(default_factory=dict)
     system_prompt: str | None = None
 
-    @property
     def size(self) -> int | None:
         """Number of prompts in one epoch, or ``None`` for an infinite dataset."""
         return len(self.dataset) if hasattr(self.dataset, "__len__") else None
