@@ -75,6 +75,7 @@ class Scheduler:
         self._paused = False
         self._stale = False
         self._stopping = False
+        self.stats = {"prefills": 0, "decode_steps": 0, "max_batch": 0}
         self._thread = threading.Thread(target=self._run, name="embedded-rollout-decode",
                                         daemon=True)
 
@@ -124,7 +125,7 @@ class Scheduler:
         return self.call(_swap)
 
     def load(self) -> dict[str, int]:
-        return {"running": len(self._rows), "waiting": len(self._waiting)}
+        return {"running": len(self._rows), "waiting": len(self._waiting), **self.stats}
 
     @property
     def paused(self) -> bool:
@@ -197,6 +198,7 @@ class Scheduler:
         if free > 0 and self._waiting:
             new, self._waiting = self._waiting[:free], self._waiting[free:]
             batch, logits = KVBatch.prefill(self.head, [r.prompt_ids + r.output_ids for r in new])
+            self.stats["prefills"] += 1
             self._append(new, logits, self._row_settings(new))
             self._batch = batch if self._batch is None else self._batch.merge(batch)
             self._rows += new
@@ -205,6 +207,8 @@ class Scheduler:
         if self._rows:
             tokens = torch.tensor([r.output_ids[-1] for r in self._rows], dtype=torch.long)
             logits = self._batch.decode(self.head, tokens)
+            self.stats["decode_steps"] += 1
+            self.stats["max_batch"] = max(self.stats["max_batch"], len(self._rows))
             if self._settings is None:
                 self._settings = self._row_settings(self._rows)
             self._append(self._rows, logits, self._settings)

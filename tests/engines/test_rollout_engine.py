@@ -1,0 +1,221 @@
+"""The embedded rollout engine over real HTTP (uvicorn on 127.0.0.1, a free port) on the tiny
+model: logprobs equal a plain HF forward, greedy equals HF ``generate``, batching does not
+change results, and abort / pause / continue / stop tokens / weight swaps behave as SGLang's."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from loongsage.engines.client import EngineClient
+from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
+
+PROMPTS = [[5, 17, 42, 99, 7], [300, 12], [8, 8, 9, 10, 11, 12, 13, 14, 15, 200, 201], [450]]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir):
+    eng = EmbeddedRolloutEngine(str(tiny_model_dir), max_running_requests=8, seed=1)
+    eng.start()
+    yield eng
+    eng.stop()
+
+
+@pytest.fixture(scope="module")
+def client(engine):
+    with EngineClient(engine.url, timeout=120) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def hf(tiny_model_dir):
+    return AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
+
+
+def hf_logprobs(model, prompt: list[int], output: list[int]) -> torch.Tensor:
+    ids = torch.tensor([prompt + output])
+    with torch.no_grad():
+        lp = model(ids).logits.float().log_softmax(-1)[0]
+    return torch.stack([lp[len(prompt) - 1 + i, t] for i, t in enumerate(output)])
+
+
+def hf_greedy(model, prompt: list[int], n: int) -> list[int]:
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False,
+                             eos_token_id=None, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+async def gather(client, prompts, params_list):
+    return await asyncio.gather(*[client.agenerate(p, sp) for p, sp in zip(prompts, params_list)])
+
+
+def test_sampled_logprobs_equal_hf_forward_in_fp32(client, hf):
+    params = [{"max_new_tokens": 24, "temperature": 1.0, "ignore_eos": True}] * len(PROMPTS)
+    outs = asyncio.run(gather(client, PROMPTS, params))
+    for prompt, out in zip(PROMPTS, outs):
+        assert len(out.output_ids) == 24 and out.finish_reason == "length"
+        ref = hf_logprobs(hf, prompt, out.output_ids)
+        got = torch.tensor(out.output_logprobs)
+        assert torch.allclose(got, ref, atol=1e-5, rtol=0), (got - ref).abs().max()
+
+
+def test_greedy_equals_hf_generate(client, hf):
+    for prompt in PROMPTS:
+        out = client.generate(prompt, {"max_new_tokens": 20, "temperature": 0, "ignore_eos": True})
+        assert out.output_ids == hf_greedy(hf, prompt, 20)
+
+
+def test_concurrent_batched_requests_equal_sequential(client, engine):
+    prompts = PROMPTS + [p[::-1] + [3] for p in PROMPTS]
+    params = [{"max_new_tokens": 6 + 5 * i, "temperature": 0, "ignore_eos": True}
+              for i in range(len(prompts))]
+    sequential = [client.generate(p, sp) for p, sp in zip(prompts, params)]
+    engine.scheduler.stats["max_batch"] = 0
+    concurrent = asyncio.run(gather(client, prompts, params))
+    assert engine.scheduler.stats["max_batch"] >= 4  # they really shared decode steps
+    for s, c, sp in zip(sequential, concurrent, params):
+        assert c.output_ids == s.output_ids and len(c.output_ids) == sp["max_new_tokens"]
+        assert torch.allclose(torch.tensor(c.output_logprobs), torch.tensor(s.output_logprobs),
+                              atol=1e-5, rtol=0)
+
+
+def test_stop_token_ids_and_max_new_tokens(client, hf):
+    prompt = PROMPTS[0]
+    ref = hf_greedy(hf, prompt, 12)
+    stop = ref[4]
+    first = ref.index(stop)
+    out = client.generate(prompt, {"max_new_tokens": 12, "temperature": 0, "ignore_eos": True,
+                                   "stop_token_ids": [stop]})
+    assert out.output_ids == ref[: first + 1]  # the stop token is returned, as in SGLang
+    assert out.finish_reason == "stop" and out.matched_stop == stop
+    out = client.generate(prompt, {"max_new_tokens": 3, "temperature": 0, "ignore_eos": True})
+    assert out.output_ids == ref[:3] and out.finish_reason == "length"
+    out = client.generate(prompt, {"max_new_tokens": 0})
+    assert out.output_ids == [] and out.finish_reason == "length"
+
+
+def test_eos_stops_unless_ignored(client, engine, hf):
+    """EOS comes from the model's generation config; the stop-token path also serves it."""
+    eos = next(iter(engine.scheduler.eos_ids))
+    prompt = PROMPTS[1]
+    ref = hf_greedy(hf, prompt, 8)
+    engine.scheduler.eos_ids.add(ref[2])
+    try:
+        out = client.generate(prompt, {"max_new_tokens": 8, "temperature": 0})
+        assert out.output_ids[-1] == ref[2] and out.finish_reason == "stop"
+        out = client.generate(prompt, {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True})
+        assert len(out.output_ids) == 8
+    finally:
+        engine.scheduler.eos_ids.discard(ref[2])
+        engine.scheduler.eos_ids.add(eos)
+
+
+def _wait_running(url: str, n: int = 1, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while httpx.get(url + "/get_load").json()["running"] < n:
+        assert time.monotonic() < deadline, "request never started running"
+        time.sleep(0.01)
+
+
+def test_abort_returns_partial_tokens(client, engine):
+    async def run():
+        task = asyncio.create_task(client.agenerate(
+            PROMPTS[0], {"max_new_tokens": 1500, "ignore_eos": True}, rid="victim"))
+        await asyncio.to_thread(_wait_running, engine.url)
+        await asyncio.sleep(0.2)
+        await client.aabort("victim")
+        return await task
+
+    out = asyncio.run(run())
+    assert out.finish_reason == "abort" and out.rid == "victim"
+    assert 0 < len(out.output_ids) < 1500 and len(out.output_logprobs) == len(out.output_ids)
+
+
+def test_streamed_abort_keeps_tokens_seen(client):
+    async def run():
+        got, last = [], None
+        async for chunk in client.astream_generate(PROMPTS[2], {"max_new_tokens": 1500,
+                                                                "ignore_eos": True}, rid="s1"):
+            got += chunk.output_ids
+            last = chunk
+            if len(got) >= 5 and not chunk.finished:
+                await client.aabort("s1")
+        return got, last
+
+    got, last = asyncio.run(run())
+    assert last.finished and last.finish_reason == "abort" and 5 <= len(got) < 1500
+
+
+def test_pause_in_place_holds_then_continue_finishes_unchanged(client, engine, hf):
+    prompt = PROMPTS[2]
+
+    async def run():
+        task = asyncio.create_task(client.agenerate(
+            prompt, {"max_new_tokens": 60, "temperature": 0, "ignore_eos": True}))
+        await asyncio.to_thread(_wait_running, engine.url)
+        await client.apause_generation("in_place")
+        load = httpx.get(engine.url + "/get_load").json()
+        row = engine.scheduler._rows[0]
+        n_paused = len(row.output_ids)
+        await asyncio.sleep(0.4)
+        held = len(row.output_ids) == n_paused and not task.done()
+        flushed_while_busy = await client.aflush_cache()
+        await client.acontinue_generation()
+        return load, held, flushed_while_busy, await task
+
+    load, held, flushed_while_busy, out = asyncio.run(run())
+    assert load["running"] == 1 and held and flushed_while_busy is False
+    assert out.finish_reason == "length" and out.output_ids == hf_greedy(hf, prompt, 60)
+    assert client.flush_cache() is True
+
+
+def test_pause_abort_mode_finishes_requests_with_abort(client, engine):
+    async def run():
+        task = asyncio.create_task(client.agenerate(PROMPTS[0], {"max_new_tokens": 1500,
+                                                                 "ignore_eos": True}))
+        await asyncio.to_thread(_wait_running, engine.url)
+        await client.apause_generation("abort")
+        out = await task
+        queued = asyncio.create_task(client.agenerate(PROMPTS[1], {"max_new_tokens": 4}))
+        await asyncio.sleep(0.2)
+        waited = not queued.done()
+        await client.acontinue_generation()
+        return out, waited, await queued
+
+    out, waited, queued = asyncio.run(run())
+    assert out.finish_reason == "abort" and len(out.output_ids) < 1500
+    assert waited and queued.finish_reason == "length" and len(queued.output_ids) == 4
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"sampling_params": {"max_new_tokens": 4}}, "input_ids"),
+    ({"input_ids": []}, "input_ids"),
+    ({"input_ids": [1, 99999]}, "input_ids[1]"),
+    ({"input_ids": [1], "sampling_params": {"temperature": -1}}, "sampling_params.temperature"),
+    ({"input_ids": [1], "sampling_params": {"top_p": 0}}, "sampling_params.top_p"),
+    ({"input_ids": [1], "sampling_params": {"top_k": 0}}, "sampling_params.top_k"),
+    ({"input_ids": [1], "sampling_params": {"max_new_tokens": "many"}},
+     "sampling_params.max_new_tokens"),
+    ({"input_ids": [1], "sampling_params": {"frequency_penalty": 0.5}},
+     "sampling_params.frequency_penalty"),
+    ({"input_ids": [1], "sampling_params": {"stop_token_ids": [1, -3]}},
+     "sampling_params.stop_token_ids[1]"),
+])
+def test_bad_requests_are_400_naming_the_field(engine, body, field):
+    resp = httpx.post(engine.url + "/generate", json=body)
+    assert resp.status_code == 400
+    err = resp.json()["error"]
+    assert err["field"] == field and err["message"].startswith(field + ":")
+
+
+def test_bad_control_requests_are_400(engine):
+    resp = httpx.post(engine.url + "/pause_generation", json={"mode": "freeze"})
+    assert resp.status_code == 400 and resp.json()["error"]["field"] == "mode"
+    resp = httpx.post(engine.url + "/generate", content=b"{not json")
+    assert resp.status_code == 400 and "invalid JSON" in resp.json()["error"]["message"]
