@@ -1,0 +1,80 @@
+"""Helpers for testing algorithm plugins (ours and third-party): contexts and contract checks.
+
+``loss_context`` builds the ``LossContext`` a train engine would hand the objective for one
+micro-batch; ``split_and_sum`` runs a loss closure over row-slices of a batch with global
+denominators, which is how engines call it; ``check_policy_loss_contract`` asserts the
+properties every policy loss must have (shapes, finite values, gradient only through
+``logprobs``, metrics [N, L] or [N]).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+
+from loongsage.algorithms.types import PolicyLossInputs, PolicyLossOutput
+from loongsage.engines.batch import LossContext, TrainBatch
+
+
+def loss_context(
+    logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    extras: dict[str, torch.Tensor],
+    global_num_tokens: float | None = None,
+    global_num_seqs: float | None = None,
+) -> LossContext:
+    """A ``LossContext`` for rows [N, L]; denominators default to this batch's own counts."""
+    n, length = mask.shape
+    batch = TrainBatch(
+        input_ids=torch.zeros(n, length, dtype=torch.long),
+        attention_mask=torch.ones(n, length, dtype=torch.long),
+        loss_mask=mask,
+        extras=dict(extras),
+    )
+    tokens = float(mask.sum()) if global_num_tokens is None else global_num_tokens
+    seqs = float((mask.sum(-1) > 0).sum()) if global_num_seqs is None else global_num_seqs
+    return LossContext(batch, logprobs, None, tokens, seqs)
+
+
+def split_and_sum(
+    loss_fn: Callable[[LossContext], tuple[torch.Tensor, dict[str, float]]],
+    logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    extras: dict[str, torch.Tensor],
+    bounds: Sequence[int],
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Call ``loss_fn`` on rows [bounds[k], bounds[k+1]) and sum losses and metrics."""
+    tokens, seqs = float(mask.sum()), float((mask.sum(-1) > 0).sum())
+    total: torch.Tensor | float = 0.0
+    metrics: dict[str, float] = {}
+    for a, b in zip(bounds, bounds[1:]):
+        ctx = loss_context(logprobs[a:b], mask[a:b], {k: v[a:b] for k, v in extras.items()}, tokens, seqs)
+        loss, part = loss_fn(ctx)
+        total = total + loss
+        for key, value in part.items():
+            metrics[key] = metrics.get(key, 0.0) + value
+    return total, metrics  # type: ignore[return-value]
+
+
+def check_policy_loss_contract(fn: Callable[..., PolicyLossOutput], params: Any, seed: int = 0) -> None:
+    """Assert the policy-loss contract on a random batch; raises AssertionError if broken."""
+    g = torch.Generator().manual_seed(seed)
+    n, length = 4, 6
+    mask = (torch.rand(n, length, generator=g) > 0.3).float()
+    mask[:, 0] = 1.0
+    logprobs = (-torch.rand(n, length, generator=g) * 2).requires_grad_()
+    old = logprobs.detach() + 0.05 * torch.randn(n, length, generator=g)
+    roll = old + 0.05 * torch.randn(n, length, generator=g)
+    adv = torch.randn(n, 1, generator=g).expand(n, length) * mask
+    inputs = PolicyLossInputs(logprobs, old, roll, adv, mask)
+    out = fn(inputs, params)
+    assert isinstance(out, PolicyLossOutput), f"{fn} must return PolicyLossOutput"
+    assert out.loss.shape == (n, length), f"loss shape {tuple(out.loss.shape)} != {(n, length)}"
+    assert torch.isfinite(out.loss[mask > 0]).all(), "loss must be finite on loss tokens"
+    assert out.keep is None or out.keep.shape == (n, length), "keep must be [N, L]"
+    for name, value in out.metrics.items():
+        assert "/" in name, f"metric {name!r} needs a section prefix (train/...)"
+        assert value.shape in ((n, length), (n,)), f"metric {name} has shape {tuple(value.shape)}"
+    (out.loss * mask).sum().backward()
+    assert logprobs.grad is not None and torch.isfinite(logprobs.grad).all(), "gradient must reach logprobs"
