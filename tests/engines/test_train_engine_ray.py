@@ -1,0 +1,34 @@
+"""The train engine hosted in a real Ray actor: construction, a train step, numpy weights."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from loongsage.config.schema import ModelConfig, TrainConfig
+from loongsage.engines.embedded_train import EmbeddedTrainEngine
+from loongsage.models.sft import sft_batch, token_mean_nll
+
+
+@pytest.mark.slow
+def test_engine_runs_in_a_ray_actor(tiny_model_dir):
+    ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 30, ignore_reinit_error=True)
+    try:
+        model, train = ModelConfig(path=str(tiny_model_dir)), TrainConfig(lr=1e-3, micro_batch_size=2)
+        actor = ray.remote(EmbeddedTrainEngine).options(num_cpus=1).remote(model, train, device="cpu")
+        local = EmbeddedTrainEngine(model, train, device="cpu")
+        messages = [{"role": "user", "content": "What is 2 + 3?"}]
+        batch = sft_batch(local.tokenizer, [(messages, "\\boxed{5}")] * 3)
+        remote_metrics = ray.get(actor.train_step.remote(batch, token_mean_nll))
+        local_metrics = local.train_step(batch, token_mean_nll)
+        assert remote_metrics["train/loss"] == pytest.approx(local_metrics["train/loss"], rel=1e-6)
+        assert remote_metrics["train/grad_norm"] == pytest.approx(local_metrics["train/grad_norm"], rel=1e-5)
+        state = ray.get(actor.state_numpy.remote())
+        for name, tensor in local.named_tensors():
+            torch.testing.assert_close(torch.tensor(state[name]), tensor, atol=1e-6, rtol=0)
+    finally:
+        ray.shutdown()
