@@ -1,0 +1,173 @@
+"""AsyncScheduler, the event-loop driver, with a simulated rollout.
+
+The rollout is simulated (``runtime_sim.AsyncSimRollout``: long-tailed token counts
+decoded a few tokens per sub-millisecond tick, abortable like an engine) because these
+tests are about the driver: overlap with training, pause/abort/continue at weight
+updates, thread-pool rollouts, errors, stalls and crash/resume. Assertions are on data
+(which groups, which versions), never on speed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from loongsage.data.types import Group, Prompt
+from loongsage.runtime.async_scheduler import AsyncScheduler, SchedulerStalled
+from loongsage.runtime.scheduler import build_window_policy
+from runtime_sim import AsyncSimRollout, ChunkedSource, start_group
+
+WEIGHTS = {"math": 2.0, "code": 1.0, "chat": 1.0}
+
+
+def make(policy: str = "no_window", *, batch_size: int = 4, stale_steps: int = 1, partial: bool = False,
+         oversample: int = 0, rollout=None, source=None):
+    source = source or ChunkedSource(batch_size, WEIGHTS, seed=1)
+    rollout = rollout or AsyncSimRollout(n_samples=2, tokens_per_tick=4)
+    sched = AsyncScheduler(
+        build_window_policy(policy), source, rollout, batch_size, stale_steps,
+        quotas=source.quotas, oversample=oversample, partial=partial,
+        abort_inflight=getattr(rollout, "abort_all", None) if partial else None,
+    )
+    return sched, source, rollout
+
+
+def train(sched: AsyncScheduler, steps: int, first_step: int = 0, train_s: float = 0.01) -> list[list[Group]]:
+    batches = []
+    for step in range(first_step, first_step + steps):
+        batches.append(sched.next_batch(step))
+        time.sleep(train_s)  # the trainer's step; rollouts keep running meanwhile
+        sched.pause()
+        sched.on_weights_updated(step + 1)
+    return batches
+
+
+@pytest.mark.parametrize("policy", ["no_window", "window_gated", "windowed_fifo"])
+@pytest.mark.parametrize("partial", [False, True])
+def test_runs_with_exact_shares_bounded_staleness_and_no_duplicates(policy: str, partial: bool) -> None:
+    sched, source, rollout = make(policy, partial=partial)
+    try:
+        batches = train(sched, 8)
+        metrics = sched.metrics()
+    finally:
+        sched.close()
+    keys = [(g.prompt.source, g.prompt.index) for b in batches for g in b]
+    assert len(keys) == len(set(keys)) == 32
+    for step, batch in enumerate(batches):
+        shares = {}
+        for g in batch:
+            shares[g.prompt.source] = shares.get(g.prompt.source, 0) + 1
+            assert all(step - v <= 1 for s in g.samples for v in s.weight_versions)
+            assert all(s.finish_reason == "stop" for s in g.samples)
+        assert shares == {"math": 2, "code": 1, "chat": 1}
+    resumed = [(seq, v) for seq, v, again in rollout.calls if again]
+    spans = [len(set(s.weight_versions)) for b in batches for g in b for s in g.samples]
+    if partial:
+        assert resumed, "no generation was in flight at any of 8 updates"
+        # a continued generation is called with the version current at its resume
+        first_call = {seq: v for seq, v, again in rollout.calls if not again}
+        assert all(v > first_call[seq] for seq, v in resumed)
+    else:
+        assert not resumed and max(spans) == 1
+    assert 0.0 <= metrics["async/staleness_mean"] <= metrics["async/staleness_max"] <= 1.0
+    assert metrics["perf/trainer_wait_s"] >= 0.0 and metrics["perf/rollout_wait_s"] >= 0.0
+
+
+def test_staleness_zero_is_synchronous_and_the_rollout_idles_while_training() -> None:
+    sched, _, rollout = make(stale_steps=0, batch_size=2)
+    try:
+        for step in range(3):
+            batch = sched.next_batch(step)
+            assert {v for g in batch for s in g.samples for v in s.weight_versions} == {step}
+            assert len(rollout.calls) == 2 * (step + 1)  # nothing dispatched past the batch
+            time.sleep(0.05)
+            sched.on_weights_updated(step + 1)
+        # capacity B: between a batch and the next update nothing runs
+        assert sched.metrics()["perf/rollout_wait_s"] >= 0.05
+    finally:
+        sched.close()
+
+
+def test_a_plain_function_rollout_runs_in_a_thread_pool() -> None:
+    threads = set()
+
+    def rollout(prompt: Prompt, group_id: int, version: int) -> Group:
+        threads.add(threading.get_ident())
+        time.sleep(0.002 * (group_id % 3))
+        sim = start_group(prompt, group_id, version, 2)
+        sim.advance(10_000)
+        return sim.result()
+
+    sched, _, _ = make("windowed_fifo", rollout=rollout)
+    try:
+        batches = train(sched, 3)
+    finally:
+        sched.close()
+    assert sorted(g.group_id for b in batches for g in b) == sorted({g.group_id for b in batches for g in b})
+    assert threading.get_ident() not in threads and len(threads) >= 1
+
+
+def test_a_failing_rollout_is_reported_to_the_trainer() -> None:
+    async def rollout(prompt: Prompt, group_id: int, version: int) -> Group:
+        if group_id == 2:
+            raise ValueError("engine returned HTTP 500 for group 2")
+        sim = start_group(prompt, group_id, version, 1)
+        sim.advance(10_000)
+        return sim.result()
+
+    sched, _, _ = make(rollout=rollout)
+    try:
+        with pytest.raises(RuntimeError, match="HTTP 500 for group 2"):
+            train(sched, 3)
+    finally:
+        sched.close()
+
+
+def test_a_trainer_that_never_updates_weights_gets_a_clear_stall_error() -> None:
+    sched, _, _ = make(stale_steps=0, batch_size=2)
+    try:
+        sched.next_batch(0)
+        with pytest.raises(SchedulerStalled, match="on_weights_updated"):
+            sched.next_batch(1)
+    finally:
+        sched.close()
+
+
+def test_bad_configuration_is_rejected_naming_the_field() -> None:
+    source = ChunkedSource(4, WEIGHTS)
+    with pytest.raises(ValueError, match="rollout.partial=true"):
+        AsyncScheduler(build_window_policy("no_window"), source, AsyncSimRollout(), 4, 1, partial=True)
+    sched = AsyncScheduler(build_window_policy("no_window"), source, AsyncSimRollout(), 4, 1,
+                           quotas=lambda step: {"math": 2, "code": 1})
+    try:
+        with pytest.raises(ValueError, match="sum to 3, expected the batch size 4"):
+            sched.next_batch(0)
+    finally:
+        sched.close()
+
+
+@pytest.mark.parametrize("partial", [False, True])
+def test_resume_after_a_crash_loses_and_repeats_nothing(partial: bool) -> None:
+    sched, source, _ = make("windowed_fifo", partial=partial, oversample=2)
+    try:
+        before = train(sched, 3)
+        state = sched.state_dict()  # taken while later groups are still generating
+    finally:
+        sched.close()
+    fresh_source = ChunkedSource(4, WEIGHTS, seed=1)
+    sched2, _, _ = make("windowed_fifo", partial=partial, oversample=2, source=fresh_source)
+    try:
+        sched2.load_state_dict(state)
+        assert fresh_source.drawn == state["prompt_source"]["drawn"]
+        after = train(sched2, 4, first_step=3)
+        pending = sched2.state_dict()["pipeline"]
+    finally:
+        sched2.close()
+    trained = [g.group_id for b in before + after for g in b]
+    pending_seqs = [e["seq"] for e in pending["uncollected"] + pending["buffer"]]
+    assert len(trained) == len(set(trained)) == 28
+    assert sorted(trained + pending_seqs) == list(range(pending["next_seq"]))
+    prompts = [(g.prompt.source, g.prompt.index) for b in before + after for g in b]
+    assert len(prompts) == len(set(prompts))
