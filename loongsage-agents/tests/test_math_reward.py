@@ -75,3 +75,18 @@ def test_works_off_the_main_thread():
     thread.start()
     thread.join()
     assert results == [CORRECT]
+
+
+@pytest.mark.parametrize(
+    "text, truth, accept, expected",
+    [
+        ("work...\nAnswer: 34", "34", True, CORRECT),
+        ("Answer: 3\nwait\nAnswer: $\\frac{5}{2}$", "2.5", True, CORRECT),  # last line wins
+        ("**Answer:** 7", "7", True, CORRECT),
+        ("\\boxed{9}\nAnswer: 8", "9", True, CORRECT),  # a box takes precedence
+        ("work...\nAnswer: 34", "34", False, NONE),  # off by default
+        ("Answer: 35", "34", True, WRONG),
+    ],
+)
+def test_dapo_answer_line(text, truth, accept, expected):
+    assert math_reward(text, truth, MathRewardParams(accept_answer_line=accept)) == expected

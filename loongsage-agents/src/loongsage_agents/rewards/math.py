@@ -6,7 +6,9 @@ verl's ``math_dapo``. Equality is decided by Hugging Face's ``math-verify`` (sym
 ``\\frac{1}{2}`` = ``0.5`` = ``1/2``; ``x = 3`` = ``3``), never by string comparison.
 
 The result is a dict, ``{"score", "correct", "boxed"}``, so training can log the format
-rate and the accuracy separately from the shaped score.
+rate and the accuracy separately from the shaped score. DAPO-Math-17k's prompts ask for a
+final ``Answer: X`` line instead of a box; ``accept_answer_line`` reads the last such line
+when there is no box (``boxed`` then means "an answer in the requested format").
 
 math-verify enforces its timeouts with ``SIGALRM``, which only works in a process's main
 thread; elsewhere (reward worker threads, Ray async actors) the timeouts are disabled
@@ -15,6 +17,7 @@ rather than failing, and the caller owns the time limit.
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -25,6 +28,7 @@ from loongsage_agents.rewards.params import MathRewardParams
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _EXTRACTION = (LatexExtractionConfig(), ExprExtractionConfig())
+_ANSWER_LINE = re.compile(r"^\s*\**Answer\**\s*:\s*(.+?)\s*$", re.MULTILINE | re.IGNORECASE)
 
 
 def last_boxed(text: str) -> str | None:
@@ -92,6 +96,9 @@ def math_reward(
     if ground_truth is None:
         raise ValueError("math reward: the prompt has no ground truth (dataset ground-truth field)")
     answer = last_boxed(sample_text)
+    if answer is None and params.accept_answer_line:
+        lines = _ANSWER_LINE.findall(sample_text)
+        answer = lines[-1].strip("$* ") if lines else None
     if answer is None or not answer.strip():
         return {"score": float(params.no_answer_score), "correct": False, "boxed": False}
     correct = answers_match(answer.strip(), ground_truth, params)

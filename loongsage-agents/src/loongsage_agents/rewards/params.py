@@ -12,4 +12,5 @@ class MathRewardParams:
     correct_score: float = 1.0  # boxed answer equal to the ground truth
     format_score: float = 0.0  # boxed answer present but wrong
     no_answer_score: float = 0.0  # no \boxed{} answer at all
+    accept_answer_line: bool = False  # also read a last "Answer: X" line (DAPO-Math prompts ask for it)
     timeout_seconds: int = 5  # math-verify parse/verify limit (main thread only; see rewards.math)
