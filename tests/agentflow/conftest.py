@@ -1,0 +1,108 @@
+"""AgentFlow fixtures: the tiny model's tokenizer, a real embedded engine, routers on loopback,
+and a scripted engine replica.
+
+The scripted replica (``scripted_engine``):
+The tiny test model has random weights: it never emits a tool call, never fails on purpose
+and cannot be made slow on demand. ``ScriptedEngine`` stands in for ``EngineClient`` in
+exactly those tests: it answers with the real tokenizer's ids of a scripted reply (plus the
+end-of-turn token) and fixed logprobs, streams them one token per chunk, can raise part-way
+through a stream, and records aborts. Everything else in those tests (router, adapters,
+SDK clients, TITO, store) is real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from loongsage.engines.client import GenerateOutput, StreamChunk
+
+from loongsage.agentflow.server import Router
+from loongsage.agentflow.settings import RouterSettings
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def engine_url(tiny_model_dir):
+    from loongsage.engines.embedded_rollout.engine import EmbeddedRolloutEngine
+
+    engine = EmbeddedRolloutEngine(str(tiny_model_dir), seed=0)
+    url = engine.start()
+    yield url
+    engine.stop()
+
+
+@pytest.fixture
+def make_router(tokenizer):
+    """Start routers over the given engines; every router is stopped after the test."""
+    started: list[Router] = []
+
+    def make(engines, **settings) -> Router:
+        router = Router(engines, tokenizer, RouterSettings(**settings))
+        router.start()
+        started.append(router)
+        return router
+
+    yield make
+    for router in started:
+        router.stop()
+
+
+@pytest.fixture
+def router(make_router, engine_url):
+    """A router over the real embedded engine (tiny model)."""
+    from loongsage.engines.client import EngineClient
+
+    return make_router([EngineClient(engine_url)])
+
+LOGPROB = -0.25
+VERSION = 3
+
+
+class ScriptedEngine:
+    """Stands in for ``EngineClient`` where the random tiny model cannot (see module docstring)."""
+
+    def __init__(self, tokenizer: Any, replies: list[str], fail_after: int | None = None,
+                 delay: float = 0.0) -> None:
+        self.tokenizer = tokenizer
+        self.replies = list(replies)
+        self.fail_after = fail_after
+        self.delay = delay
+        self.prompts: list[list[int]] = []
+        self.aborted: list[str] = []
+        self.eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    def _ids(self, input_ids: list[int]) -> list[int]:
+        self.prompts.append(list(input_ids))
+        reply = self.replies.pop(0)
+        return self.tokenizer.encode(reply, add_special_tokens=False) + [self.eos]
+
+    async def agenerate(self, input_ids, sampling_params=None, *, return_logprob=True, rid=None):
+        ids = self._ids(input_ids)
+        return GenerateOutput(ids, [LOGPROB] * len(ids), "stop", VERSION, len(input_ids), rid or "")
+
+    async def astream_generate(self, input_ids, sampling_params=None, *, return_logprob=True, rid=None):
+        ids = self._ids(input_ids)
+        for i, tok in enumerate(ids):
+            if self.fail_after is not None and i == self.fail_after:
+                raise RuntimeError("scripted engine failure")
+            await asyncio.sleep(self.delay)
+            last = i == len(ids) - 1
+            yield StreamChunk([tok], [LOGPROB], "", last, "stop" if last else None, VERSION, rid or "")
+
+    async def aabort(self, rid=None, *, abort_all=False):
+        self.aborted.append(rid)
+
+
+@pytest.fixture
+def scripted_engine(tokenizer):
+    """``scripted_engine(replies, fail_after=None, delay=0.0) -> ScriptedEngine``."""
+    return lambda replies, **kw: ScriptedEngine(tokenizer, replies, **kw)
