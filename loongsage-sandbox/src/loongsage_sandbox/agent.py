@@ -170,16 +170,18 @@ class Agent:
         return pids
 
     @staticmethod
-    def _group_alive(pgid):
+    def _group_size(pgid):
+        n = 0
         for name in os.listdir("/proc"):
             if name.isdigit():
                 try:
                     with open("/proc/%s/stat" % name) as f:
-                        if int(f.read().rsplit(")", 1)[1].split()[2]) == pgid:
-                            return True
-                except (OSError, ValueError, IndexError):
+                        fields = f.read().rsplit(")", 1)[1].split()
+                except OSError:
                     continue
-        return False
+                if fields[0] != "Z" and int(fields[2]) == pgid:
+                    n += 1
+        return n
 
     @staticmethod
     def _reap():
@@ -219,12 +221,13 @@ class Agent:
         out, err, timed_out = self._communicate(proc, stdin, start + timeout)
         killed = 0
         if timed_out:
+            killed = len(self._others()) if self.pidns else self._group_size(proc.pid)
             self.groups.discard(proc.pid)
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            killed = 1 + self.kill_all()
+            self.kill_all()
         code = proc.wait()
-        if not timed_out and not self.pidns and not self._group_alive(proc.pid):
+        if not timed_out and not self.pidns and not self._group_size(proc.pid):
             self.groups.discard(proc.pid)  # never killpg a group id the kernel may reuse
         return {
             "exit_code": code if code >= 0 else None,

@@ -55,6 +55,10 @@ class AgentSandbox(Sandbox):
                     leftovers.ENV_MARKER: self.state.id if self.state else "", **p.env},
         }
 
+    def _launch_env(self) -> dict[str, str]:
+        """Environment of the launched process; tagged so leftovers can be found after a crash."""
+        return {**os.environ, leftovers.ENV_MARKER: self.state.id}
+
     async def _after_close(self) -> None:
         """Backend-specific teardown (containers); state dir removal happens after it."""
 
@@ -63,7 +67,7 @@ class AgentSandbox(Sandbox):
         leftovers.cleanup_once()
         self.state = leftovers.StateDir.create(self.backend)
         argv = self._launch_argv(self._agent_config())
-        env = {**os.environ, leftovers.ENV_MARKER: self.state.id}
+        env = self._launch_env()
         kwargs = self._launch_kwargs()
         self._proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,

@@ -31,6 +31,7 @@ from typing import Any
 
 from loongsage.errors import ConfigError
 
+from loongsage_sandbox import leftovers
 from loongsage_sandbox.agent_client import AGENT_SOURCE, AgentSandbox
 from loongsage_sandbox.errors import SandboxCrashedError, SandboxUnavailableError
 from loongsage_sandbox.params import BwrapParams
@@ -98,9 +99,13 @@ class BwrapSandbox(AgentSandbox):
             "--proc", "/proc", "--dev", "/dev",
             "--size", disk, "--tmpfs", "/work", "--size", disk, "--tmpfs", "/tmp",
             "--ro-bind-data", str(self._agent_fd), AGENT_PATH,
-            "--chdir", "/work",
+            "--remount-ro", "/", "--chdir", "/work",
             p.python, "-I", "-S", AGENT_PATH, json.dumps(agent_config),
         ]
+
+    def _launch_env(self) -> dict[str, str]:
+        """Minimal: bwrap's own environment is readable inside (/proc/1/environ), so no host secrets."""
+        return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), leftovers.ENV_MARKER: self.state.id}
 
     def _launch_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"pass_fds": (self._agent_fd,)}

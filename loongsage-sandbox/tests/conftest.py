@@ -1,0 +1,89 @@
+"""Fixtures: registered sandbox classes, a real sandbox service, hostile-code targets."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from typing import Any, Callable
+
+import pytest
+
+from loongsage.plugins import get_registries
+
+HAS_BWRAP = shutil.which("bwrap") is not None
+needs_bwrap = pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap not installed (apt-get install -y bubblewrap)")
+
+
+def sandbox_class(name: str) -> Any:
+    return get_registries().sandbox.get(name)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_state_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Keep this session's sandbox state apart from other runs on the machine."""
+    path = tmp_path_factory.mktemp("sandbox-state")
+    os.chmod(path, 0o711)
+    os.environ["LOONGSAGE_SANDBOX_STATE_DIR"] = str(path)
+
+
+@pytest.fixture(scope="session")
+def service() -> Any:
+    """A real ``loongsage sandbox serve --backend bwrap`` process on a free loopback port."""
+    if not HAS_BWRAP:
+        pytest.skip("bubblewrap not installed; the service runs bwrap sandboxes")
+    token = secrets.token_hex(16)
+    env = {**os.environ, "LOONGSAGE_SANDBOX_TOKEN": token}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loongsage_sandbox.cli", "serve", "--backend", "bwrap", "--port", "0",
+         "--memory", "512", "--timeout", "30", "--idle-ttl", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    line = proc.stdout.readline()
+    if "serving" not in line:
+        proc.kill()
+        raise RuntimeError(f"sandbox service did not start: {line!r} {proc.stderr.read()}")
+    url = line.strip().rsplit(" ", 1)[1]
+    _wait_healthy(url, token)
+
+    class Service:
+        pass
+
+    svc = Service()
+    svc.url, svc.token, svc.proc = url, token, proc
+    yield svc
+    proc.terminate()
+    proc.wait(10)
+
+
+def _wait_healthy(url: str, token: str) -> None:
+    import time
+
+    import httpx
+
+    for _ in range(100):
+        try:
+            if httpx.get(f"{url}/health", headers={"Authorization": f"Bearer {token}"}).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError("sandbox service never became healthy")
+
+
+@pytest.fixture(params=["bwrap", "remote"])
+def hostile(request: pytest.FixtureRequest) -> Callable[..., Any]:
+    """Build an unstarted sandbox for hostile code: local bwrap, or remote -> service -> bwrap."""
+    if not HAS_BWRAP:
+        pytest.skip("bubblewrap not installed (apt-get install -y bubblewrap)")
+    if request.param == "remote":
+        svc = request.getfixturevalue("service")
+
+        def make(params: dict | None = None, **kwargs: Any) -> Any:
+            return sandbox_class("remote")({**(params or {}), "url": svc.url, "token": svc.token}, **kwargs)
+    else:
+        def make(params: dict | None = None, **kwargs: Any) -> Any:
+            return sandbox_class("bwrap")(params, **kwargs)
+    make.backend = request.param
+    return make
