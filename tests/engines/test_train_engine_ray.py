@@ -16,10 +16,12 @@ from loongsage.models.sft import sft_batch, token_mean_nll
 def test_engine_runs_in_a_ray_actor(tiny_model_dir):
     ray = pytest.importorskip("ray")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 30, ignore_reinit_error=True)
+    started = not ray.is_initialized()  # reuse a cluster another test left running
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 30)
+    model, train = ModelConfig(path=str(tiny_model_dir)), TrainConfig(lr=1e-3, micro_batch_size=2)
+    actor = ray.remote(EmbeddedTrainEngine).options(num_cpus=1).remote(model, train, device="cpu")
     try:
-        model, train = ModelConfig(path=str(tiny_model_dir)), TrainConfig(lr=1e-3, micro_batch_size=2)
-        actor = ray.remote(EmbeddedTrainEngine).options(num_cpus=1).remote(model, train, device="cpu")
         local = EmbeddedTrainEngine(model, train, device="cpu")
         messages = [{"role": "user", "content": "What is 2 + 3?"}]
         batch = sft_batch(local.tokenizer, [(messages, "\\boxed{5}")] * 3)
@@ -31,4 +33,6 @@ def test_engine_runs_in_a_ray_actor(tiny_model_dir):
         for name, tensor in local.named_tensors():
             torch.testing.assert_close(torch.tensor(state[name]), tensor, atol=1e-6, rtol=0)
     finally:
-        ray.shutdown()
+        ray.kill(actor)
+        if started:
+            ray.shutdown()
