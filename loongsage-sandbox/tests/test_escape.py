@@ -32,7 +32,7 @@ def _host_processes_with(marker: str) -> list[int]:
         if name.isdigit():
             try:
                 with open(f"/proc/{name}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
+                    if marker.encode() in f.read().replace(b"\0", b" "):
                         found.append(int(name))
             except OSError:
                 pass

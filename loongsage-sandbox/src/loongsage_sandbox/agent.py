@@ -141,6 +141,10 @@ class Agent:
             except ProcessLookupError:
                 pass
             self.groups.discard(pgid)
+            for _ in range(200):  # killed means gone: wait until the kernel has removed them
+                if not self._group_size(pgid):
+                    break
+                time.sleep(0.005)
         if self.pidns:
             for _ in range(50):
                 others = self._others()

@@ -78,6 +78,9 @@ def tagged_processes(sandbox_ids: set[str]) -> list[int]:
         if not name.isdigit() or int(name) == os.getpid():
             continue
         try:
+            with open(f"/proc/{name}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    continue
             with open(f"/proc/{name}/environ", "rb") as f:
                 env = f.read().split(b"\0")
         except OSError:

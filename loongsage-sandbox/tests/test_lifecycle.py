@@ -1,0 +1,184 @@
+"""Lifecycle and interface contract, run against every local backend that can run here."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+
+import pytest
+
+from loongsage.errors import ConfigError, UnknownPluginError
+from loongsage.plugins import get_registries
+from loongsage_sandbox.errors import (
+    SandboxClosedError,
+    SandboxCrashedError,
+    SandboxError,
+    SandboxUnavailableError,
+    UntrustedCodeRefusedError,
+)
+from loongsage_sandbox.leftovers import state_root
+
+
+HAS_BWRAP = shutil.which("bwrap") is not None
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def host_processes_with(marker):
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    if marker.encode() in f.read().replace(b"\0", b" "):
+                        found.append(int(name))
+            except OSError:
+                pass
+    return found
+
+
+def sandbox_class(name):
+    return get_registries().sandbox.get(name)
+
+
+LOCAL = [pytest.param("bwrap", marks=pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap not installed")),
+         "process"]
+
+
+def make(backend, params=None, **kwargs):
+    params = dict(params or {})
+    if backend == "process":
+        params["allow_untrusted_code"] = True
+    return sandbox_class(backend)(params, **kwargs)
+
+
+@pytest.mark.parametrize("backend", LOCAL)
+def test_exec_reports_status_output_and_flags(backend):
+    async def go():
+        async with make(backend, {"max_output_kb": 4, "env": {"GREETING": "hi"}}) as sb:
+            plain = await sb.exec("echo out; echo err >&2; exit 7")
+            stdin = await sb.exec(["python3", "-c", "import sys; print(sys.stdin.read()[::-1])"], stdin="abc")
+            big = await sb.exec("head -c 100000 /dev/zero | tr '\\0' x; head -c 9000 /dev/zero >&2")
+            env = await sb.exec("echo $GREETING $EXTRA", env={"EXTRA": "there"})
+            await sb.write_file("sub/dir/x.txt", "in sub\n")
+            cwd = await sb.exec("cat x.txt; pwd", cwd="sub/dir")
+            with pytest.raises(SandboxError) as missing:
+                await sb.exec(["/no/such/binary"])
+            return plain, stdin, big, env, cwd, missing.value
+
+    plain, stdin, big, env, cwd, missing = run(go())
+    assert (plain.exit_code, plain.stdout, plain.stderr, plain.ok) == (7, b"out\n", b"err\n", False)
+    assert stdin.stdout == b"cba\n" and stdin.ok
+    assert len(big.stdout) == 4096 and big.stdout_truncated and set(big.stdout) == {ord("x")}
+    assert len(big.stderr) == 4096 and big.stderr_truncated
+    assert env.text == "hi there\n"
+    assert cwd.text.splitlines()[0] == "in sub" and cwd.text.splitlines()[1].endswith("/sub/dir")
+    assert missing.kind == "not_found" and "/no/such/binary" in str(missing)
+
+
+@pytest.mark.parametrize("backend", LOCAL)
+def test_files_reset_and_close(backend):
+    async def go():
+        sb = make(backend, files={"main.py": "print(40 + 2)", "data/in.txt": b"\x00\x01"})
+        async with sb:
+            first = await sb.exec("python3 main.py")
+            await sb.write_file("out/result.bin", bytes(range(256)))
+            roundtrip = await sb.read_file("out/result.bin")
+            listing = await sb.list_files("out")
+            await sb.exec("echo changed > main.py; touch junk; sleep 4321 >/dev/null 2>&1 &")
+            alive_before = len(host_processes_with("sleep 4321"))
+            await sb.reset()
+            alive_after = len(host_processes_with("sleep 4321"))
+            after = await sb.exec("python3 main.py; ls; ls out 2>&1 | head -1")
+            data = await sb.read_file("data/in.txt")
+        with pytest.raises(SandboxClosedError):
+            await sb.exec("true")
+        await sb.close()  # idempotent
+        with pytest.raises(SandboxClosedError):
+            await sb.start()
+        return first, roundtrip, listing, after, data, sb, (alive_before, alive_after)
+
+    first, roundtrip, listing, after, data, sb, alive = run(go())
+    assert first.text == "42\n"
+    assert roundtrip == bytes(range(256))
+    assert [(e.name, e.type, e.size) for e in listing] == [("result.bin", "file", 256)]
+    lines = after.text.splitlines()
+    assert lines[0] == "42"  # initial file restored
+    assert lines[1:3] == ["data", "main.py"]  # junk and out/ gone
+    assert alive == (1, 0)  # the background sleeper survived its exec and was killed by reset
+    assert data == b"\x00\x01"
+    assert not (state_root() / sb.state.id).exists()
+
+
+@pytest.mark.parametrize("backend", LOCAL)
+def test_context_manager_closes_on_error_and_kills_everything(backend):
+    box = {}
+
+    async def go():
+        async with make(backend) as sb:
+            box["sb"] = sb
+            await sb.exec("sleep 321 >/dev/null 2>&1 &")
+            raise RuntimeError("agent bug")
+
+    with pytest.raises(RuntimeError, match="agent bug"):
+        run(go())
+    sb = box["sb"]
+    assert sb.closed and not (state_root() / sb.state.id).exists()
+    from loongsage_sandbox.leftovers import tagged_processes
+
+    assert tagged_processes({sb.state.id}) == []
+
+
+@pytest.mark.parametrize("backend", LOCAL)
+def test_a_dead_supervisor_is_reported_and_cleaned_up(backend):
+    async def go():
+        async with make(backend) as sb:
+            os.killpg(sb._proc.pid, signal.SIGKILL)
+            with pytest.raises(SandboxCrashedError, match="supervisor died"):
+                await sb.exec("echo hi")
+            assert sb.closed
+            return sb
+
+    sb = run(go())
+    assert not (state_root() / sb.state.id).exists()
+
+
+def test_bad_input_gets_clear_errors():
+    regs = get_registries()
+    with pytest.raises(UnknownPluginError, match="Did you mean 'bwrap'"):
+        regs.sandbox.get("bwarp", key="data_sources[0].sandbox.type")
+    with pytest.raises(ConfigError, match=r"sandbox\.memory_mb: must be a positive number, got -1"):
+        sandbox_class("bwrap")({"memory_mb": -1})
+    with pytest.raises(ConfigError, match=r"sandbox\.timeout_s"):
+        sandbox_class("process")({"timeout_s": 0, "allow_untrusted_code": True})
+    with pytest.raises(ConfigError, match=r"sandbox\.memroy_mb: unknown field"):
+        sandbox_class("bwrap")({"memroy_mb": 100})
+    with pytest.raises(SandboxUnavailableError, match="apt-get install -y bubblewrap"):
+        sandbox_class("bwrap")({"bwrap_path": "no-such-bwrap"})
+    with pytest.raises(ConfigError, match=r"exec\.timeout"):
+        async def bad_timeout():
+            async with sandbox_class("process")(untrusted=False) as sb:
+                await sb.exec("true", timeout=-1)
+        run(bad_timeout())
+
+
+def test_process_backend_refuses_untrusted_code_unless_allowed():
+    cls = sandbox_class("process")
+    with pytest.raises(UntrustedCodeRefusedError, match="allow_untrusted_code: true"):
+        cls()
+    with pytest.raises(UntrustedCodeRefusedError):
+        cls({"allow_untrusted_code": False}, untrusted=True)
+    assert cls(untrusted=False).params.allow_untrusted_code is False
+    assert cls({"allow_untrusted_code": True}).untrusted is True
+
+
+def test_registry_entries_build_typed_params():
+    entry = get_registries().sandbox.entry("bwrap")
+    params = entry.build_params({"memory_mb": 512, "ro_binds": ["/usr/share"]}, key="data_sources[0].sandbox")
+    sb = entry.obj(params)
+    assert (sb.params.memory_mb, sb.params.ro_binds, sb.params.cpu_time_s) == (512, ["/usr/share"], 2)
+    assert sorted(get_registries().sandbox.names()) == ["bwrap", "docker", "process", "remote"]
