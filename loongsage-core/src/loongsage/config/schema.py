@@ -77,8 +77,9 @@ class AlgorithmConfig:
     advantage_estimator: Any = field(default_factory=lambda: {"name": "grpo"})
     policy_loss: Any = field(default_factory=lambda: {"name": "ppo_clip"})
     loss_agg_mode: str = "token_mean"
+    loss_agg_norm_len: Optional[float] = None  # C of seq_mean_token_sum_norm (Dr. GRPO); null = padded width
     kl: KLConfig = field(default_factory=KLConfig)
-    is_correction: Any = None  # PluginRef or null
+    is_correction: Any = None  # PluginRef, list of PluginRefs (e.g. [opsm, token]) or null
     filters: List[Any] = field(default_factory=list)  # PluginRefs
 
 

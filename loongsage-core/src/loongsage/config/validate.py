@@ -134,7 +134,12 @@ def _resolve_plugins(cfg: DictConfig, registries: Registries) -> None:
     alg = cfg.algorithm
     alg.advantage_estimator = _resolve_ref(alg.advantage_estimator, "advantage", "algorithm.advantage_estimator", registries)
     alg.policy_loss = _resolve_ref(alg.policy_loss, "policy_loss", "algorithm.policy_loss", registries)
-    if alg.is_correction is not None:
+    if isinstance(alg.is_correction, ListConfig):
+        alg.is_correction = [
+            _resolve_ref(c, "is_correction", f"algorithm.is_correction[{i}]", registries)
+            for i, c in enumerate(alg.is_correction)
+        ]
+    elif alg.is_correction is not None:
         alg.is_correction = _resolve_ref(alg.is_correction, "is_correction", "algorithm.is_correction", registries)
     alg.filters = [
         _resolve_ref(f, "data_filter", f"algorithm.filters[{i}]", registries) for i, f in enumerate(alg.filters)
