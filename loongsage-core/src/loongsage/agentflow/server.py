@@ -152,12 +152,6 @@ class Router:
     def _build_app(self) -> FastAPI:
         app = FastAPI(title="LoongSage AgentFlow router")
 
-        @app.api_route("/", methods=["GET", "HEAD"])
-        @app.api_route("/{tid}/{aid}", methods=["GET", "HEAD"])
-        @app.api_route("/{tid}/{aid}/", methods=["GET", "HEAD"])
-        async def root(tid: str | None = None, aid: str | None = None) -> dict[str, str]:
-            return {"service": "loongsage-agentflow"}
-
         @app.get("/health")
         async def health() -> dict[str, str]:
             return {"status": "ok"}
@@ -184,6 +178,13 @@ class Router:
         @app.post("/{tid}/{aid}/v1/{api:path}")
         async def keyed(tid: str, aid: str, api: str, http: Request) -> Response:
             return await self._handle(api, http, tid, aid)
+
+        # last: the catch-all prefix routes must not shadow /v1/... above
+        @app.api_route("/", methods=["GET", "HEAD"])
+        @app.api_route("/{tid}/{aid}", methods=["GET", "HEAD"])
+        @app.api_route("/{tid}/{aid}/", methods=["GET", "HEAD"])
+        async def root(tid: str | None = None, aid: str | None = None) -> dict[str, str]:
+            return {"service": "loongsage-agentflow"}
 
         return app
 
