@@ -20,11 +20,12 @@ def group(*samples: Sample) -> Group:
 
 def test_batch_metrics_numbers() -> None:
     batch = [group(sample([3, 3, 4, 4]), sample([4, 4]))]  # trained at version 5
-    m = batch_metrics(batch, version=5, finished_samples=4, finished_tokens=24)
+    m = batch_metrics(batch, version=5, trained=(2, 6), finished=(4, 24))
     assert m["async/staleness_mean"] == pytest.approx((2 + 2 + 1 + 1 + 1 + 1) / 6)
     assert m["async/staleness_max"] == 2.0
     assert m["rollout/partial_ratio"] == 0.5  # one of two samples spans two versions
     assert m["rollout/length_bias"] == pytest.approx(3.0 / 6.0)  # trained mean 3 vs all 6
+    assert batch_metrics(batch, 5, trained=(4, 24), finished=(4, 24))["rollout/length_bias"] == 1.0
 
 
 def test_masking_drops_only_the_prefix_of_continued_samples() -> None:

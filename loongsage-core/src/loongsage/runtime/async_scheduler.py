@@ -116,7 +116,11 @@ class AsyncScheduler:
         batch, rollout_wait = self._call(self._take(quotas))
         pipe = self._pipeline
         self._metrics = {
-            **batch_metrics(batch, pipe.version, pipe.finished_samples, pipe.finished_tokens),
+            **batch_metrics(
+                batch, pipe.version,
+                trained=(pipe.trained_samples, pipe.trained_tokens),
+                finished=(pipe.finished_samples, pipe.finished_tokens),
+            ),
             "rollout/pipeline_buf_size": float(len(pipe.buffered_groups())),
             "perf/trainer_wait_s": time.perf_counter() - start,
             "perf/rollout_wait_s": rollout_wait,

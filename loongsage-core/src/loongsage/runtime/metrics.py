@@ -5,10 +5,11 @@
   (``Sample.weight_versions``).
 * ``rollout/partial_ratio``: fraction of the batch's samples whose tokens were sampled by
   more than one weight version (continued across an update by partial rollout).
-* ``rollout/length_bias``: mean response length of the batch's samples divided by the mean
-  response length of every sample generated so far, trained or not. 1.0 means training
-  sees the lengths the policy produces; below 1.0 means the schedule favours short
-  responses (first finishers), which is how a policy that starves long rollouts shows up.
+* ``rollout/length_bias``: mean response length of every sample trained so far divided by
+  the mean response length of every sample generated so far, trained or not (cumulative on
+  both sides, so a schedule that trains everything it generates reads exactly 1.0). Below
+  1.0 means the schedule favours short responses (first finishers), which is how a policy
+  that starves long rollouts shows up.
   None of the peers report this (REFERENCE §2.1, tinker-cookbook PR #822 on the bias).
 """
 
@@ -19,12 +20,18 @@ from typing import Sequence
 from loongsage.data.types import Group
 
 
-def batch_metrics(batch: Sequence[Group], version: int, finished_samples: int, finished_tokens: int) -> dict[str, float]:
+def batch_metrics(
+    batch: Sequence[Group],
+    version: int,
+    *,
+    trained: tuple[int, int],
+    finished: tuple[int, int],
+) -> dict[str, float]:
+    """``trained`` and ``finished`` are cumulative (samples, response tokens) counts."""
     samples = [s for g in batch for s in g.samples]
     lags = [version - v for s in samples for v in s.weight_versions]
-    lengths = [len(s.response_ids) for s in samples]
-    overall = finished_tokens / finished_samples if finished_samples else 0.0
-    mean_len = sum(lengths) / len(lengths) if lengths else 0.0
+    overall = finished[1] / finished[0] if finished[0] else 0.0
+    mean_len = trained[1] / trained[0] if trained[0] else 0.0
     return {
         "async/staleness_mean": sum(lags) / len(lags) if lags else 0.0,
         "async/staleness_max": float(max(lags)) if lags else 0.0,

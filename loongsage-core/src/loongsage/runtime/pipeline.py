@@ -106,8 +106,10 @@ class Pipeline:
         self.paused = False
         self._uncollected: dict[int, _Entry] = {}  # R, in seq order
         self._buffer: dict[int, _Entry] = {}  # Q, in collection order
-        self.finished_samples = 0  # all samples whose generation ended (for length bias)
+        self.finished_samples = 0  # every sample whose generation ended (for length bias)
         self.finished_tokens = 0
+        self.trained_samples = 0  # every sample handed to the trainer
+        self.trained_tokens = 0
 
     # ------------------------------------------------------------------ views
     def view(self) -> WindowView:
@@ -244,6 +246,8 @@ class Pipeline:
             chosen.extend(picked)
         batch = [self._buffer.pop(seq).group for seq in sorted(chosen)]
         self.training += len(batch)
+        self.trained_samples += sum(len(g.samples) for g in batch)
+        self.trained_tokens += sum(len(s.response_ids) for g in batch for s in g.samples)
         return batch
 
     def _needs(self, quotas: Optional[Mapping[str, int]]) -> dict[Optional[str], int]:
@@ -296,6 +300,8 @@ class Pipeline:
             "buffer": [save(e) for e in self._buffer.values()],
             "finished_samples": self.finished_samples,
             "finished_tokens": self.finished_tokens,
+            "trained_samples": self.trained_samples,
+            "trained_tokens": self.trained_tokens,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -311,6 +317,8 @@ class Pipeline:
         self._buffer = {d["seq"]: load(d) for d in state["buffer"]}
         self.finished_samples = state["finished_samples"]
         self.finished_tokens = state["finished_tokens"]
+        self.trained_samples = state["trained_samples"]
+        self.trained_tokens = state["trained_tokens"]
         self.policy.on_reset()
         for seq in self._uncollected:
             self.policy.on_dispatched(seq)
