@@ -15,7 +15,6 @@ import base64
 import json
 import os
 import signal
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from loongsage_sandbox.errors import SandboxCrashedError, SandboxError
 
 AGENT_SOURCE = Path(__file__).with_name("agent.py")
 GRACE_S = 10.0  # on top of an exec's own timeout before the supervisor counts as hung
-_LIVE: "weakref.WeakSet[AgentSandbox]" = weakref.WeakSet()
+_LIVE: "set[AgentSandbox]" = set()  # strong refs: an unclosed sandbox must still be found at exit
 
 
 class AgentSandbox(Sandbox):
@@ -177,7 +176,13 @@ class AgentSandbox(Sandbox):
 @atexit.register
 def _close_all_at_exit() -> None:
     """Kill supervisors and remove state of sandboxes nobody closed (no event loop needed)."""
-    for sb in list(_LIVE):
+    live = [sb for sb in _LIVE if sb.state is not None]
+    for sb in live:
         sb._kill_group()
-        if sb.state is not None:
-            sb.state.remove()
+    for pid in leftovers.tagged_processes({sb.state.id for sb in live}) if live else ():
+        try:
+            os.kill(pid, signal.SIGKILL)  # children in their own sessions, outside the group
+        except (ProcessLookupError, PermissionError):
+            pass
+    for sb in live:
+        sb.state.remove()
