@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "async_runtime.py"
@@ -16,6 +17,7 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "async_runtime.py"
 def test_benchmark_json_rows(capsys) -> None:
     spec = importlib.util.spec_from_file_location("async_runtime_bench", BENCH)
     bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # dataclasses look their module up while the file loads
     spec.loader.exec_module(bench)
     assert bench.main(["--steps", "3", "--batch", "4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
