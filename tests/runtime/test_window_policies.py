@@ -135,3 +135,29 @@ def test_gated_is_stricter_than_no_window_and_fifo_only_changes_collection() -> 
     v = view(in_flight=2, next_seq=20, oldest_uncollected_seq=13)
     assert WindowGated().dispatch_count(v) == 1 < NoWindow().dispatch_count(v) == 6
     assert WindowedFifo().dispatch_count(v) == NoWindow().dispatch_count(v)
+
+
+def test_the_policy_written_in_the_docs_works() -> None:
+    """The `HalfBuffer` example in docs/async.md, executed as written."""
+    import re
+    import sys
+    import types
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "async.md").read_text()
+    code = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "class HalfBuffer" in b)
+    module = types.ModuleType("docs_half_buffer")
+    sys.modules[module.__name__] = module  # dataclasses resolve their module while defined
+    exec(compile(code, "docs/async.md", "exec"), module.__dict__)
+
+    class Plugin:
+        @staticmethod
+        @hookimpl
+        def loongsage_register_window_policies(register):
+            register("half_buffer", module.HalfBuffer, params=module.HalfBufferParams)
+
+    registries = load_plugins(extra=[(Plugin, "docs_window_plugin")])
+    policy = build_window_policy({"name": "half_buffer", "max_buffered": 3}, registries)
+    assert policy.dispatch_count(view(buffered=3)) == 5
+    assert policy.dispatch_count(view(buffered=4)) == 0
+    assert build_window_policy("half_buffer", registries).dispatch_count(view(buffered=3)) == 0  # B // 2 = 2
