@@ -37,7 +37,7 @@ def forward_logprobs(model, prompt, output) -> torch.Tensor:
 
 @pytest.fixture
 def engine(tiny_model_dir):
-    eng = EmbeddedRolloutEngine(str(tiny_model_dir), seed=3)
+    eng = EmbeddedRolloutEngine(str(tiny_model_dir), seed=3, num_threads=1)
     eng.start()
     yield eng
     eng.stop()

@@ -254,13 +254,14 @@ class EngineClient:
                     meta = out.get("meta_info", {})
                     ids, logprobs = _tokens(out, "/generate")
                     total = int(meta.get("completion_tokens", len(ids)))
-                    if len(ids) == total and total >= seen_tokens:  # cumulative chunk
+                    text = out.get("text") or ""
+                    if len(ids) == total:  # cumulative chunk (SGLang's default)
                         ids = ids[seen_tokens:]
                         logprobs = logprobs[seen_tokens:] if logprobs is not None else None
+                        delta, seen_text = text[len(seen_text):], text
+                    else:  # incremental chunk (--stream-output)
+                        delta, seen_text = text, seen_text + text
                     seen_tokens = total
-                    text = out.get("text") or ""
-                    delta = text[len(seen_text):] if text.startswith(seen_text) else text
-                    seen_text = text if text.startswith(seen_text) else seen_text + text
                     reason, _ = _finish(meta)
                     yield StreamChunk(ids, logprobs, delta, reason is not None, reason,
                                       _version(meta.get("weight_version")), body["rid"])

@@ -1,0 +1,143 @@
+"""Output tokens/s of the embedded rollout engine vs transformers' static-batch ``generate``.
+
+Workload (REFERENCE.md §6.8): ``--requests`` prompts (8–40 tokens) whose response lengths are
+long-tailed, from 8 to 118 new tokens (most short, a few long), sampled at temperature 1 with
+EOS ignored so every request produces exactly its length. Both sides run the same prompts
+with the same torch thread count, interleaved round by round, in one process:
+
+* **baseline**: one left-padded ``model.generate`` over all requests with
+  ``max_new_tokens`` = the longest length; a request's useful tokens are its first n, the
+  rest is what static batching wastes on a long-tailed batch;
+* **embedded**: all requests sent at once over HTTP (``EngineClient.agenerate`` against a real
+  loopback server), each with its own ``max_new_tokens``; finished rows leave the batch.
+
+Reported: useful output tokens/s of each (median over ``--rounds``) and their ratio. The
+embedded figure includes HTTP and JSON overhead; the baseline has none.
+
+    .venv/bin/python benchmarks/embedded_engine.py [--model tiny|smollm2] [--requests 32]
+        [--rounds 3] [--threads N] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import time
+
+import torch
+
+
+def workload(n: int, seed: int, vocab: int) -> tuple[list[list[int]], list[int]]:
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(3, vocab) for _ in range(rng.randint(8, 40))] for _ in range(n)]
+    # long tail: n_i = 8 + 110 * u^3 for evenly spaced u, shuffled (median ~22, max 118)
+    lengths = [8 + round(110 * (i / max(n - 1, 1)) ** 3) for i in range(n)]
+    rng.shuffle(lengths)
+    return prompts, lengths
+
+
+def run_baseline(model, prompts: list[list[int]], lengths: list[int]) -> float:
+    width = max(len(p) for p in prompts)
+    ids = torch.zeros(len(prompts), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=max(lengths), do_sample=True,
+                             temperature=1.0, top_p=1.0, top_k=0, eos_token_id=None, pad_token_id=0)
+    elapsed = time.perf_counter() - start
+    assert out.shape[1] - width == max(lengths)
+    return elapsed
+
+
+def run_embedded(client, prompts: list[list[int]], lengths: list[int]) -> float:
+    async def go():
+        return await asyncio.gather(*[
+            client.agenerate(p, {"max_new_tokens": n, "temperature": 1.0, "ignore_eos": True})
+            for p, n in zip(prompts, lengths)
+        ])
+
+    start = time.perf_counter()
+    outs = asyncio.run(go())
+    elapsed = time.perf_counter() - start
+    assert [len(o.output_ids) for o in outs] == lengths
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=["tiny", "smollm2"], default="tiny")
+    ap.add_argument("--requests", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    args = ap.parse_args(argv)
+
+    from transformers import AutoModelForCausalLM
+
+    from loongsage.engines.client import EngineClient
+    from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
+
+    if args.model == "tiny":
+        from loongsage.models.tiny import ensure_tiny_model as ensure
+    else:
+        from loongsage.models.smollm2 import ensure_smollm2 as ensure
+    path = str(ensure())
+    threads = args.threads or torch.get_num_threads()
+    torch.set_num_threads(threads)
+    torch.manual_seed(args.seed)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    engine = EmbeddedRolloutEngine(path, max_running_requests=max(64, args.requests),
+                                   num_threads=threads, seed=args.seed)
+    url = engine.start()
+    client = EngineClient(url, timeout=3600)
+    prompts, lengths = workload(args.requests, args.seed, model.config.vocab_size)
+    useful = sum(lengths)
+    try:
+        warm = slice(0, min(4, args.requests))
+        run_baseline(model, prompts[warm], [8] * len(prompts[warm]))
+        run_embedded(client, prompts[warm], [8] * len(prompts[warm]))
+        base_t, emb_t = [], []
+        for _ in range(args.rounds):
+            base_t.append(run_baseline(model, prompts, lengths))
+            emb_t.append(run_embedded(client, prompts, lengths))
+    finally:
+        client.close()
+        engine.stop()
+    base_tps = useful / statistics.median(base_t)
+    emb_tps = useful / statistics.median(emb_t)
+    result = {
+        "benchmark": "embedded_engine",
+        "model": args.model,
+        "requests": args.requests,
+        "new_tokens_min": min(lengths), "new_tokens_median": statistics.median(lengths),
+        "new_tokens_max": max(lengths), "useful_tokens": useful,
+        "threads": threads, "rounds": args.rounds,
+        "baseline_hf_generate_tok_s": round(base_tps, 1),
+        "embedded_engine_tok_s": round(emb_tps, 1),
+        "ratio": round(emb_tps / base_tps, 2),
+        "baseline_seconds": [round(t, 3) for t in base_t],
+        "embedded_seconds": [round(t, 3) for t in emb_t],
+    }
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"embedded engine vs HF generate (static batch) | model={args.model} "
+          f"requests={args.requests} new tokens {min(lengths)}-{max(lengths)} "
+          f"(median {statistics.median(lengths)}) | threads={threads} rounds={args.rounds}")
+    print(f"{'engine':<34}{'median s':>10}{'useful tok/s':>15}")
+    print(f"{'HF generate, static batch':<34}{statistics.median(base_t):>10.3f}{base_tps:>15.1f}")
+    print(f"{'embedded engine over HTTP':<34}{statistics.median(emb_t):>10.3f}{emb_tps:>15.1f}")
+    print(f"ratio embedded / baseline: {emb_tps / base_tps:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
