@@ -4,6 +4,7 @@ from loongsage import hookimpl
 from loongsage_agents.agents.params import SingleTurnParams
 from loongsage_agents.datasets.params import FileDatasetParams, SyntheticMathParams
 from loongsage_agents.rewards.params import MathRewardParams
+from loongsage_agents.rewards.code_exec import CodeExecParams
 
 
 @hookimpl
@@ -19,6 +20,7 @@ def loongsage_register_datasets(register):
 @hookimpl
 def loongsage_register_rewards(register):
     register("math", "loongsage_agents.rewards.math:math_reward", params=MathRewardParams)
+    register("code_exec", "loongsage_agents.rewards.code_exec:code_exec_reward", params=CodeExecParams)
 
 
 @hookimpl
