@@ -33,7 +33,8 @@ def ragged_batch(n=4, length=20, seed=0) -> TrainBatch:
 
 def token_mean_nll(ctx):
     loss = -(ctx.logprobs * ctx.batch.loss_mask).sum() / ctx.global_num_tokens
-    share = (ctx.batch.extras["advantages"][:, None] * ctx.batch.loss_mask).sum() / ctx.global_num_tokens
+    adv = ctx.batch.extras["advantages"][:, None] * ctx.batch.loss_mask
+    share = adv.sum() / ctx.global_num_tokens
     return loss, {"nll": loss.detach(), "adv_token_mean": share}
 
 
@@ -185,6 +186,8 @@ def test_from_config_reads_sections_and_rejects_unknown_fields(tiny_model_dir):
     group = engine.optimizer.param_groups[0]
     assert (group["lr"], group["betas"], engine.train_cfg.micro_batch_size) == (3e-4, (0.8, 0.9), 5)
     with pytest.raises(ConfigError, match="^train: .*micro_batch"):
-        EmbeddedTrainEngine.from_config({"model": {"path": str(tiny_model_dir)}, "train": {"micro_batch": 2}})
+        EmbeddedTrainEngine.from_config(
+            {"model": {"path": str(tiny_model_dir)}, "train": {"micro_batch": 2}}
+        )
     with pytest.raises(ConfigError, match="model.dtype"):
         EmbeddedTrainEngine.from_config({"model": {"path": str(tiny_model_dir), "dtype": "fp8"}})

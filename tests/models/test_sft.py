@@ -34,9 +34,8 @@ def test_loss_mask_covers_exactly_answer_and_eos(tiny_model_dir):
 
 
 def test_sft_lowers_answer_loss_and_restores_optimizer(tiny_model_dir):
-    engine = EmbeddedTrainEngine(
-        ModelConfig(path=str(tiny_model_dir)), TrainConfig(lr=1e-5, micro_batch_size=4), device="cpu"
-    )
+    train = TrainConfig(lr=1e-5, micro_batch_size=4)
+    engine = EmbeddedTrainEngine(ModelConfig(path=str(tiny_model_dir)), train, device="cpu")
     data = examples()
     before = engine.compute_logprobs(sft_batch(engine.tokenizer, data))["logprobs"]
     losses = run_sft(engine, data, engine.tokenizer, steps=25, batch_size=8, lr=3e-3)
@@ -60,7 +59,8 @@ class _Source:
 
     def get(self, index):
         meta = {"solution": f"sol {index}"} if self.name == "a" else {}
-        return Prompt(self.name, index, [{"role": "user", "content": f"{self.name}{index}"}], str(index), meta)
+        messages = [{"role": "user", "content": f"{self.name}{index}"}]
+        return Prompt(self.name, index, messages, str(index), meta)
 
 
 def test_sft_examples_alternate_sources_and_use_solutions():
@@ -70,6 +70,7 @@ def test_sft_examples_alternate_sources_and_use_solutions():
     assert [m[0]["content"][0] for m, _ in ex] == ["a", "b"] * 3
     for messages, answer in ex:
         index = messages[0]["content"][1:]
-        assert answer == (f"sol {index}" if messages[0]["content"][0] == "a" else f"\\boxed{{{index}}}")
+        from_a = messages[0]["content"][0] == "a"
+        assert answer == (f"sol {index}" if from_a else f"\\boxed{{{index}}}")
     assert [m[0]["content"] for m, _ in ex[1::2]] == ["b0", "b1", "b2"]
     assert torch.tensor([int(m[0]["content"][1:]) for m, _ in ex[::2]]).lt(50).all()

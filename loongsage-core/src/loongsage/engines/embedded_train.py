@@ -38,7 +38,10 @@ def _section(cfg: Any, name: str, schema: type) -> Any:
     from omegaconf import DictConfig, OmegaConf
 
     node = cfg.get(name) if cfg is not None else None
-    values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
+    if isinstance(node, DictConfig):
+        values = OmegaConf.to_container(node, resolve=True)
+    else:
+        values = dict(node or {})
     try:
         return schema(**values)
     except TypeError as err:
@@ -74,7 +77,9 @@ class EmbeddedTrainEngine:
         seed: int = 0,
     ) -> None:
         if train.micro_batch_size < 1:
-            raise ConfigError("train.micro_batch_size", f"must be >= 1, got {train.micro_batch_size}")
+            raise ConfigError(
+                "train.micro_batch_size", f"must be >= 1, got {train.micro_batch_size}"
+            )
         from transformers import AutoTokenizer
 
         self.model_cfg, self.train_cfg = model, train
@@ -82,10 +87,12 @@ class EmbeddedTrainEngine:
         if train.num_threads > 0:
             torch.set_num_threads(train.num_threads)
         torch.manual_seed(seed)
-        self.model = load_causal_lm(model.path, model.dtype, model.trust_remote_code).to(self.device)
+        self.model = load_causal_lm(model.path, model.dtype, model.trust_remote_code)
+        self.model.to(self.device)
         self.model.eval()
         if train.gradient_checkpointing:
-            self.model.gradient_checkpointing_enable()
+            enable = getattr(self.model, "activation_checkpointing_enable", None)
+            (enable or self.model.gradient_checkpointing_enable)()
             self.model.train()  # HF only checkpoints in training mode; dropout is already off
         self.tokenizer = AutoTokenizer.from_pretrained(
             model.tokenizer_path or model.path, trust_remote_code=model.trust_remote_code
@@ -96,7 +103,9 @@ class EmbeddedTrainEngine:
         self.ref_offload = self.device.type != "cpu"
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Any], device: str | None = None) -> "EmbeddedTrainEngine":
+    def from_config(
+        cls, cfg: Mapping[str, Any], device: str | None = None
+    ) -> "EmbeddedTrainEngine":
         """Build from the full resolved config (sections ``model``, ``train``, ``trainer``)."""
         from loongsage.models.resolve import resolve_model_path
 
@@ -150,7 +159,9 @@ class EmbeddedTrainEngine:
             out["entropy"] = torch.cat(entropy)
         return out
 
-    def compute_logprobs(self, batch: TrainBatch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
+    def compute_logprobs(
+        self, batch: TrainBatch, with_entropy: bool = False
+    ) -> dict[str, torch.Tensor]:
         """``{"logprobs": [N, L]}`` (+ ``"entropy"``) in fp32 on CPU, without grad."""
         return self._forward_all(self.model, batch, with_entropy)
 
@@ -162,7 +173,8 @@ class EmbeddedTrainEngine:
         (``ref_offload``).
         """
         if self._ref is None:
-            ref = load_causal_lm(self.model_cfg.path, self.model_cfg.dtype, self.model_cfg.trust_remote_code)
+            m = self.model_cfg
+            ref = load_causal_lm(m.path, m.dtype, m.trust_remote_code)
             ref.requires_grad_(False).eval()
             self._ref = ref if self.ref_offload else ref.to(self.device)
         self._ref.to(self.device)
@@ -175,7 +187,12 @@ class EmbeddedTrainEngine:
     # training ------------------------------------------------------------------------
 
     def train_step(
-        self, batch: TrainBatch, loss_fn: LossFn, mini_batches: int = 1, *, with_entropy: bool = False
+        self,
+        batch: TrainBatch,
+        loss_fn: LossFn,
+        mini_batches: int = 1,
+        *,
+        with_entropy: bool = False,
     ) -> dict[str, float]:
         """Split ``batch`` into ``mini_batches`` optimizer steps; return averaged metrics.
 
@@ -187,14 +204,20 @@ class EmbeddedTrainEngine:
         """
         n = len(batch)
         if not 1 <= mini_batches <= n:
-            raise ConfigError("train.mini_batches_per_step", f"must be in [1, {n}] for {n} rows, got {mini_batches}")
+            raise ConfigError(
+                "train.mini_batches_per_step",
+                f"must be in [1, {n}] for a batch of {n} rows, got {mini_batches}",
+            )
         totals: dict[str, float] = {}
         for rows in torch.tensor_split(torch.arange(n), mini_batches):
-            for key, value in self._mini_batch_step(batch.rows(rows), loss_fn, with_entropy).items():
+            metrics = self._mini_batch_step(batch.rows(rows), loss_fn, with_entropy)
+            for key, value in metrics.items():
                 totals[key] = totals.get(key, 0.0) + value / mini_batches
         return totals
 
-    def _mini_batch_step(self, batch: TrainBatch, loss_fn: LossFn, with_entropy: bool) -> dict[str, float]:
+    def _mini_batch_step(
+        self, batch: TrainBatch, loss_fn: LossFn, with_entropy: bool
+    ) -> dict[str, float]:
         mask = batch.loss_mask.float()
         num_tokens = max(float(mask.sum()), 1.0)
         num_seqs = max(float((mask.sum(-1) > 0).sum()), 1.0)
@@ -204,8 +227,10 @@ class EmbeddedTrainEngine:
             micro = batch.rows(rows)
             logprobs, entropy = self._logprobs(self.model, micro, with_entropy)
             device_micro = TrainBatch(
-                micro.input_ids.to(self.device), micro.attention_mask.to(self.device),
-                micro.loss_mask.to(self.device), {k: v.to(self.device) for k, v in micro.extras.items()},
+                micro.input_ids.to(self.device),
+                micro.attention_mask.to(self.device),
+                micro.loss_mask.to(self.device),
+                {k: v.to(self.device) for k, v in micro.extras.items()},
             )
             ctx = LossContext(device_micro, logprobs, entropy, num_tokens, num_seqs)
             out = loss_fn(ctx)

@@ -44,7 +44,9 @@ def sft_examples(sources: Mapping[str, Any], n: int, seed: int = 0) -> list[Exam
     return out
 
 
-def encode_example(tokenizer: Any, messages: list[dict[str, Any]], answer: str) -> tuple[list[int], int]:
+def encode_example(
+    tokenizer: Any, messages: list[dict[str, Any]], answer: str
+) -> tuple[list[int], int]:
     """Token ids of prompt + answer + eos, and the index where the answer starts."""
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -85,7 +87,9 @@ def run_sft(
     if not examples:
         raise LoongSageError("trainer.sft: no examples to train on")
     if batch_size < 1 or steps < 0:
-        raise LoongSageError(f"trainer.sft: need batch_size >= 1 and steps >= 0, got {batch_size}, {steps}")
+        raise LoongSageError(
+            f"trainer.sft: need batch_size >= 1 and steps >= 0, got {batch_size} and {steps}"
+        )
     rng = random.Random(f"sft-batches:{seed}")
     engine.reset_optimizer(lr)
     losses = []
@@ -99,6 +103,8 @@ def run_sft(
     return losses
 
 
-def train_sft(engine: Any, examples: Sequence[Example], steps: int, batch_size: int, lr: float) -> list[float]:
+def train_sft(
+    engine: Any, examples: Sequence[Example], steps: int, batch_size: int, lr: float
+) -> list[float]:
     """``run_sft`` with the engine's own tokenizer (shipped into the train actor)."""
     return run_sft(engine, examples, engine.tokenizer, steps, batch_size, lr)
