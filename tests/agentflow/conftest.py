@@ -87,6 +87,8 @@ class ScriptedEngine:
 
     async def agenerate(self, input_ids, sampling_params=None, *, return_logprob=True, rid=None):
         ids = self._ids(input_ids)
+        if self.fail_after is not None:
+            raise RuntimeError("scripted engine failure")
         return GenerateOutput(ids, [LOGPROB] * len(ids), "stop", VERSION, len(input_ids), rid or "")
 
     async def astream_generate(self, input_ids, sampling_params=None, *, return_logprob=True, rid=None):
