@@ -14,54 +14,37 @@ import random
 from dataclasses import dataclass, field
 from typing import Optional
 
+from loongsage.data.mixer import DataMixer
 from loongsage.data.types import Group, Prompt, Sample
+from loongsage.runtime.prompt_source import BatchedPromptSource
 
 
-def apportion(batch_size: int, weights: dict[str, float]) -> dict[str, int]:
-    """Largest-remainder split of one batch over sources (ties broken by name)."""
-    total = sum(weights.values())
-    exact = {s: batch_size * w / total for s, w in weights.items()}
-    counts = {s: int(x) for s, x in exact.items()}
-    rest = sorted(exact, key=lambda s: (-(exact[s] - counts[s]), s))
-    for s in rest[: batch_size - sum(counts.values())]:
-        counts[s] += 1
-    return counts
+@dataclass
+class ListSource:
+    """An in-memory data source for the real DataMixer: prompt ``i`` of ``name`` is ``name-i``."""
+
+    name: str
+    weight: float
+    n: int = 1000
+
+    def size(self) -> int:
+        return self.n
+
+    def get(self, index: int) -> Prompt:
+        return Prompt(source=self.name, index=index, messages=[{"role": "user", "content": f"{self.name}-{index}"}])
 
 
-class ChunkedSource:
-    """Prompt stream with exact per-batch shares: each chunk of B prompts holds quota[s] of s.
+def make_source(batch_size: int, weights: dict[str, float], seed: int = 0) -> BatchedPromptSource:
+    """The real DataMixer (exact per-batch shares, varying with its carried rounding) behind the
+    scheduler's adapter; each source has 1000 prompts, so ``index`` is unique within an epoch."""
+    mixer = DataMixer([ListSource(name, w) for name, w in weights.items()], seed=seed)
+    return BatchedPromptSource(mixer, batch_size)
 
-    A stand-in for the DataMixer (same contract: next_prompt, state_dict, load_state_dict).
-    """
 
-    def __init__(self, batch_size: int, weights: dict[str, float], seed: int = 0) -> None:
-        self.quota = apportion(batch_size, weights)
-        self.seed = seed
-        self.drawn = 0
-        self._per_source = {s: 0 for s in weights}
-
-    def quotas(self, step: int) -> dict[str, int]:
-        return dict(self.quota)
-
-    def _chunk(self, k: int) -> list[str]:
-        names = [s for s, n in sorted(self.quota.items()) for _ in range(n)]
-        random.Random(self.seed * 100003 + k).shuffle(names)
-        return names
-
-    def next_prompt(self) -> Prompt:
-        b = sum(self.quota.values())
-        source = self._chunk(self.drawn // b)[self.drawn % b]
-        index = self._per_source[source]
-        self._per_source[source] += 1
-        self.drawn += 1
-        return Prompt(source=source, index=index, messages=[{"role": "user", "content": f"{source}-{index}"}])
-
-    def state_dict(self) -> dict:
-        return {"drawn": self.drawn, "per_source": dict(self._per_source)}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.drawn = state["drawn"]
-        self._per_source = dict(state["per_source"])
+def dispatched(source: BatchedPromptSource) -> int:
+    """Prompts handed to the scheduler so far (drawn by the mixer minus those still queued)."""
+    state = source.state_dict()
+    return state["mixer"]["drawn"] - len(state["queue"])
 
 
 def target_lengths(prompt: Prompt, n_samples: int) -> list[int]:

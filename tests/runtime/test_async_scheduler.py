@@ -17,14 +17,14 @@ import pytest
 from loongsage.data.types import Group, Prompt
 from loongsage.runtime.async_scheduler import AsyncScheduler, SchedulerStalled
 from loongsage.runtime.scheduler import build_window_policy
-from runtime_sim import AsyncSimRollout, ChunkedSource, start_group
+from runtime_sim import AsyncSimRollout, dispatched, make_source, start_group
 
 WEIGHTS = {"math": 2.0, "code": 1.0, "chat": 1.0}
 
 
 def make(policy: str = "no_window", *, batch_size: int = 4, stale_steps: int = 1, partial: bool = False,
          oversample: int = 0, rollout=None, source=None):
-    source = source or ChunkedSource(batch_size, WEIGHTS, seed=1)
+    source = source or make_source(batch_size, WEIGHTS, seed=1)
     rollout = rollout or AsyncSimRollout(n_samples=2, tokens_per_tick=4)
     sched = AsyncScheduler(
         build_window_policy(policy), source, rollout, batch_size, stale_steps,
@@ -136,7 +136,7 @@ def test_a_trainer_that_never_updates_weights_gets_a_clear_stall_error() -> None
 
 
 def test_bad_configuration_is_rejected_naming_the_field() -> None:
-    source = ChunkedSource(4, WEIGHTS)
+    source = make_source(4, WEIGHTS)
     with pytest.raises(ValueError, match="rollout.partial=true"):
         AsyncScheduler(build_window_policy("no_window"), source, AsyncSimRollout(), 4, 1, partial=True)
     sched = AsyncScheduler(build_window_policy("no_window"), source, AsyncSimRollout(), 4, 1,
@@ -156,11 +156,11 @@ def test_resume_after_a_crash_loses_and_repeats_nothing(partial: bool) -> None:
         state = sched.state_dict()  # taken while later groups are still generating
     finally:
         sched.close()
-    fresh_source = ChunkedSource(4, WEIGHTS, seed=1)
+    fresh_source = make_source(4, WEIGHTS, seed=1)
     sched2, _, _ = make("windowed_fifo", partial=partial, oversample=2, source=fresh_source)
     try:
         sched2.load_state_dict(state)
-        assert fresh_source.drawn == state["prompt_source"]["drawn"]
+        assert dispatched(fresh_source) == state["pipeline"]["next_seq"]
         after = train(sched2, 4, first_step=3)
         pending = sched2.state_dict()["pipeline"]
     finally:

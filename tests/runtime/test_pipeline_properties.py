@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from loongsage.runtime.pipeline import Pipeline
 from loongsage.runtime.scheduler import build_window_policy
 from loongsage.runtime.window import WindowPolicy, WindowView
-from runtime_sim import ChunkedSource, SimGroup, start_group
+from runtime_sim import SimGroup, dispatched, make_source, start_group
 
 N_SAMPLES = 2
 
@@ -85,7 +85,7 @@ class Run:
     recorders: list[Recorder] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.source = ChunkedSource(self.cfg.batch_size, self.cfg.weights, seed=self.cfg.seed)
+        self.source = make_source(self.cfg.batch_size, self.cfg.weights, seed=self.cfg.seed)
         self.pipe = self._new_pipeline()
         self.running: dict[int, SimGroup] = {}
 
@@ -122,12 +122,14 @@ class Run:
     def step(self) -> None:
         while True:
             self.pump()
-            batch = self.pipe.take_batch(self.source.quotas(len(self.batches)))
+            step = len(self.batches)
+            quotas = [self.source.quotas(step + j) for j in range(self.pipe.staleness_bound + 1)]
+            batch = self.pipe.take_batch(quotas)
             if batch is not None:
                 break
             assert self.running, "stalled: the trainer waits and nothing is running"
             self.decode_event()
-        self.record(batch)
+        self.record(batch, quotas[0])
         for _ in range(self.rng.randrange(4)):  # rollout overlaps the train step
             if self.running:
                 self.decode_event()
@@ -138,7 +140,7 @@ class Run:
             self.running.clear()
         self.pipe.on_weights_updated(self.pipe.version + 1)
 
-    def record(self, batch) -> None:
+    def record(self, batch, quota: dict[str, int]) -> None:
         version = self.pipe.version
         assert len(batch) == self.cfg.batch_size
         counts: dict[str, int] = {}
@@ -148,14 +150,14 @@ class Run:
             for s in g.samples:
                 assert all(v <= version for v in s.weight_versions)
                 self.max_staleness = max([self.max_staleness] + [version - v for v in s.weight_versions])
-        assert counts == {k: v for k, v in self.source.quotas(0).items() if v}
+        assert counts == {k: v for k, v in quota.items() if v}
         self.batches.append([g.group_id for g in batch])
         self.trained_seqs += [g.group_id for g in batch]
         self.trained_prompts += [(g.prompt.source, g.prompt.index) for g in batch]
 
     def crash_and_resume(self) -> None:
         state = {"pipe": self.pipe.state_dict(), "source": self.source.state_dict()}
-        self.source = ChunkedSource(self.cfg.batch_size, self.cfg.weights, seed=self.cfg.seed)
+        self.source = make_source(self.cfg.batch_size, self.cfg.weights, seed=self.cfg.seed)
         self.source.load_state_dict(state["source"])
         self.pipe = self._new_pipeline()
         self.pipe.load_state_dict(state["pipe"])
@@ -182,7 +184,7 @@ configs = st.builds(
     stale_steps=st.integers(0, 3),
     oversample=st.integers(0, 4),
     partial=st.booleans(),
-    weights=st.sampled_from([{"a": 1.0}, {"a": 1.0, "b": 1.0}, {"a": 3.0, "b": 1.0, "c": 2.0}]),
+    weights=st.sampled_from([{"a": 1.0}, {"a": 1.0, "b": 1.0}, {"a": 0.7, "b": 0.3}, {"a": 3.0, "b": 1.0, "c": 2.0}]),
     steps=st.integers(1, 10),
     crash_steps=st.frozensets(st.integers(0, 9), max_size=3),
     seed=st.integers(0, 2**31),
@@ -208,7 +210,7 @@ def test_bounds_hold_and_no_group_is_lost_or_trained_twice(cfg: Config) -> None:
     assert len(set(run.trained_seqs)) == len(run.trained_seqs)
     assert len(set(run.trained_prompts)) == len(run.trained_prompts)
     assert sorted(run.trained_seqs + run.pending_seqs()) == list(range(pipe.next_seq))
-    assert pipe.next_seq == run.source.drawn
+    assert pipe.next_seq == dispatched(run.source)
 
 
 @settings(max_examples=150, deadline=None)
@@ -256,7 +258,7 @@ def straggler_run(policy: str, pipeline_cls: type = Pipeline, steps: int = 3) ->
             del run.running[group.seq]
             run.pipe.complete(group.seq, group.result())
             run.pump()
-        run.record(batch)
+        run.record(batch, {"a": 2})
         run.pipe.on_weights_updated(run.pipe.version + 1)
         run.pump()
     return run

@@ -10,7 +10,7 @@ from loongsage.plugins import get_registries, load_plugins
 from loongsage.runtime.pipeline import Pipeline
 from loongsage.runtime.scheduler import build_window_policy
 from loongsage.runtime.window import NoWindow, WindowedFifo, WindowGated, WindowPolicy, WindowView
-from runtime_sim import ChunkedSource, start_group
+from runtime_sim import make_source, start_group
 
 
 def view(**kw) -> WindowView:
@@ -72,7 +72,7 @@ class Greedy(WindowPolicy):
 
 def test_the_pipeline_caps_a_greedy_policy_and_keeps_the_oldest_collectable() -> None:
     pipe = Pipeline(Greedy(), batch_size=2, stale_steps=1)
-    source = ChunkedSource(2, {"a": 1.0})
+    source = make_source(2, {"a": 1.0})
     assert pipe.dispatch_budget() == 4
     tickets = [pipe.dispatch(source.next_prompt()) for _ in range(4)]
     assert pipe.dispatch_budget() == 0
@@ -106,7 +106,7 @@ def test_a_custom_policy_registers_from_a_plugin_and_gates_collection() -> None:
     assert isinstance(policy, EvenOnly)
     assert registries.window_policy.entry("even_first").distribution == "user_window_plugin"
     pipe = Pipeline(policy, batch_size=2, stale_steps=1)
-    source = ChunkedSource(2, {"a": 1.0})
+    source = make_source(2, {"a": 1.0})
     tickets = [pipe.dispatch(source.next_prompt()) for _ in range(4)]
     for t in tickets[1:]:
         sim = start_group(t.prompt, t.seq, t.version, 1)

@@ -17,6 +17,9 @@ and the per-source quotas is ready) and in the weight-update calls. All bookkeep
 * may be a coroutine function (preferred: runs on the loop) or a plain function (runs in
   a thread pool of ``capacity`` threads).
 
+``quotas(step)`` gives the per-source group counts of a step's batch; it is asked for the
+current step and the next ``S'`` (``BatchedPromptSource.quotas`` over the DataMixer).
+
 Weight updates: call ``pause()`` before syncing weights and ``on_weights_updated(v)``
 after. ``pause()`` stops dispatching; with partial rollout it also calls
 ``abort_inflight()`` (wire it to the engine client's ``/pause_generation`` with mode
@@ -111,7 +114,8 @@ class AsyncScheduler:
 
     def next_batch(self, step: int) -> list[Group]:
         """Block until the batch for ``step`` is ready and return it (exactly B groups)."""
-        quotas = self._quotas(step) if self._quotas is not None else None
+        ahead = range(step, step + self._pipeline.staleness_bound + 1)
+        quotas = [self._quotas(s) for s in ahead] if self._quotas is not None else None
         start = time.perf_counter()
         batch, rollout_wait = self._call(self._take(quotas))
         pipe = self._pipeline
@@ -219,7 +223,7 @@ class AsyncScheduler:
             self._error = self._error or err
             self._changed.set()
 
-    async def _take(self, quotas: Optional[Mapping[str, int]]) -> tuple[list[Group], float]:
+    async def _take(self, quotas: Optional[list[Mapping[str, int]]]) -> tuple[list[Group], float]:
         if not self._started:
             self._started = True
             self._idle_since = time.perf_counter()
@@ -234,7 +238,7 @@ class AsyncScheduler:
                 raise SchedulerStalled(
                     f"next_batch cannot complete: nothing is running and the window allows no dispatch "
                     f"(paused={pipe.paused}, capacity={pipe.capacity}, in_flight={pipe.view().in_flight}, "
-                    f"buffered={pipe.view().buffered}, training={pipe.training}, quotas={quotas}); "
+                    f"buffered={pipe.view().buffered}, training={pipe.training}, quotas={quotas[0] if quotas else None}); "
                     "call on_weights_updated after each trained batch"
                 )
             self._changed.clear()

@@ -30,12 +30,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from loongsage.data.types import Group, Prompt, Sample
 from loongsage.runtime.window import WindowPolicy, WindowView
 
 RUNNING, FINISHED, WAITING, BUFFERED = "running", "finished", "waiting", "buffered"
+
+Quotas = Union[None, Mapping[str, int], Sequence[Mapping[str, int]]]
 
 
 @dataclass
@@ -202,13 +204,14 @@ class Pipeline:
         """The last version whose step may train this group: ``dispatch_version + S'``."""
         return entry.dispatch_version + self.staleness_bound
 
-    def forced(self, entries: list[_Entry], quota: int) -> list[_Entry]:
+    def forced(self, entries: list[_Entry], quota_ahead: Sequence[int]) -> list[_Entry]:
         """The groups this step must train so no group ever misses its deadline.
 
         Earliest-deadline-first: with ``N(w)`` untrained groups due by version ``w`` and
-        ``quota`` groups trained per step, the batch must take ``max_w N(w) - quota*(w - v)``
-        of the earliest-deadline ones (buffered ones first among equal deadlines, so the
-        trainer waits as little as possible). Capacity keeps that at most ``quota``.
+        ``quota_ahead[j]`` groups of theirs trained ``j`` steps from now, the batch must take
+        ``max_w N(w) - sum(quota_ahead[1 .. w - v])`` of the earliest-deadline ones (buffered
+        ones first among equal deadlines, so the trainer waits as little as possible).
+        Capacity keeps that at most ``quota_ahead[0]``.
         """
         order = sorted(entries, key=lambda e: (self.deadline(e), e.state != BUFFERED, e.seq))
         must = due = 0
@@ -216,23 +219,28 @@ class Pipeline:
             due += 1
             last_of_deadline = i + 1 == len(order) or self.deadline(order[i + 1]) != self.deadline(entry)
             if last_of_deadline:
-                must = max(must, due - quota * (self.deadline(entry) - self.version))
-        return order[: min(must, quota)]
+                later = self.deadline(entry) - self.version
+                room = sum(quota_ahead[min(j, len(quota_ahead) - 1)] for j in range(1, later + 1))
+                must = max(must, due - room)
+        return order[: min(must, quota_ahead[0])]
 
-    def take_batch(self, quotas: Optional[Mapping[str, int]] = None) -> Optional[list[Group]]:
+    def take_batch(self, quotas: Quotas = None) -> Optional[list[Group]]:
         """Hand the trainer one batch, or ``None`` if it must wait.
 
-        Per source (all sources as one when ``quotas`` is None): the groups the staleness
-        guard forces (waiting for any that has not reached the buffer), then buffered
-        groups in collection order (first finishers first).
+        ``quotas``: ``None`` (one stream of ``B``), one ``{source: count}`` for every step,
+        or a list of them for this step and the next ones (``quotas[j]`` is step + j's; the
+        last repeats). Per source: the groups the staleness guard forces (waiting for any
+        that has not reached the buffer), then buffered groups in collection order (first
+        finishers first).
         """
         chosen: list[int] = []
-        for source, need in self._needs(quotas).items():
+        for source, ahead in self._plan(quotas).items():
+            need = ahead[0]
             mine = [
                 e for pool in (self._uncollected, self._buffer) for e in pool.values()
                 if source is None or e.prompt.source == source
             ]
-            forced = self.forced(mine, need)
+            forced = self.forced(mine, ahead)
             if any(e.state != BUFFERED for e in forced):
                 return None
             picked = [e.seq for e in forced]
@@ -250,17 +258,23 @@ class Pipeline:
         self.trained_tokens += sum(len(s.response_ids) for g in batch for s in g.samples)
         return batch
 
-    def _needs(self, quotas: Optional[Mapping[str, int]]) -> dict[Optional[str], int]:
+    def _plan(self, quotas: Quotas) -> dict[Optional[str], list[int]]:
+        """``{source: [quota now, quota next step, ...]}`` after checking every step's quotas."""
         if quotas is None:
-            return {None: self.batch_size}
-        if any(not isinstance(n, int) or n < 0 for n in quotas.values()):
-            raise ValueError(f"scheduler quotas: expected non-negative ints per source, got {dict(quotas)}")
-        if sum(quotas.values()) != self.batch_size:
-            raise ValueError(
-                f"scheduler quotas: per-source counts {dict(quotas)} sum to "
-                f"{sum(quotas.values())}, expected the batch size {self.batch_size}"
-            )
-        return {source: n for source, n in quotas.items() if n > 0}
+            return {None: [self.batch_size]}
+        steps = [quotas] if isinstance(quotas, Mapping) else list(quotas)
+        if not steps:
+            raise ValueError("scheduler quotas: expected at least this step's per-source counts")
+        for j, step in enumerate(steps):
+            if any(not isinstance(n, int) or n < 0 for n in step.values()):
+                raise ValueError(f"scheduler quotas (step +{j}): expected non-negative ints per source, got {dict(step)}")
+            if sum(step.values()) != self.batch_size:
+                raise ValueError(
+                    f"scheduler quotas (step +{j}): per-source counts {dict(step)} sum to "
+                    f"{sum(step.values())}, expected the batch size {self.batch_size}"
+                )
+        sources = [s for s, n in steps[0].items() if n > 0]
+        return {s: [step.get(s, 0) for step in steps] for s in sources}
 
     # ----------------------------------------------------------- weight updates
     def pause(self) -> None:
