@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import socket
 import threading
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
+import numpy as np
 import torch
 
 from loongsage.engines.embedded_rollout.scheduler import Scheduler
@@ -147,9 +148,12 @@ class EmbeddedRolloutEngine:
         self.url = None
 
     # ---- weights -------------------------------------------------------------------------
-    def apply_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
+    def apply_weights(self, named_tensors: Iterable[tuple[str, Any]] | Mapping[str, Any],
                       version: int | None = None) -> int:
         """Copy ``named_tensors`` (HF parameter names) into the model between decode steps.
+
+        Accepts ``(name, tensor)`` pairs or a ``{name: tensor}`` mapping; numpy arrays are
+        taken without a copy (what a Ray actor receives fastest, REFERENCE.md §6.8).
 
         All names and shapes are checked before anything is written, and the copy happens on
         the decode thread, so no request sees half-updated weights. Running requests then
@@ -157,7 +161,8 @@ class EmbeddedRolloutEngine:
         plus one. A multi-bucket update is atomic per call; pause generation around a
         sequence of calls to make the whole sequence atomic. Returns the new version.
         """
-        items = list(named_tensors)
+        pairs = named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors
+        items = [(n, torch.from_numpy(t) if isinstance(t, np.ndarray) else t) for n, t in pairs]
         for name, tensor in items:
             target = self._params.get(name)
             if target is None:

@@ -128,6 +128,10 @@ class Scheduler:
         return {"running": len(self._rows), "waiting": len(self._waiting), **self.stats}
 
     @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and not self._stopping
+
+    @property
     def paused(self) -> bool:
         return self._paused
 

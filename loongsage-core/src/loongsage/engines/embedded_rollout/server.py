@@ -225,6 +225,8 @@ def build_app(engine: "EmbeddedRolloutEngine") -> FastAPI:
 
     @app.api_route("/health", methods=["GET", "POST"])
     async def health():
+        if not sched.alive:
+            return JSONResponse({"status": "decode loop stopped"}, status_code=503)
         return {"status": "ok"}
 
     return app
