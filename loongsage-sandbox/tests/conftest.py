@@ -29,32 +29,53 @@ def _private_state_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["LOONGSAGE_SANDBOX_STATE_DIR"] = str(path)
 
 
+class Service:
+    """A running ``loongsage sandbox serve`` subprocess."""
+
+    def __init__(self, *extra: str):
+        self.token = secrets.token_hex(16)
+        env = {**os.environ, "LOONGSAGE_SANDBOX_TOKEN": self.token}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "loongsage_sandbox.cli", "serve", "--backend", "bwrap", "--port", "0",
+             "--memory", "512", "--timeout", "30", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        line = self.proc.stdout.readline()
+        if "serving" not in line:
+            self.proc.kill()
+            raise RuntimeError(f"sandbox service did not start: {line!r} {self.proc.stderr.read()}")
+        self.url = line.strip().rsplit(" ", 1)[1]
+        _wait_healthy(self.url, self.token)
+
+    def stop(self) -> int:
+        self.proc.terminate()
+        return self.proc.wait(20)
+
+
 @pytest.fixture(scope="session")
 def service() -> Any:
     """A real ``loongsage sandbox serve --backend bwrap`` process on a free loopback port."""
     if not HAS_BWRAP:
         pytest.skip("bubblewrap not installed; the service runs bwrap sandboxes")
-    token = secrets.token_hex(16)
-    env = {**os.environ, "LOONGSAGE_SANDBOX_TOKEN": token}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "loongsage_sandbox.cli", "serve", "--backend", "bwrap", "--port", "0",
-         "--memory", "512", "--timeout", "30", "--idle-ttl", "60"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    line = proc.stdout.readline()
-    if "serving" not in line:
-        proc.kill()
-        raise RuntimeError(f"sandbox service did not start: {line!r} {proc.stderr.read()}")
-    url = line.strip().rsplit(" ", 1)[1]
-    _wait_healthy(url, token)
-
-    class Service:
-        pass
-
-    svc = Service()
-    svc.url, svc.token, svc.proc = url, token, proc
+    svc = Service("--idle-ttl", "60")
     yield svc
-    proc.terminate()
-    proc.wait(10)
+    svc.stop()
+
+
+@pytest.fixture
+def start_service() -> Any:
+    """Start a private service with extra CLI arguments; stopped after the test."""
+    if not HAS_BWRAP:
+        pytest.skip("bubblewrap not installed; the service runs bwrap sandboxes")
+    started = []
+
+    def start(*extra: str) -> Service:
+        started.append(Service(*extra))
+        return started[-1]
+
+    yield start
+    for svc in started:
+        if svc.proc.poll() is None:
+            svc.stop()
 
 
 def _wait_healthy(url: str, token: str) -> None:

@@ -101,3 +101,39 @@ def test_remote_needs_a_token_and_a_reachable_service(monkeypatch):
 
     with pytest.raises(SandboxUnavailableError, match="unreachable"):
         run(go())
+
+
+def _host_processes_with(marker):
+    import os
+
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    if marker.encode() in f.read().replace(b"\0", b" "):
+                        found.append(int(name))
+            except OSError:
+                pass
+    return found
+
+
+def test_idle_sandboxes_expire_and_stopping_the_service_closes_the_rest(start_service):
+    import time
+
+    svc = start_service("--idle-ttl", "0.5")
+    auth = {"Authorization": f"Bearer {svc.token}"}
+    idle = httpx.post(f"{svc.url}/sandboxes", headers=auth, json={}).json()["id"]
+    for _ in range(100):  # the reaper runs every idle-ttl seconds
+        if _health(svc)["sandboxes"] == 0:
+            break
+        time.sleep(0.1)
+    gone = httpx.post(f"{svc.url}/sandboxes/{idle}/exec", headers=auth, json={"argv": ["true"]})
+    assert gone.status_code == 404 and gone.json()["error"] == "not_found"
+
+    busy = httpx.post(f"{svc.url}/sandboxes", headers=auth, json={}).json()["id"]
+    started = httpx.post(f"{svc.url}/sandboxes/{busy}/exec", headers=auth,
+                         json={"argv": ["sh", "-c", "sleep 6543 >/dev/null 2>&1 &"]})
+    assert started.status_code == 200 and len(_host_processes_with("sleep 6543")) == 1
+    svc.stop()  # SIGTERM: graceful shutdown closes every sandbox (bwrap's die-with-parent backs it up)
+    assert _host_processes_with("sleep 6543") == []

@@ -142,7 +142,7 @@ class Agent:
                 pass
             self.groups.discard(pgid)
             for _ in range(200):  # killed means gone: wait until the kernel has removed them
-                if not self._group_size(pgid):
+                if not self._group_alive(pgid):
                     break
                 time.sleep(0.005)
         if self.pidns:
@@ -172,6 +172,16 @@ class Agent:
                 if state != "Z":
                     pids.append(int(name))
         return pids
+
+    @staticmethod
+    def _group_alive(pgid):
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
 
     @staticmethod
     def _group_size(pgid):
@@ -231,7 +241,7 @@ class Agent:
             proc.wait()
             self.kill_all()
         code = proc.wait()
-        if not timed_out and not self.pidns and not self._group_size(proc.pid):
+        if not timed_out and not self.pidns and not self._group_alive(proc.pid):
             self.groups.discard(proc.pid)  # never killpg a group id the kernel may reuse
         return {
             "exit_code": code if code >= 0 else None,

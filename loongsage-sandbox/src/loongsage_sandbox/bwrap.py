@@ -108,7 +108,7 @@ class BwrapSandbox(AgentSandbox):
         return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), leftovers.ENV_MARKER: self.state.id}
 
     def _launch_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"pass_fds": (self._agent_fd,)}
+        kwargs: dict[str, Any] = {"pass_fds": (self._agent_fd,), "cwd": "/"}
         uid = self._host_uid()
         if uid is not None:
             kwargs.update(user=uid, group=uid, extra_groups=[])

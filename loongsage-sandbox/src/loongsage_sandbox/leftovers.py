@@ -130,7 +130,7 @@ def cleanup_leftovers() -> dict[str, int]:
         if not _owner_alive(record):
             dead[path.name] = path
     killed = 0
-    for _ in range(5):  # tagged processes may fork while being killed
+    for _ in range(5 if dead else 0):  # tagged processes may fork while being killed
         pids = tagged_processes(set(dead))
         if not pids:
             break

@@ -39,7 +39,7 @@ class ProcessSandbox(AgentSandbox):
 
         workdir = self.state.path / "work"
         agent_config.update(workdir=str(workdir), pidns=False)
-        return [sys.executable, "-I", str(AGENT_SOURCE), json.dumps(agent_config)]
+        return [sys.executable, "-I", "-S", str(AGENT_SOURCE), json.dumps(agent_config)]
 
     def describe(self) -> str:
         return "process (rlimits only; not a security boundary)"
