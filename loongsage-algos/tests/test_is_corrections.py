@@ -99,22 +99,32 @@ def test_objective_applies_tis_weight_to_the_policy_loss():
     assert metrics["train/is_logprob_abs_diff"] == pytest.approx(2.1 / 5)
 
 
-def test_m2po_with_opsm_composes_and_is_split_invariant():
+def test_m2po_with_opsm_composes_and_is_split_invariant_after_prepare():
     g = torch.Generator().manual_seed(3)
     n, length = 6, 5
     mask = (torch.rand(n, length, generator=g) > 0.2).double()
     old = -torch.rand(n, length, generator=g, dtype=D)
-    extras = {"old_logprobs": old, "rollout_logprobs": old + 0.1 * torch.randn(n, length, generator=g, dtype=D),
+    extras = {"old_logprobs": old, "rollout_logprobs": old + 0.3 * torch.randn(n, length, generator=g, dtype=D),
               "advantages": torch.randn(n, 1, generator=g, dtype=D).expand(n, length) * mask}
     logprobs = old + 0.3 * torch.randn(n, length, generator=g, dtype=D)
-    obj = Objective.from_config({"policy_loss": {"name": "m2po", "threshold": 1.0},  # one micro-batch-free mask
+    obj = Objective.from_config({"policy_loss": {"name": "m2po", "threshold": 0.04},
                                  "is_correction": {"name": "opsm", "delta": 0.05}}, get_registries())
-    full, full_m = obj(loss_context(logprobs, mask, extras))
-    split, split_m = split_and_sum(obj, logprobs, mask, extras, [0, 2, 3, 6])
-    assert full_m["train/m2po_masked_frac"] == 0.0  # threshold 1.0 keeps every token in any split
+    batch = loss_context(logprobs, mask, extras).batch
+    obj.prepare(batch)  # the batch-level M2PO mask, as the trainer does before splitting
+    prepared = batch.extras
+    full, full_m = obj(loss_context(logprobs, mask, prepared))
+    split, split_m = split_and_sum(obj, logprobs, mask, prepared, [0, 2, 3, 6])
+    assert 0 < full_m["train/m2po_masked_frac"] < 1 and 0 < full_m["train/opsm_drop_frac"] < 1
     assert split.item() == pytest.approx(full.item(), rel=1e-12)
-    assert 0 < full_m["train/opsm_drop_frac"] < 1
-    assert split_m["train/opsm_drop_frac"] == pytest.approx(full_m["train/opsm_drop_frac"])
+    for key in ("train/m2po_masked_frac", "train/opsm_drop_frac", "train/keep_frac"):
+        assert split_m[key] == pytest.approx(full_m[key]), key
+    # the kept tokens' second moment respects the threshold over the whole batch
+    sq = (old - extras["rollout_logprobs"]) ** 2
+    kept = prepared["m2po_keep"] * mask
+    assert (sq * kept).sum() / kept.sum() <= 0.04
+    # without prepare each micro-batch would compute its own statistic
+    bare, _ = split_and_sum(obj, logprobs, mask, extras, [0, 2, 3, 6])
+    assert bare.item() != pytest.approx(full.item(), rel=1e-6)
 
 
 def _reject(cfg, key, reason):

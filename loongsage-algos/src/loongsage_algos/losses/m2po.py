@@ -13,10 +13,13 @@ included (the paper's 1/Σ|o_i|).
 Sources and deviations: the ratio in the objective is π_θ/π_roll, the paper's behaviour
 policy ratio, so M2PO itself corrects the rollout/training mismatch; that is why it may
 not be combined with an IS correction (``validate_algorithm``). AReaL measures log r as
-log π_behav − log π_prox instead (the same quantity in its decoupled-PPO terms). The
-second moment is computed over the tokens this call sees: the micro-batch (LS-ref computes
-it per micro-batch too). With ``micro_batch_size`` ≥ the mini-batch it is the paper's batch
-statistic; with smaller micro-batches the mask, unlike the aggregation, depends on the split.
+log π_behav − log π_prox instead (the same quantity in its decoupled-PPO terms).
+
+The second moment is a statistic of the whole batch (LS-ref masks "across the whole
+batch"). ``m2po_prepare`` computes the mask once on the full mini-batch (called through
+``Objective.prepare``) and stores it as ``extras["m2po_keep"]``, so the mask does not depend
+on the micro-batch split. Called without that preparation (a bare loss call), the loss
+computes the mask over the tokens it is given.
 
 Metrics: ``train/m2po_masked_frac`` (tokens masked), ``train/m2po_second_moment`` (mean of
 (log r)² before masking) and ``train/m2po_fallback`` (1 when the fallback was used).
@@ -53,19 +56,37 @@ def m2po_keep_mask(sq_log_ratio: torch.Tensor, mask: torch.Tensor, threshold: fl
     return keep, fallback
 
 
-def m2po_loss(inputs: PolicyLossInputs, params: M2POParams) -> PolicyLossOutput:
-    """M2PO: second-moment masking of π_θ/π_roll-weighted advantages, no clipping."""
+M2PO_KEEP = "m2po_keep"
+M2PO_FALLBACK = "m2po_fallback"
+
+
+def _mask_from_inputs(inputs: PolicyLossInputs, params: M2POParams) -> dict[str, torch.Tensor]:
     sq = log_mismatch(inputs.old_logprobs, inputs.rollout_logprobs).square()
     keep, fallback = m2po_keep_mask(sq, inputs.mask, params.threshold)
+    return {M2PO_KEEP: keep, M2PO_FALLBACK: torch.full_like(inputs.mask[:, 0], float(fallback))}
+
+
+def m2po_prepare(inputs: PolicyLossInputs, params: M2POParams) -> dict[str, torch.Tensor]:
+    """The batch-level keep mask [N, L] and fallback flag [N], computed once per mini-batch."""
+    return _mask_from_inputs(inputs, params)
+
+
+def m2po_loss(inputs: PolicyLossInputs, params: M2POParams) -> PolicyLossOutput:
+    """M2PO: second-moment masking of π_θ/π_roll-weighted advantages, no clipping."""
+    prepared = inputs.extras if M2PO_KEEP in inputs.extras else _mask_from_inputs(inputs, params)
+    keep = prepared[M2PO_KEEP].to(inputs.mask.dtype)
+    sq = log_mismatch(inputs.old_logprobs, inputs.rollout_logprobs).square()
     ratio = torch.exp(clamp_log_ratio(inputs.logprobs - inputs.rollout_logprobs))
-    flag = torch.full_like(inputs.mask[:, 0], float(fallback))
     return PolicyLossOutput(
         loss=-ratio * inputs.advantages,
         keep=keep,
         metrics={
             "train/m2po_masked_frac": (1.0 - keep) * inputs.mask,
             "train/m2po_second_moment": sq,
-            "train/m2po_fallback": flag,
+            "train/m2po_fallback": prepared[M2PO_FALLBACK].to(inputs.mask.dtype),
             "train/ratio_mean": ratio.detach(),
         },
     )
+
+
+m2po_loss.prepare = m2po_prepare  # type: ignore[attr-defined]

@@ -17,6 +17,11 @@ Returned metrics are additive shares (sum them over micro-batches, see ``metrics
 ``train/is_approx_k3_kl`` and ``train/is_logprob_abs_diff`` (always: token means of the
 rollout/training mismatch, ``mismatch``), plus each component's own metrics.
 
+``Objective.prepare(batch)`` must be called once per mini-batch (or per step, on the whole
+batch) after ``old_logprobs`` and ``advantages`` are set and before the batch is split: it
+runs the batch-level ``prepare`` of the components that have one (M2PO's mask), so their
+statistics do not depend on the micro-batch split.
+
 The object is picklable (it holds module-level callables and parameter dataclasses), so
 it can be shipped to a Ray train actor as its ``loss_fn``.
 """
@@ -31,6 +36,7 @@ from loongsage.algorithms.aggregation import aggregate, seq_metric, token_metric
 from loongsage.algorithms.mismatch import mismatch_metrics
 from loongsage.algorithms.types import PolicyLossInputs
 from loongsage.algorithms.validate import AlgorithmSpec, validate_algorithm
+from loongsage.engines.batch import TrainBatch
 
 REQUIRED_EXTRAS = ("old_logprobs", "rollout_logprobs", "advantages")
 
@@ -50,6 +56,23 @@ class Objective:
         """True when reference-model logprobs (``extras["ref_logprobs"]``) are needed."""
         return self.spec.needs_reference
 
+    def prepare(self, batch: TrainBatch) -> TrainBatch:
+        """Add batch-level tensors (e.g. ``m2po_keep``) to ``batch.extras``; returns ``batch``."""
+        extras = batch.extras
+        missing = [k for k in REQUIRED_EXTRAS if k not in extras]
+        if missing:
+            raise KeyError(f"Objective.prepare: TrainBatch.extras lacks {missing}")
+        old = extras["old_logprobs"].detach()
+        inputs = PolicyLossInputs(
+            logprobs=old, old_logprobs=old, rollout_logprobs=extras["rollout_logprobs"].detach(),
+            advantages=extras["advantages"].detach(), mask=batch.loss_mask.to(old.dtype), extras=extras,
+        )
+        for comp in (self.spec.policy_loss, *self.spec.corrections):
+            prep = getattr(comp.fn, "prepare", None)
+            if prep is not None:
+                extras.update(prep(inputs, comp.params))
+        return batch
+
     def _inputs(self, ctx: Any) -> PolicyLossInputs:
         extras = ctx.batch.extras
         missing = [k for k in REQUIRED_EXTRAS if k not in extras]
@@ -67,6 +90,7 @@ class Objective:
             rollout_logprobs=extras["rollout_logprobs"].detach().to(ctx.logprobs.dtype),
             advantages=extras["advantages"].detach().to(ctx.logprobs.dtype),
             mask=mask,
+            extras=extras,
         )
 
     def __call__(self, ctx: Any) -> tuple[torch.Tensor, dict[str, float]]:

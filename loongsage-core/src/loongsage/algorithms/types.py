@@ -8,6 +8,12 @@ Callable contracts (each registered object honours one; documented in docs/algor
     kl_policy      fn(logprobs [N, L], ref_logprobs [N, L]) -> Tensor [N, L]
     data_filter    fn(groups: list[Group], params) -> FilterResult   (loongsage.algorithms.filters)
 
+A policy loss or correction needing a statistic of the *whole* mini-batch (M2PO's second
+moment) sets ``fn.prepare = prep`` with ``prep(inputs: PolicyLossInputs, params) ->
+dict[str, Tensor]``: ``Objective.prepare(batch)`` calls it once on the full batch (with
+``logprobs`` = ``old_logprobs``) and stores the [N, L] / [N] tensors in ``batch.extras``,
+which are sliced with the rows into micro-batches and reach the loss as ``inputs.extras``.
+
 Metric tensors in outputs are reduced by the objective: an [N, L] tensor becomes its mean
 over the loss-masked tokens of the mini-batch, an [N] tensor its mean over the valid
 sequences. Names carry their section (``train/pg_clipfrac``).
@@ -44,6 +50,7 @@ class PolicyLossInputs:
     rollout_logprobs: torch.Tensor  # log π_roll (inference engine)
     advantages: torch.Tensor  # Â per token
     mask: torch.Tensor  # loss mask, float
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)  # batch extras (prepare outputs)
 
 
 @dataclass

@@ -37,6 +37,7 @@ def train_on_rollout(
         old_logprobs=batch.extras["old_logprobs"],
         ref_logprobs=batch.extras.get("ref_logprobs"),
     )
+    objective.prepare(batch)  # batch-level statistics (M2PO's mask) before any split
     return engine.train_step(batch, objective, mini_batches=mini_batches)
 
 
