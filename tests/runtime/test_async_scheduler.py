@@ -171,3 +171,27 @@ def test_resume_after_a_crash_loses_and_repeats_nothing(partial: bool) -> None:
     assert sorted(trained + pending_seqs) == list(range(pending["next_seq"]))
     prompts = [(g.prompt.source, g.prompt.index) for b in before + after for g in b]
     assert len(prompts) == len(set(prompts))
+
+
+def test_built_from_a_composed_recipe() -> None:
+    from loongsage.config.compose import load_config
+    from loongsage.runtime.scheduler import async_scheduler_from_config
+    from loongsage.runtime.window import WindowedFifo
+
+    cfg, registries = load_config("tiny/grpo", [
+        "async.enable=true", "placement.mode=disaggregated", "async.stale_steps=2",
+        "+async.window_policy.skew=2", "async.window_policy.name=windowed_fifo",
+        "rollout.partial=true", "rollout.oversample_groups=3",
+    ])
+    source = make_source(cfg.rollout.prompts_per_step, WEIGHTS)
+    rollout = AsyncSimRollout()
+    sched = async_scheduler_from_config(cfg, prompt_source=source, rollout_group=rollout,
+                                        abort_inflight=rollout.abort_all, registries=registries)
+    try:
+        pipe = sched.pipeline
+        assert isinstance(pipe.policy, WindowedFifo) and pipe.policy.params.skew == 2
+        assert pipe.capacity == 8 * 3 + 3 and pipe.staleness_bound == 3 and pipe.partial
+        batches = train(sched, 2)
+    finally:
+        sched.close()
+    assert [len(b) for b in batches] == [8, 8]

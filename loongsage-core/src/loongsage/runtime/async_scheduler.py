@@ -109,8 +109,9 @@ class AsyncScheduler:
 
     # ------------------------------------------------------------ public API
     @property
-    def capacity(self) -> int:
-        return self._pipeline.capacity
+    def pipeline(self) -> Pipeline:
+        """The bookkeeping (counters, bounds, policy); read it, never mutate it from outside."""
+        return self._pipeline
 
     def next_batch(self, step: int) -> list[Group]:
         """Block until the batch for ``step`` is ready and return it (exactly B groups)."""

@@ -59,3 +59,35 @@ def _plain(ref: Any) -> Mapping[str, Any]:
     except ImportError:  # pragma: no cover - omegaconf is a core dependency
         pass
     return ref
+
+
+def async_scheduler_from_config(
+    cfg: Any,
+    *,
+    prompt_source: Any,
+    rollout_group: Any,
+    abort_inflight: Any = None,
+    registries: Optional[Any] = None,
+    version: int = 0,
+) -> Any:
+    """Build the ``AsyncScheduler`` a validated config asks for.
+
+    Reads ``async.window_policy``, ``async.stale_steps``, ``rollout.prompts_per_step``,
+    ``rollout.oversample_groups`` and ``rollout.partial``; per-source quotas come from
+    ``prompt_source.quotas`` when it has them (``BatchedPromptSource``).
+    """
+    from loongsage.runtime.async_scheduler import AsyncScheduler
+
+    section = cfg["async"]
+    return AsyncScheduler(
+        build_window_policy(section.window_policy, registries),
+        prompt_source,
+        rollout_group,
+        cfg.rollout.prompts_per_step,
+        section.stale_steps,
+        quotas=getattr(prompt_source, "quotas", None),
+        oversample=cfg.rollout.oversample_groups,
+        partial=cfg.rollout.partial,
+        abort_inflight=abort_inflight,
+        version=version,
+    )
