@@ -180,3 +180,27 @@ def test_unknown_middleware_names_the_config_key(tokenizer, scripted_engine):
 
     with pytest.raises(UnknownPluginError, match=r"agentflow.middlewares\[0\]: unknown router_middleware 'agent_sesions'.*'agent_sessions'"):
         Router([scripted_engine([])], tokenizer, RouterSettings(middlewares=["agent_sesions"]))
+
+
+def test_untrained_model_calls_never_become_samples_or_the_mainline(make_router, scripted_engine):
+    router = make_router([scripted_engine(["A title", "work"])], untrained_models=["title"])
+    router.open_trajectory("t")
+    client = openai.OpenAI(base_url=router.base_urls("t")["openai"], api_key="x", max_retries=0)
+    client.chat.completions.create(model="title", messages=[{"role": "user", "content": "Title for: fix bug"}])
+    client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "fix bug"}],
+                                   tools=CHAT_TOOLS)
+    traj = stored(router, "t")
+    assert [(s["origin"], s["trainable"]) for s in traj["segments"]] == [("compact", False), ("root", True)]
+    assert traj["active_segment"] == 1
+    (sample,) = router.finish_trajectory("t", reward=1.0)
+    assert sample.reward_info["segment_id"] == 1
+
+
+def test_anthropic_count_tokens_is_the_template_length(make_router, scripted_engine, tokenizer):
+    router = make_router([scripted_engine([])])
+    client = anthropic.Anthropic(base_url=router.url, api_key="x", max_retries=0)
+    msgs = [{"role": "user", "content": "how many tokens?"}]
+    counted = client.messages.count_tokens(model="policy", system=SYSTEM, messages=msgs)
+    text = tokenizer.apply_chat_template([{"role": "system", "content": SYSTEM}, *msgs], tokenize=False,
+                                         add_generation_prompt=True)
+    assert counted.input_tokens == len(tokenizer.encode(text, add_special_tokens=False))

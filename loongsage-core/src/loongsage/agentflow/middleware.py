@@ -30,6 +30,7 @@ class TurnContext:
     headers: dict[str, str]  # lower-cased names
     trajectory: Trajectory
     subagent: bool = False
+    trainable: bool = True  # False: a side call kept out of training
     parser: ToolParser = field(default_factory=PlainParser)
     metadata: dict[str, Any] = field(default_factory=dict)
 
@@ -87,3 +88,5 @@ class AgentSessionsMiddleware(RouterMiddleware):
                 pass
         if kind in SUBAGENT_KINDS or ctx.headers.get("x-openai-subagent"):
             ctx.subagent = True
+        if kind == "untrained":
+            ctx.trainable = False

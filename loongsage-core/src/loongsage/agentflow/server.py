@@ -69,6 +69,21 @@ class Router:
         self._server = None
         self._thread: threading.Thread | None = None
 
+    @classmethod
+    def from_config(cls, cfg: Any, engine_urls: list[str], **overrides: Any) -> "Router":
+        """A router for a resolved LoongSage config: its ``agentflow`` section, the model's
+        tokenizer, one ``EngineClient`` per engine URL; ``overrides`` set ``RouterSettings`` fields."""
+        from transformers import AutoTokenizer
+
+        from loongsage.engines.client import EngineClient
+
+        model = cfg["model"] if "model" in cfg else cfg.model
+        path = model.get("tokenizer_path") or model.get("path")
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=bool(model.get("trust_remote_code")))
+        agentflow = cfg["agentflow"] if "agentflow" in cfg else {}
+        settings = RouterSettings.from_config(agentflow, **overrides)
+        return cls([EngineClient(u) for u in engine_urls], tokenizer, settings)
+
     # ---- trajectories -------------------------------------------------------------------
     def open_trajectory(self, trajectory_id: str, attempt_id: str = "0", **metadata: Any) -> Trajectory:
         return self.store.open(trajectory_id, attempt_id, **metadata)
@@ -101,29 +116,45 @@ class Router:
         return traj
 
     def _check_model(self, model: str) -> None:
-        if not self.settings.accept_any_model and model not in self.settings.served_model_names:
+        served = self.settings.served_model_names + self.settings.untrained_models
+        if not self.settings.accept_any_model and model not in served:
             raise RequestError(f"model: unknown model {model!r}; this router serves "
-                               f"{self.settings.served_model_names}", status=404, kind="model_not_found",
+                               f"{served}", status=404, kind="model_not_found",
                                param="model")
 
     # ---- HTTP -----------------------------------------------------------------------------
+    async def _count_tokens(self, http: Request) -> Response:
+        """Anthropic's ``/v1/messages/count_tokens``: the full rendering's length (stores nothing)."""
+        adapter = ADAPTERS["messages"]
+        try:
+            body = await self._json(http)
+            request = adapter.parse_request({"max_tokens": 1, **body} if isinstance(body, dict) else body)
+            text = self.renderer.render(request.messages, request.tools, True)
+        except RequestError as err:
+            return JSONResponse(adapter.render_error(err), status_code=err.status)
+        return JSONResponse({"input_tokens": len(self.renderer.encode(text))})
+
+    @staticmethod
+    async def _json(http: Request) -> Any:
+        try:
+            return json.loads(await http.body())
+        except ValueError as exc:
+            raise RequestError(f"malformed JSON body: {exc}") from None
+
     async def _handle(self, api: str, http: Request, tid: str | None, aid: str | None) -> Response:
+        if api == "messages/count_tokens":
+            return await self._count_tokens(http)
         adapter: WireAdapter | None = ADAPTERS.get(api)
         if adapter is None:
             err = RequestError(f"unknown endpoint /v1/{api}; served: {sorted('/v1/' + k for k in ADAPTERS)}",
                                status=404, kind="not_found_error")
             return JSONResponse(ADAPTERS["chat/completions"].render_error(err), status_code=404)
         try:
-            raw = await http.body()
-            try:
-                body = json.loads(raw)
-            except ValueError as exc:
-                raise RequestError(f"malformed JSON body: {exc}") from None
-            request = adapter.parse_request(body)
+            request = adapter.parse_request(await self._json(http))
             self._check_model(request.model)
             traj = self._trajectory(http, tid, aid)
             ctx = TurnContext(request=request, headers={k.lower(): v for k, v in http.headers.items()},
-                              trajectory=traj)
+                              trajectory=traj, trainable=request.model not in self.settings.untrained_models)
             turn = await self.runner.prepare(ctx)
         except RequestError as err:
             return JSONResponse(adapter.render_error(err), status_code=err.status)

@@ -12,6 +12,7 @@ class RouterSettings:
     port: int = 0  # 0 = pick a free port
     served_model_names: list[str] = field(default_factory=lambda: ["policy"])
     accept_any_model: bool = False  # black-box agents that insist on their own model names
+    untrained_models: list[str] = field(default_factory=list)  # served, never trained (OpenCode's title model)
     tool_parser: str = "hermes"
     middlewares: list[Any] = field(default_factory=list)  # names, or {"name": ..., "params": {...}}
     auto_create_trajectories: bool = False  # `loongsage serve`: any key opens a trajectory

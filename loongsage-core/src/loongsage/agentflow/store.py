@@ -40,6 +40,7 @@ class Segment:
     messages: list[dict[str, Any]] = field(default_factory=list)  # internal messages held so far
     message_ends: list[int] = field(default_factory=list)  # segment length after each sampled turn, else -1
     tools_key: str = ""  # canonical tools JSON the segment was rendered with
+    trainable: bool = True  # False: side calls kept for inspection, never a Sample (e.g. titles)
     finish_reason: str = "stop"
     num_turns: int = 0
 
@@ -68,7 +69,7 @@ class Segment:
             "start": self.start, "end": self.end, "spans": [list(s) for s in self.spans],
             "shared_len": self.shared_len, "prompt_len": self.prompt_len,
             "num_turns": self.num_turns, "finish_reason": self.finish_reason,
-            "num_messages": len(self.messages),
+            "num_messages": len(self.messages), "trainable": self.trainable,
         }
 
 
@@ -94,14 +95,19 @@ class Trajectory:
     def key(self) -> tuple[str, str]:
         return (self.trajectory_id, self.attempt_id)
 
-    def new_segment(self, origin: str, parent: int | None, shared: tuple[int, int] | None = None) -> Segment:
-        """Open a segment; ``shared`` = a span of the parent's tokens it continues from."""
-        seg = Segment(segment_id=len(self.segments), origin=origin, parent=parent)
+    def new_segment(self, origin: str, parent: int | None, shared: tuple[int, int] | None = None,
+                    trainable: bool = True) -> Segment:
+        """Open a segment; ``shared`` = a span of the parent's tokens it continues from.
+
+        A mainline segment (root, compact) becomes the active one; subagent and untrainable
+        segments never do.
+        """
+        seg = Segment(segment_id=len(self.segments), origin=origin, parent=parent, trainable=trainable)
         if shared is not None and shared[1] > shared[0]:
             seg.spans.append([shared[0], shared[1]])
             seg.shared_len = shared[1] - shared[0]
         self.segments.append(seg)
-        if origin != "subagent":
+        if origin != "subagent" and trainable:
             self.active_segment = seg.segment_id
         return seg
 
@@ -162,6 +168,8 @@ class Trajectory:
         reward = self.reward if reward is None else reward
         samples = []
         for seg in self.segments:
+            if not seg.trainable:
+                continue
             idx = list(seg.indices())
             prompt_n = seg.prompt_len
             if not any(self.loss_mask[i] for i in idx[prompt_n:]):

@@ -100,8 +100,13 @@ def _fork_point(seg: Segment, k: int) -> int:
 
 
 def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
-              subagent: bool = False, busy: set[int] | frozenset = frozenset(), max_context: int | None = None, max_new: int = 0) -> TurnPlan:
-    """Pick or open the segment for ``request``, render its new messages and append them."""
+              subagent: bool = False, trainable: bool = True, busy: set[int] | frozenset = frozenset(),
+              max_context: int | None = None, max_new: int = 0) -> TurnPlan:
+    """Pick or open the segment for ``request``, render its new messages and append them.
+
+    ``trainable=False`` requests (side calls such as OpenCode's title generation) only ever
+    match and open untrainable segments, so they never become or disturb the mainline.
+    """
     msgs = request.messages
     if not msgs:
         raise RequestError("messages: at least one message is required")
@@ -110,7 +115,7 @@ def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
     origin_wanted = "subagent" if subagent else None
     candidates = [s for s in reversed(traj.segments)
                   if (s.origin == "subagent") == subagent and s.tools_key == tools_key
-                  and s.segment_id not in busy]
+                  and s.trainable == trainable and s.segment_id not in busy]
     if traj.active_segment is not None and not subagent:
         active = traj.segments[traj.active_segment]
         if active in candidates:
@@ -132,7 +137,7 @@ def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
         seg = best
     elif best is not None:
         shared = traj.prefix_span_at(best, best.message_ends[best_k - 1])
-        seg = traj.new_segment(origin_wanted or "compact", parent=best.segment_id)
+        seg = traj.new_segment(origin_wanted or "compact", parent=best.segment_id, trainable=trainable)
         seg.spans = [list(s) for s in shared]
         seg.shared_len = len(seg)
         seg.messages = list(best.messages[:best_k])
@@ -140,17 +145,17 @@ def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
         seg.tools_key = tools_key
         forked = True
     else:
-        mainline = [s for s in traj.segments if s.origin != "subagent"]
-        origin = origin_wanted or ("compact" if mainline else "root")
+        mainline = [s for s in traj.segments if s.origin != "subagent" and s.trainable]
+        origin = origin_wanted or ("compact" if mainline or not trainable else "root")
         parent = traj.active_segment if (subagent or mainline) else None
-        seg = traj.new_segment(origin, parent=parent)
+        seg = traj.new_segment(origin, parent=parent, trainable=trainable)
         seg.tools_key = tools_key
         best_k = 0
 
     new = msgs[best_k:]
     text = renderer.delta(seg.messages, new, request.tools)
     if text is None:  # the template re-renders held turns differently: start over
-        seg = traj.new_segment(origin_wanted or "compact", parent=seg.segment_id)
+        seg = traj.new_segment(origin_wanted or "compact", parent=seg.segment_id, trainable=trainable)
         seg.tools_key = tools_key
         new = msgs
         text = renderer.delta([], new, request.tools)

@@ -49,7 +49,7 @@ class TurnRunner:
         traj = ctx.trajectory
         sampling = ctx.request.sampling.to_engine(self.default_max_tokens)
         busy = self._busy.setdefault(traj.key, set())
-        plan = plan_turn(traj, ctx.request, self.renderer, subagent=ctx.subagent, busy=busy,
+        plan = plan_turn(traj, ctx.request, self.renderer, subagent=ctx.subagent, trainable=ctx.trainable, busy=busy,
                          max_context=self.max_context, max_new=sampling["max_new_tokens"])
         busy.add(plan.segment.segment_id)
         rid = f"{traj.trajectory_id}#{traj.attempt_id}#{next(self._counter)}"
