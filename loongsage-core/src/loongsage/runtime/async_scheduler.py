@@ -126,7 +126,7 @@ class AsyncScheduler:
                 trained=(pipe.trained_samples, pipe.trained_tokens),
                 finished=(pipe.finished_samples, pipe.finished_tokens),
             ),
-            "rollout/pipeline_buf_size": float(len(pipe.buffered_groups())),
+            "rollout/pipeline_buf_size": float(pipe.view().buffered),
             "perf/trainer_wait_s": time.perf_counter() - start,
             "perf/rollout_wait_s": rollout_wait,
         }

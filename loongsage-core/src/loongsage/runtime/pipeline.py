@@ -127,13 +127,6 @@ class Pipeline:
             version=self.version,
         )
 
-    def count(self, state: str) -> int:
-        pool = self._buffer if state == BUFFERED else self._uncollected
-        return sum(1 for e in pool.values() if e.state == state)
-
-    def buffered_groups(self) -> list[Group]:
-        return [e.group for e in self._buffer.values()]
-
     # --------------------------------------------------------------- dispatch
     def dispatch_budget(self) -> int:
         """How many new groups the driver may dispatch now (0 while paused)."""
