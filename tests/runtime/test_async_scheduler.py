@@ -139,6 +139,8 @@ def test_bad_configuration_is_rejected_naming_the_field() -> None:
     source = make_source(4, WEIGHTS)
     with pytest.raises(ValueError, match="rollout.partial=true"):
         AsyncScheduler(build_window_policy("no_window"), source, AsyncSimRollout(), 4, 1, partial=True)
+    with pytest.raises(ValueError, match="async.stale_steps: expected an integer >= 0"):
+        AsyncScheduler(build_window_policy("no_window"), source, AsyncSimRollout(), 4, 0.5)
     sched = AsyncScheduler(build_window_policy("no_window"), source, AsyncSimRollout(), 4, 1,
                            quotas=lambda step: {"math": 2, "code": 1})
     try:

@@ -91,8 +91,8 @@ class Pipeline:
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"rollout.prompts_per_step: expected >= 1, got {batch_size}")
-        if stale_steps < 0:
-            raise ValueError(f"async.stale_steps: expected >= 0, got {stale_steps}")
+        if not isinstance(stale_steps, int) or stale_steps < 0:
+            raise ValueError(f"async.stale_steps: expected an integer >= 0 (versions a token may lag), got {stale_steps!r}")
         if oversample < 0:
             raise ValueError(f"rollout.oversample_groups: expected >= 0, got {oversample}")
         self.policy = policy
