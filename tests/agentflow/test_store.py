@@ -38,7 +38,7 @@ def test_one_sample_per_trainable_segment():
     assert root.prompt_ids == [1, 2, 3]
     assert root.response_ids == [4, 5, 7, 8, 10] and root.loss_mask == [1, 1, 0, 0, 1]
     assert root.response_logprobs == [-0.1, -0.2, 0.0, 0.0, -0.4]
-    assert root.weight_versions == [0, 1, -1, -1, 2]
+    assert root.weight_versions == [0, 1, 1, 1, 2]  # template tokens: the version before them
     assert (child.prompt_ids, child.response_ids, child.loss_mask) == ([9, 9], [6], [1])
     assert child.reward_info["origin"] == "subagent" and child.reward == 0.5
 

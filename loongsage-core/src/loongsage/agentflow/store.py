@@ -176,11 +176,17 @@ class Trajectory:
                 continue
             # the shared prefix belongs to the parent's sample: never trained twice
             resp = idx[prompt_n:]
+            # tokens between sampled turns carry the version of the turn before them, so a
+            # sample's versions say which policies it saw (Group.min_version) and never -1
+            versions, last = [], self.versions[resp[0]]
+            for i in resp:
+                last = self.versions[i] if self.loss_mask[i] else last
+                versions.append(last)
             samples.append(Sample(
                 prompt_ids=[self.tokens[i] for i in idx[:prompt_n]],
                 response_ids=[self.tokens[i] for i in resp],
                 response_logprobs=[self.logprobs[i] for i in resp],
-                weight_versions=[self.versions[i] for i in resp],
+                weight_versions=versions,
                 loss_mask=[self.loss_mask[i] for i in resp],
                 finish_reason="abort" if self.status == "failed" else seg.finish_reason,
                 reward=float(reward or 0.0),

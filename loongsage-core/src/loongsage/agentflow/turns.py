@@ -74,9 +74,8 @@ class TurnRunner:
             tail, parsed = decoder.finish(gen.output_ids)
             message = {"role": "assistant", "content": parsed.content,
                        "tool_calls": [c.to_openai() for c in parsed.tool_calls] or None}
-            record_generation(traj, seg, gen.output_ids, gen.logprobs, gen.versions,
-                              "tool_calls" if parsed.tool_calls else gen.finish_reason, message,
-                              decoder.stop_text(gen))
+            record_generation(traj, seg, gen.output_ids, gen.logprobs, gen.versions, gen.finish_reason,
+                              message, decoder.stop_text(gen))
             result = TurnResult(content=parsed.content, tool_calls=parsed.tool_calls,
                                 finish_reason=gen.finish_reason, prompt_tokens=len(turn.plan.prompt_ids),
                                 completion_tokens=len(gen.output_ids), model=ctx.request.model)
