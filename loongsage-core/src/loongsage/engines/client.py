@@ -17,6 +17,13 @@ UUID unless the caller gives one) so that it can be aborted.
 
 The client holds one ``httpx.Client`` for blocking calls and one ``httpx.AsyncClient`` per
 event loop, so it is safe to share between threads and between ``asyncio.run`` calls.
+
+    client = EngineClient(url)                        # e.g. EmbeddedRolloutEngine(...).start()
+    out = client.generate(ids, {"max_new_tokens": 64, "temperature": 1.0})
+    out.output_ids, out.output_logprobs, out.finish_reason, out.weight_version
+    client.pause_generation("in_place")               # keep in-flight requests
+    client.update_weights_from_tensor(model.named_parameters(), weight_version=step)
+    client.continue_generation()
 """
 
 from __future__ import annotations
