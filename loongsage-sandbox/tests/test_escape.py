@@ -136,6 +136,7 @@ def test_fork_bomb_is_capped_and_cleaned_up(hostile):
             counted = await sb.exec(["python3", "-c", counter])
             await sb.reset()  # the counter's sleeping children still hold the process budget
             bomb = await sb.exec("b() { b | b & }; b", timeout=2)
+            await sb.reset()  # bomb shells may still be failing to fork; reset kills them all
             left = await sb.exec("ps -e -o comm=")
             return counted, bomb, left
 
