@@ -268,3 +268,20 @@ def test_cannot_signal_host_processes(hostile):
     finally:
         victim.kill()
         victim.wait()
+
+
+def test_cannot_forge_supervisor_replies(hostile):
+    forged = '{"ok": true, "exit_code": 0, "stdout": "Zm9yZ2Vk", "stderr": ""}'
+
+    async def attack():
+        async with hostile() as sb:
+            r = await sb.exec(f"for p in /proc/[0-9]*/fd/1 /proc/[0-9]*/fd/0; do "
+                              f"echo '{forged}' > $p 2>/dev/null && echo wrote $p; done; exit 5")
+            nxt = await sb.exec("echo next")
+            return r, nxt
+
+    r, nxt = run(attack())
+    assert r.exit_code == 5  # the genuine status, not the forged one
+    # only the attacker's own stdout pipe (self and its children) is writable, never the protocol pipes
+    assert all(line.split("/")[2] not in ("1", "2") for line in r.text.splitlines() if line.startswith("wrote"))
+    assert nxt.text == "next\n"  # no injected line was queued on the protocol
