@@ -22,7 +22,10 @@ def run(coro):
 
 
 def pool(**kwargs):
-    return SandboxPool(get_registries().sandbox.get(BACKEND), PARAMS, files={"task.txt": "spec"}, **kwargs)
+    """Built from the registered class, the way sibling packages get a pool without importing us."""
+    made = get_registries().sandbox.get(BACKEND).pool(PARAMS, files={"task.txt": "spec"}, **kwargs)
+    assert isinstance(made, SandboxPool)
+    return made
 
 
 def test_prewarm_per_trajectory_reuse_and_reset():

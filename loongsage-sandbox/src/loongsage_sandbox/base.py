@@ -92,6 +92,14 @@ class Sandbox(abc.ABC):
         self.key = key
         self._state = _State(files={p: _as_bytes(d) for p, d in (files or {}).items()})
 
+    @classmethod
+    def pool(cls, params: Any = None, *, size: int = 2, max_size: int | None = None,
+             files: Mapping[str, bytes | str] | None = None, untrusted: bool = True) -> Any:
+        """A ``SandboxPool`` of this backend (reachable from the registry, no import needed)."""
+        from loongsage_sandbox.pool import SandboxPool
+
+        return SandboxPool(cls, params, size=size, max_size=max_size, files=files, untrusted=untrusted)
+
     # -- lifecycle ---------------------------------------------------------------
     async def start(self) -> "Sandbox":
         if self._state.closed:
