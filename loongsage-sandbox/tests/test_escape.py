@@ -233,7 +233,7 @@ def test_no_process_survives_a_timeout(hostile):
         async with hostile() as sb:
             r = await sb.exec(f"setsid sleep {tag} & (sleep {tag} &); nohup sleep {tag} >/dev/null & "
                               f"python3 -c 'import os,time; os.fork() or os.setsid(); time.sleep({tag})' & "
-                              f"sleep {tag}", timeout=1)
+                              f"sleep {tag}", timeout=3)
             left = await sb.exec("ps -e -o comm=")
             return r, left
 
