@@ -7,7 +7,8 @@ tree killing and path confinement for all backends, and cheap execs (no namespac
 per command, which is what makes pooling pay off).
 
 It must run on any Python 3 found inside the sandbox, so it imports only the standard
-library and never ``loongsage``. Requests (binary data base64-encoded):
+library and never ``loongsage``, and it stays one file (a little over our usual module
+size) because it is shipped into the sandbox as a single file. Requests (binary data base64-encoded):
 
 * ``{"op": "exec", "argv": [...], "stdin": b64|null, "timeout": s, "env": {}, "cwd": "rel"}``
 * ``{"op": "write", "path": "rel", "data": b64, "mode": 0o644}``
