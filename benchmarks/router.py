@@ -1,0 +1,143 @@
+"""The AgentFlow router's added latency and throughput vs calling the engine directly.
+
+Both sides run the same requests against the same real embedded engine (tiny model, greedy,
+``--new-tokens`` new tokens) on loopback, side by side in one run, at each concurrency level:
+
+* **direct**: each session sends the chat-template token ids of its conversation with
+  ``EngineClient.agenerate`` (what a white-box loop without a router would do);
+* **router**: each session sends the same conversation through the router with the real
+  ``openai`` SDK (``AsyncOpenAI.chat.completions.create``) under its own trajectory, so the
+  router parses, matches history, renders, tokenizes, calls the engine, parses tool calls,
+  records the turn and answers in the Chat Completions format.
+
+Reported per level (median over ``--rounds``, the two sides interleaved round by round):
+request latency p50/p99 of each side, the router's added p50/p99 (router minus direct) and
+requests/s of each. Greedy decoding on identical token ids makes both sides generate the same
+tokens, so the difference is the router's cost, not the model's. The engine, the router and
+the load generator share this machine's cores: absolute numbers depend on the load around them.
+
+    .venv/bin/python benchmarks/router.py [--levels 1,64,512] [--rounds 3] [--new-tokens 8] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def conversation(i: int) -> list[dict[str, str]]:
+    return [{"role": "system", "content": "You are terse."},
+            {"role": "user", "content": f"Session {i}: what is {i} plus {i + 1}?"}]
+
+
+async def run_direct(client, tokenizer, n: int, new_tokens: int) -> tuple[list[float], float]:
+    prompts = [tokenizer.apply_chat_template(conversation(i), tokenize=True, add_generation_prompt=True)
+               for i in range(n)]
+    prompts = [list(p["input_ids"]) if hasattr(p, "keys") else list(p) for p in prompts]
+    params = {"max_new_tokens": new_tokens, "temperature": 0.0}
+
+    async def one(ids):
+        t0 = time.perf_counter()
+        await client.agenerate(ids, params)
+        return time.perf_counter() - t0
+
+    start = time.perf_counter()
+    lat = await asyncio.gather(*(one(p) for p in prompts))
+    return list(lat), time.perf_counter() - start
+
+
+async def run_router(router, n: int, new_tokens: int, tag: str) -> tuple[list[float], float]:
+    import openai
+
+    ids = [f"{tag}-{i}" for i in range(n)]
+    for tid in ids:
+        router.open_trajectory(tid)
+    clients = [openai.AsyncOpenAI(base_url=router.base_urls(tid)["openai"], api_key="x", max_retries=0)
+               for tid in ids]
+
+    async def one(i):
+        t0 = time.perf_counter()
+        await clients[i].chat.completions.create(model="policy", messages=conversation(i),
+                                                 max_tokens=new_tokens, temperature=0)
+        return time.perf_counter() - t0
+
+    start = time.perf_counter()
+    lat = await asyncio.gather(*(one(i) for i in range(n)))
+    wall = time.perf_counter() - start
+    for tid in ids:
+        router.finish_trajectory(tid)
+    for c in clients:
+        await c.close()
+    return list(lat), wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--levels", default="1,64,512")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--new-tokens", type=int, default=8)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    from transformers import AutoTokenizer
+
+    from loongsage.agentflow.server import Router
+    from loongsage.agentflow.settings import RouterSettings
+    from loongsage.engines.client import EngineClient
+    from loongsage.engines.embedded_rollout.engine import EmbeddedRolloutEngine
+    from loongsage.models.tiny import ensure_tiny_model
+
+    model_dir = ensure_tiny_model()
+    engine = EmbeddedRolloutEngine(str(model_dir), max_running_requests=64, num_threads=1)
+    url = engine.start()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    router = Router([EngineClient(url)], tokenizer, RouterSettings())
+    router.start()
+    direct_client = EngineClient(url)
+    rows = []
+    try:
+        asyncio.run(run_direct(direct_client, tokenizer, 2, args.new_tokens))  # warm-up, not measured
+        asyncio.run(run_router(router, 2, args.new_tokens, "warmup"))
+        for level in (int(x) for x in args.levels.split(",")):
+            per = {"direct": [], "router": []}
+            for r in range(args.rounds):
+                per["direct"].append(asyncio.run(run_direct(direct_client, tokenizer, level, args.new_tokens)))
+                per["router"].append(asyncio.run(run_router(router, level, args.new_tokens, f"l{level}r{r}")))
+            row = {"sessions": level}
+            for side, runs in per.items():
+                row[f"{side}_p50_ms"] = statistics.median(percentile(lat, 0.5) for lat, _ in runs) * 1e3
+                row[f"{side}_p99_ms"] = statistics.median(percentile(lat, 0.99) for lat, _ in runs) * 1e3
+                row[f"{side}_rps"] = statistics.median(level / wall for _, wall in runs)
+            row["added_p50_ms"] = row["router_p50_ms"] - row["direct_p50_ms"]
+            row["added_p99_ms"] = row["router_p99_ms"] - row["direct_p99_ms"]
+            row["rps_ratio"] = row["router_rps"] / row["direct_rps"]
+            rows.append(row)
+    finally:
+        router.stop()
+        engine.stop()
+    if args.json:
+        print(json.dumps({"benchmark": "router", "new_tokens": args.new_tokens, "rounds": args.rounds,
+                          "rows": rows}))
+        return
+    head = (f"{'sessions':>8} | {'direct p50':>10} {'p99':>8} {'req/s':>8} | {'router p50':>10} {'p99':>8} "
+            f"{'req/s':>8} | {'added p50':>9} {'p99':>8} | {'req/s ratio':>11}")
+    print(f"AgentFlow router vs direct engine calls (tiny model, greedy, {args.new_tokens} new tokens, "
+          f"median of {args.rounds} rounds; ms)")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['sessions']:>8} | {r['direct_p50_ms']:>10.1f} {r['direct_p99_ms']:>8.1f} {r['direct_rps']:>8.1f} | "
+              f"{r['router_p50_ms']:>10.1f} {r['router_p99_ms']:>8.1f} {r['router_rps']:>8.1f} | "
+              f"{r['added_p50_ms']:>9.1f} {r['added_p99_ms']:>8.1f} | {r['rps_ratio']:>11.2f}")
+
+
+if __name__ == "__main__":
+    main()
