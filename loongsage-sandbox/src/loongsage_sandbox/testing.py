@@ -1,0 +1,53 @@
+"""Contract checks any sandbox backend must pass; third-party backends can run them too.
+
+    from loongsage_sandbox.testing import check_sandbox_contract
+    asyncio.run(check_sandbox_contract(MySandbox, {"my_option": 1}))
+
+Each check raises ``AssertionError`` with what broke. The checks cover the interface
+(``exec`` results, files API, reset, close, the closed state), not isolation: isolation is
+backend-specific and tested by the escape suite.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loongsage_sandbox.base import ExecResult, FileEntry, Sandbox
+from loongsage_sandbox.errors import SandboxClosedError, SandboxError
+
+
+async def check_sandbox_contract(cls: type, params: Any = None, *, untrusted: bool = True) -> None:
+    """Start ``cls(params)`` and check the behaviour every backend promises."""
+    assert issubclass(cls, Sandbox), f"{cls} must subclass loongsage_sandbox.base.Sandbox"
+    sb = cls(params, files={"init.txt": "initial"}, untrusted=untrusted)
+    async with sb:
+        r = await sb.exec("printf out; printf err >&2; exit 3")
+        assert isinstance(r, ExecResult), f"exec returned {type(r).__name__}, not ExecResult"
+        assert (r.exit_code, r.stdout, r.stderr, r.timed_out) == (3, b"out", b"err", False), r
+        r = await sb.exec(["cat"], stdin=b"\x00\x01binary")
+        assert r.stdout == b"\x00\x01binary", "stdin must reach the command byte for byte"
+        r = await sb.exec("sleep 30", timeout=0.5)
+        assert r.timed_out and r.exit_code is None, f"a timeout must be reported and kill the command: {r}"
+        await sb.write_file("d/x.bin", bytes(range(256)))
+        assert await sb.read_file("d/x.bin") == bytes(range(256)), "read_file must return what write_file wrote"
+        entries = await sb.list_files("d")
+        assert entries == [FileEntry("x.bin", "file", 256)], entries
+        for bad in ("../x", "/etc/passwd"):
+            try:
+                await sb.read_file(bad)
+            except SandboxError as err:
+                assert err.kind == "path_escape", f"{bad!r}: kind {err.kind!r}, expected 'path_escape'"
+            else:
+                raise AssertionError(f"read_file({bad!r}) must be refused")
+        await sb.reset()
+        names = sorted(e.name for e in await sb.list_files("."))
+        assert names == ["init.txt"], f"reset must restore only the initial files, found {names}"
+        assert await sb.read_file("init.txt") == b"initial"
+    assert sb.closed
+    try:
+        await sb.exec("true")
+    except SandboxClosedError:
+        pass
+    else:
+        raise AssertionError("exec after close must raise SandboxClosedError")
+    await sb.close()  # idempotent

@@ -1,0 +1,46 @@
+"""Every registered sandbox backend passes the shared contract (where it can run here)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+
+import pytest
+
+from loongsage.plugins import get_registries
+from loongsage_sandbox.testing import check_sandbox_contract
+
+NAMES = get_registries().sandbox.names()
+
+
+def _docker_engine() -> bool:
+    docker = shutil.which("docker")
+    try:
+        return bool(docker) and subprocess.run([docker, "version"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_registered_backend_passes_the_contract(name, request):
+    params: dict = {}
+    if name == "bwrap" and not shutil.which("bwrap"):
+        pytest.skip("bubblewrap not installed (apt-get install -y bubblewrap)")
+    if name == "docker":
+        if not _docker_engine():
+            pytest.skip("no Docker engine on this machine; see test_docker.py for the launch path")
+        params = {"pull": True}
+    if name == "process":
+        params = {"allow_untrusted_code": True}
+    if name == "remote":
+        svc = request.getfixturevalue("service")
+        params = {"url": svc.url, "token": svc.token}
+    asyncio.run(check_sandbox_contract(get_registries().sandbox.get(name), params))
+
+
+def test_every_backend_has_typed_params_and_a_doc():
+    for entry in get_registries().sandbox:
+        assert entry.params is not None and entry.doc, entry.name
+        names = [p["name"] for p in entry.param_schema()]
+        assert {"timeout_s", "memory_mb", "cpu_time_s", "disk_mb", "max_processes"} <= set(names), entry.name
