@@ -15,6 +15,7 @@ larger than its 1 GiB bucket is a hard error) and has no end-of-version verifica
 
 from __future__ import annotations
 
+import ctypes
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -77,6 +78,19 @@ def dense_item(name: str, tensor: torch.Tensor) -> WireItem:
                     as_bytes(tensor))
 
 
+def copy_bytes(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """Copy between two equally long contiguous uint8 tensors.
+
+    CPU to CPU goes through libc memmove (GIL released): on the 2-core reference machine it
+    runs 2-3x faster than torch's uint8 `copy_`, which splits the work across threads that
+    the other process of the transfer needs.
+    """
+    if dst.device.type == "cpu" and src.device.type == "cpu":
+        ctypes.memmove(dst.data_ptr(), src.data_ptr(), dst.numel())
+    else:
+        dst.copy_(src, non_blocking=dst.device.type == "cuda" and src.device.type == "cpu")
+
+
 def _crc(payload: torch.Tensor) -> int:
     return zlib.crc32(memoryview(payload.cpu().numpy()))
 
@@ -112,7 +126,7 @@ class BucketPacker:
                     buf = self.acquire(self.num_buckets % self.num_slots)
                 n = min(self.bucket_bytes - used, item.nbytes - pos)
                 if n:
-                    buf[used:used + n].copy_(item.data[pos:pos + n])
+                    copy_bytes(buf[used:used + n], item.data[pos:pos + n])
                 specs.append(TensorSpec(item.name, item.dtype, item.shape, item.encoding,
                                         item.nbytes, pos, used, n, item.count))
                 pos += n
@@ -181,13 +195,13 @@ class Reassembler:
                 _, blob = self.sparse.get(spec.name) or (spec, torch.empty(
                     spec.item_nbytes, dtype=torch.uint8, device=self.device))
                 self.sparse[spec.name] = (spec, blob)
-                blob[spec.item_offset:spec.item_offset + spec.nbytes].copy_(piece)
+                copy_bytes(blob[spec.item_offset:spec.item_offset + spec.nbytes], piece)
             elif spec.encoding == ENCODING_DENSE:
                 target = self._target(spec)
                 if target.numel() != spec.item_nbytes:
                     raise IncompleteVersion(f"tensor {spec.name!r}: {spec.item_nbytes} bytes sent "
                                             f"for shape {spec.shape} of {spec.dtype}")
-                target[spec.item_offset:spec.item_offset + spec.nbytes].copy_(piece)
+                copy_bytes(target[spec.item_offset:spec.item_offset + spec.nbytes], piece)
             else:
                 raise IncompleteVersion(f"tensor {spec.name!r}: unknown encoding {spec.encoding!r}")
             self.received[spec.name] = self.received.get(spec.name, 0) + spec.nbytes

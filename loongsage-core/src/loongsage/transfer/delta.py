@@ -14,26 +14,49 @@ The shadow is updated while items stream out; if a sync fails the mesh invalidat
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
+import numpy as np
 import torch
 
-from loongsage.transfer.bucketing import WireItem, as_int, dense_item, dtype_name
+from loongsage.transfer.bucketing import (
+    WireItem,
+    as_bytes,
+    as_int,
+    copy_bytes,
+    dense_item,
+    dtype_name,
+)
 from loongsage.transfer.frames import ENCODING_SPARSE32, ENCODING_SPARSE64
+
+
+def _compare(new: torch.Tensor, old: torch.Tensor
+             ) -> tuple[int, Callable[[], torch.Tensor]]:
+    """Bitwise count of changed elements and a thunk for their flat indices.
+
+    On CPU this goes through numpy: `np.count_nonzero(a != b)` is ~18x faster than torch's
+    bool `sum` on the 2-core reference machine, and a sync compares every parameter.
+    """
+    a, b = as_int(new), as_int(old)
+    if a.device.type == "cpu" and b.device.type == "cpu":
+        mask = np.not_equal(a.numpy(), b.numpy())
+        return int(np.count_nonzero(mask)), lambda: torch.from_numpy(np.flatnonzero(mask))
+    mask_t = a != b.to(a.device)
+    return int(torch.count_nonzero(mask_t)), lambda: mask_t.nonzero().squeeze(1)
 
 
 def sparse_item(name: str, new: torch.Tensor, old: torch.Tensor) -> WireItem | None:
     """The cheaper of sparse and dense encodings of `new` against `old`; None if equal."""
     if old.shape != new.shape or old.dtype != new.dtype:
         return dense_item(name, new)
-    changed = (as_int(new) != as_int(old)).nonzero().squeeze(1)
-    count = changed.numel()
+    count, changed_indices = _compare(new, old)
     if count == 0:
         return None
     wide = new.numel() >= 2**31
     index_dtype = torch.int64 if wide else torch.int32
     if count * (index_dtype.itemsize + new.element_size()) >= new.numel() * new.element_size():
         return dense_item(name, new)
+    changed = changed_indices()
     values = new.detach().reshape(-1)[changed]
     blob = torch.cat([changed.to(index_dtype).view(torch.uint8), values.view(torch.uint8)])
     return WireItem(name, dtype_name(new.dtype), tuple(new.shape),
@@ -72,4 +95,4 @@ class DeltaShadow:
         if old is None or old.shape != tensor.shape or old.dtype != tensor.dtype:
             self.tensors[name] = tensor.detach().to("cpu", copy=True).contiguous()
         else:
-            old.copy_(tensor.detach())
+            copy_bytes(as_bytes(old), as_bytes(tensor))

@@ -1,0 +1,339 @@
+"""TransferMesh throughput against the physical limit and against tensor-by-tensor sending.
+
+Two parameter sets shaped like real checkpoints (HF names and shapes, random values):
+  smollm2-135m  Llama, hidden 576, 30 layers, vocab 49152, fp32 (the CPU engines run fp32)
+  qwen2.5-0.5b  Qwen2, hidden 896, 24 layers, vocab 151936, bf16 (as released)
+For each, side by side in one run, with the receiver in a separate process:
+  memcpy            one flat copy of the same number of bytes into a warm buffer (the limit)
+  mesh shm / gloo   TransferMesh.sync, full version, until the receiver verified it
+  mesh shm delta    TransferMesh.sync after a realistic optimizer step (Adam's first step,
+                    lr 1e-6, on an fp32 master copy; bf16 weights change only where the step
+                    crosses a bf16 rounding boundary)
+  per-tensor queue  torch.multiprocessing.Queue, one put per tensor, receiver copies each
+  per-tensor gloo   one gloo broadcast per tensor into preallocated tensors (the shape of
+                    SGLang's `/update_weights_from_distributed` without flattened buckets)
+  mesh cuda_ipc / nccl  on a CUDA machine (cuda_ipc: receiver on the sender's GPU; nccl: needs
+                    a second GPU); on other machines the table says why they were skipped.
+The apply callback only records the version, so every row stops at "bytes are in the
+receiver's memory, verified"; the engine's own copy into its parameters is the same for all.
+
+    .venv/bin/python benchmarks/transfer_mesh.py [--models smollm2-135m] [--reps 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from loongsage.transfer import TransferConfig, TransferMesh, WeightReceiver
+from loongsage.transfer.transports import TRANSPORTS
+
+MODELS = {
+    "smollm2-135m": dict(hidden=576, layers=30, inter=1536, heads=9, kv_heads=3, vocab=49152,
+                         bias=False, dtype=torch.float32),
+    "qwen2.5-0.5b": dict(hidden=896, layers=24, inter=4864, heads=14, kv_heads=2, vocab=151936,
+                         bias=True, dtype=torch.bfloat16),
+}
+
+
+def layout(cfg: dict) -> list[tuple[str, tuple[int, ...]]]:
+    h, head = cfg["hidden"], cfg["hidden"] // cfg["heads"]
+    kv = cfg["kv_heads"] * head
+    shapes = [("model.embed_tokens.weight", (cfg["vocab"], h))]
+    for i in range(cfg["layers"]):
+        p = f"model.layers.{i}."
+        for proj, rows in (("q_proj", h), ("k_proj", kv), ("v_proj", kv)):
+            shapes.append((f"{p}self_attn.{proj}.weight", (rows, h)))
+            if cfg["bias"]:
+                shapes.append((f"{p}self_attn.{proj}.bias", (rows,)))
+        shapes += [(f"{p}self_attn.o_proj.weight", (h, h)),
+                   (f"{p}mlp.gate_proj.weight", (cfg["inter"], h)),
+                   (f"{p}mlp.up_proj.weight", (cfg["inter"], h)),
+                   (f"{p}mlp.down_proj.weight", (h, cfg["inter"])),
+                   (f"{p}input_layernorm.weight", (h,)),
+                   (f"{p}post_attention_layernorm.weight", (h,))]
+    shapes.append(("model.norm.weight", (h,)))
+    return shapes
+
+
+def make_params(cfg: dict, device: str) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(weights in the model dtype, fp32 master); the same dict twice for an fp32 model."""
+    g = torch.Generator().manual_seed(0)
+    master = {name: (torch.randn(shape, generator=g) * 0.02).to(device)
+              for name, shape in layout(cfg)}
+    if cfg["dtype"] == torch.float32:
+        return master, master
+    return {name: t.to(cfg["dtype"]) for name, t in master.items()}, master
+
+
+def optimizer_step(weights: dict, master: dict, lr: float = 1e-6) -> float:
+    """Adam's first step is exactly lr * sign(grad); returns the fraction of elements changed."""
+    changed = total = 0
+    for name, m in master.items():
+        sign = torch.randint(0, 2, m.shape, device=m.device, dtype=torch.int8) * 2 - 1
+        m.add_(sign, alpha=-lr)
+        w = weights[name]
+        if w is not m:
+            new = m.to(w.dtype)
+            changed += int((new.view(torch.int16) != w.view(torch.int16)).sum())
+            w.copy_(new)
+        else:
+            changed += m.numel()
+        total += m.numel()
+    return changed / total
+
+
+def nbytes(weights: dict) -> int:
+    return sum(t.numel() * t.element_size() for t in weights.values())
+
+
+# ---- receiver processes ------------------------------------------------------------------
+
+def _mesh_receiver(address, host_id: str, device: str, ready, stop) -> None:
+    torch.set_num_threads(1)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    receiver = WeightReceiver([address], lambda named, version: list(named), host_id=host_id,
+                              device=device, timeout_s=300).start()
+    ready.put(receiver.transports)
+    stop.get()
+    receiver.close()
+
+
+def _queue_receiver(shapes, dtype, inbox, acks) -> None:
+    torch.set_num_threads(1)
+    staging = {name: torch.empty(shape, dtype=dtype) for name, shape in shapes}
+    while True:
+        item = inbox.get()
+        if item is None:
+            return
+        if item == "end":
+            acks.put("ok")
+            continue
+        name, tensor = item
+        staging[name].copy_(tensor)
+        del tensor
+
+
+def _gloo_receiver(shapes, dtype, port: int, reps: int) -> None:
+    torch.set_num_threads(1)
+    timeout = datetime.timedelta(seconds=300)
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
+    group = _gloo_group(store, 1)
+    staging = [torch.empty(shape, dtype=dtype) for _, shape in shapes]
+    opts = dist.BroadcastOptions()
+    opts.rootRank = 0
+    for _ in range(reps):
+        for tensor in staging:
+            group.broadcast([tensor], opts).wait()
+        group.barrier().wait()
+
+
+def _gloo_group(store: dist.Store, rank: int):
+    opts = dist.ProcessGroupGloo._Options()
+    opts._timeout = datetime.timedelta(seconds=300)
+    opts._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
+    return dist.ProcessGroupGloo(dist.PrefixStore("bench", store), rank, 2, opts)
+
+
+# ---- measurements ------------------------------------------------------------------------
+
+def timed(fn, reps: int) -> float:
+    fn()
+    return statistics.median(_once(fn) for _ in range(reps))
+
+
+def _once(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def bench_memcpy(weights: dict, reps: int) -> float:
+    total = nbytes(weights)
+    device = next(iter(weights.values())).device
+    src = torch.empty(total, dtype=torch.uint8, device=device).random_()
+    dst = torch.empty_like(src)
+
+    def copy():
+        dst.copy_(src)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    return timed(copy, reps)
+
+
+def bench_mesh(weights, master, *, transport: str, host_id: str, device: str, reps: int,
+               bucket_bytes: int, delta: bool) -> dict:
+    ctx = mp.get_context("spawn")
+    ready, stop = ctx.Queue(), ctx.Queue()
+    sender_device = str(next(iter(weights.values())).device)
+    config = TransferConfig(bucket_bytes=bucket_bytes, delta=delta, timeout_s=300)
+    with TransferMesh(config, host_id="bench-host", device=sender_device) as mesh:
+        proc = ctx.Process(target=_mesh_receiver, args=(mesh.address, host_id, device, ready,
+                                                        stop))
+        proc.start()
+        got = ready.get(timeout=300)
+        if got.get(0) != transport:
+            raise RuntimeError(f"expected transport {transport}, mesh chose {got}")
+        version = iter(range(1, 10_000))
+        if not delta:
+            result = {"seconds": timed(lambda: _check(mesh.sync(weights.items(),
+                                                                next(version))), reps)}
+        else:
+            _check(mesh.sync(weights.items(), next(version)))
+            seconds, payload, changed = [], [], []
+            for _ in range(reps):
+                changed.append(optimizer_step(weights, master))
+                report = _check(mesh.sync(weights.items(), next(version)))
+                if report.base_version is None:
+                    raise RuntimeError("expected a delta sync, the mesh sent a full version")
+                seconds.append(report.seconds)
+                payload.append(report.payload_bytes)
+            result = {"seconds": statistics.median(seconds),
+                      "payload_bytes": int(statistics.median(payload)),
+                      "changed_fraction": statistics.median(changed)}
+        stop.put("stop")
+        proc.join(60)
+    return result
+
+
+def _check(report):
+    if report.failed or not report.applied:
+        raise RuntimeError(f"sync failed: {report.failed}")
+    return report
+
+
+def bench_queue(weights: dict, reps: int) -> float:
+    ctx = mp.get_context("spawn")
+    inbox, acks = ctx.Queue(), ctx.Queue()
+    first = next(iter(weights.values()))
+    shapes = [(n, tuple(t.shape)) for n, t in weights.items()]
+    proc = ctx.Process(target=_queue_receiver, args=(shapes, first.dtype, inbox, acks))
+    proc.start()
+
+    def sync():
+        for item in weights.items():
+            inbox.put(item)
+        inbox.put("end")
+        acks.get()
+    seconds = timed(sync, reps)
+    inbox.put(None)
+    proc.join(60)
+    return seconds
+
+
+def bench_gloo_per_tensor(weights: dict, reps: int) -> float:
+    ctx = mp.get_context("spawn")
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    port = store.port
+    first = next(iter(weights.values()))
+    shapes = [(n, tuple(t.shape)) for n, t in weights.items()]
+    proc = ctx.Process(target=_gloo_receiver, args=(shapes, first.dtype, port, reps + 1))
+    proc.start()
+    group = _gloo_group(store, 0)
+    bopts = dist.BroadcastOptions()
+    bopts.rootRank = 0
+
+    def sync():
+        for tensor in weights.values():
+            group.broadcast([tensor], bopts).wait()
+        group.barrier().wait()
+    seconds = timed(sync, reps)
+    proc.join(60)
+    return seconds
+
+
+# ---- driver ------------------------------------------------------------------------------
+
+def run_model(name: str, reps: int, bucket_bytes: int, device: str) -> dict:
+    cfg = MODELS[name]
+    weights, master = make_params(cfg, device)
+    total = nbytes(weights)
+    rows, skipped = [], {}
+
+    def row(method: str, seconds: float, **extra):
+        rows.append({"method": method, "seconds": seconds, "gb_per_s": total / seconds / 1e9,
+                     **extra})
+
+    row("memcpy (limit)", bench_memcpy(weights, reps))
+    plan = ([("cuda_ipc", "bench-host", device), ("nccl", "bench-remote", "cuda:1")]
+            if device.startswith("cuda") else [("shm", "bench-host", "cpu"),
+                                               ("gloo", "bench-remote", "cpu")])
+    for transport in TRANSPORTS:
+        if transport not in {t for t, _, _ in plan}:
+            skipped[transport] = TRANSPORTS[transport].available() or \
+                f"sender tensors on {device}; rerun with --device {_other(device)}"
+    for transport, host_id, recv_device in plan:
+        reason = TRANSPORTS[transport].available()
+        if transport == "nccl" and not reason and torch.cuda.device_count() < 2:
+            reason = "NCCL needs a second GPU for the receiver"
+        if reason:
+            skipped[transport] = reason
+            continue
+        kwargs = dict(transport=transport, host_id=host_id, device=recv_device, reps=reps,
+                      bucket_bytes=bucket_bytes)
+        row(f"mesh {transport}", bench_mesh(weights, master, delta=False, **kwargs)["seconds"])
+        if transport in ("shm", "cuda_ipc"):
+            result = bench_mesh(weights, master, delta=True, **kwargs)
+            row(f"mesh {transport} delta", result.pop("seconds"), **result)
+    if not device.startswith("cuda"):
+        row("per-tensor mp.Queue", bench_queue(weights, reps))
+        row("per-tensor gloo broadcast", bench_gloo_per_tensor(weights, reps))
+    limit = rows[0]["seconds"]
+    for r in rows:
+        r["x_memcpy"] = r["seconds"] / limit
+    return {"model": name, "dtype": str(cfg["dtype"]).removeprefix("torch."),
+            "tensors": len(weights), "bytes": total, "rows": rows, "skipped": skipped}
+
+
+def _other(device: str) -> str:
+    return "cpu" if device.startswith("cuda") else "cuda"
+
+
+def print_table(result: dict) -> None:
+    print(f"\n{result['model']}: {result['tensors']} tensors, {result['bytes'] / 1e6:.0f} MB "
+          f"{result['dtype']}")
+    print(f"  {'method':<28}{'s/sync':>9}{'GB/s':>8}{'x memcpy':>10}  note")
+    for r in result["rows"]:
+        note = ""
+        if "payload_bytes" in r:
+            note = (f"{r['changed_fraction'] * 100:.1f}% elements changed, sent "
+                    f"{r['payload_bytes'] / 1e6:.1f} MB")
+        print(f"  {r['method']:<28}{r['seconds']:>9.3f}{r['gb_per_s']:>8.2f}"
+              f"{r['x_memcpy']:>10.2f}  {note}")
+    for transport, reason in result["skipped"].items():
+        print(f"  skipped {transport}: {reason}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--bucket-mb", type=int, default=64)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--json", action="store_true", help="print one JSON object only")
+    args = parser.parse_args(argv)
+    device = "cuda:0" if args.device == "cuda" else args.device
+    results = [run_model(name, args.reps, args.bucket_mb << 20, device) for name in args.models]
+    out = {"benchmark": "transfer_mesh", "device": device, "threads": torch.get_num_threads(),
+           "bucket_mb": args.bucket_mb, "reps": args.reps, "models": results}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"TransferMesh benchmark on {device}, {torch.get_num_threads()} torch threads, "
+              f"{args.bucket_mb} MiB buckets, median of {args.reps}")
+        for result in results:
+            print_table(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
