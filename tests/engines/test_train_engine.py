@@ -102,8 +102,11 @@ def test_mini_batches_take_one_optimizer_step_each(tiny_model_dir):
     assert first["train/lr"] == 1e-3 and first["train/skipped_steps"] == 0.0
     second = engine.train_step(batch, token_mean_nll, mini_batches=3)
     assert second["train/loss"] < first["train/loss"] - 0.1
+    assert first["train/optimizer_steps"] == 3.0
+    assert engine.train_step(batch.rows(slice(0, 2)), token_mean_nll, 3)["train/optimizer_steps"] == 2
+    assert engine.weight_version == 8
     with pytest.raises(ConfigError, match="train.mini_batches_per_step"):
-        engine.train_step(batch, token_mean_nll, mini_batches=7)
+        engine.train_step(batch, token_mean_nll, mini_batches=0)
 
 
 def test_grad_clip_bounds_the_update(tiny_model_dir):

@@ -200,15 +200,17 @@ class EmbeddedTrainEngine:
         ``ctx.global_num_tokens`` / ``ctx.global_num_seqs``. Loss and metrics are additive
         shares of the mini-batch value (``loongsage.algorithms.metrics``), so both are summed
         over micro-batches, then averaged over mini-batches; metric names without a ``/``
-        get a ``train/`` prefix.
+        get a ``train/`` prefix. A batch with fewer rows than ``mini_batches`` takes one
+        step per row (``train/optimizer_steps`` reports the count).
         """
         n = len(batch)
-        if not 1 <= mini_batches <= n:
+        if mini_batches < 1 or n == 0:
             raise ConfigError(
                 "train.mini_batches_per_step",
-                f"must be in [1, {n}] for a batch of {n} rows, got {mini_batches}",
+                f"need >= 1 mini-batch and a non-empty batch, got {mini_batches} for {n} rows",
             )
-        totals: dict[str, float] = {}
+        mini_batches = min(mini_batches, n)  # a filtered batch may have fewer rows than steps
+        totals: dict[str, float] = {"train/optimizer_steps": float(mini_batches)}
         for rows in torch.tensor_split(torch.arange(n), mini_batches):
             metrics = self._mini_batch_step(batch.rows(rows), loss_fn, with_entropy)
             for key, value in metrics.items():
