@@ -78,3 +78,44 @@ def check_policy_loss_contract(fn: Callable[..., PolicyLossOutput], params: Any,
         assert value.shape in ((n, length), (n,)), f"metric {name} has shape {tuple(value.shape)}"
     (out.loss * mask).sum().backward()
     assert logprobs.grad is not None and torch.isfinite(logprobs.grad).all(), "gradient must reach logprobs"
+
+
+def check_correction_contract(fn: Callable[..., Any], params: Any, seed: int = 0) -> None:
+    """Assert the is_correction contract: [N, L] outputs without gradient, identity on policy.
+
+    When π_θ, π_old and π_roll coincide, every correction must leave the loss unchanged:
+    weights 1 (or None) and nothing masked.
+    """
+    from loongsage.algorithms.types import Correction
+
+    g = torch.Generator().manual_seed(seed)
+    n, length = 4, 6
+    mask = (torch.rand(n, length, generator=g) > 0.3).float()
+    old = -torch.rand(n, length, generator=g) * 2
+    adv = torch.randn(n, 1, generator=g).expand(n, length) * mask
+    for roll in (old + 0.2 * torch.randn(n, length, generator=g), old.clone()):
+        logprobs = old.clone().requires_grad_()
+        out = fn(PolicyLossInputs(logprobs, old, roll, adv, mask), params)
+        assert isinstance(out, Correction), f"{fn} must return Correction"
+        for name in ("weight", "keep"):
+            value = getattr(out, name)
+            assert value is None or value.shape == (n, length), f"{name} must be [N, L]"
+            assert value is None or not value.requires_grad, f"{name} must carry no gradient"
+    assert out.weight is None or torch.allclose(out.weight[mask > 0], torch.ones(())), "on policy: weight 1"
+    assert out.keep is None or bool((out.keep[mask > 0] == 1).all()), "on policy: nothing masked"
+
+
+def check_advantage_contract(fn: Callable[..., torch.Tensor], params: Any, seed: int = 0) -> None:
+    """Assert the advantage contract: [N, L], finite, zero outside the loss mask, no gradient."""
+    from loongsage.algorithms.advantages import build_inputs
+
+    g = torch.Generator().manual_seed(seed)
+    n, length = 8, 5
+    mask = (torch.rand(n, length, generator=g) > 0.3).float()
+    mask[:, 0] = 1.0
+    rewards = torch.rand(n, generator=g)
+    groups = torch.tensor([0, 0, 0, 1, 1, 1, 1, 2])
+    out = fn(build_inputs(rewards, groups, mask), params)
+    assert out.shape == (n, length), f"advantages must be [N, L], got {tuple(out.shape)}"
+    assert torch.isfinite(out).all() and not out.requires_grad
+    assert bool((out[mask == 0] == 0).all()), "advantages must be zero outside the loss mask"
