@@ -3,6 +3,8 @@ real embedded engine serving the tiny model. Assertions are on the stored tokens
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 import torch
@@ -155,3 +157,20 @@ def test_errors_come_back_in_each_wire_format(router):
     assert bad.status_code == 400 and bad.json()["type"] == "error"
     assert "malformed JSON body" in bad.json()["error"]["message"]
     assert stored(router, "err")["tokens"] == []  # refused requests store nothing
+
+
+def test_disconnect_mid_stream_aborts_the_real_engine_request(router, engine_url):
+    router.open_trajectory("gone")
+    before = httpx.get(engine_url + "/get_load").json()
+    body = {"model": "policy", "stream": True, "max_tokens": 1500, "temperature": 0,
+            "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hello there"}]}
+    with httpx.stream("POST", router.base_urls("gone")["openai"] + "/chat/completions", json=body) as resp:
+        for line in resp.iter_lines():
+            if '"content": "' in line and '"content": ""' not in line:
+                break
+    deadline = time.time() + 10
+    while httpx.get(engine_url + "/get_load").json()["running"] and time.time() < deadline:
+        time.sleep(0.05)
+    after = httpx.get(engine_url + "/get_load").json()
+    assert after["running"] == 0 and after["decode_steps"] - before["decode_steps"] < 1500
+    assert stored(router, "gone")["tokens"] == []  # the half turn is not kept
