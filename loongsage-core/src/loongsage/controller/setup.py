@@ -226,7 +226,9 @@ def build_run(cfg: DictConfig, registries: Registries, rollout: bool = True) -> 
                 cfg.rollout.n_samples_per_prompt,
                 _sampling_params(cfg, tokenizer),
             )
-            run.mixer = DataMixer.from_sources(sources, cfg.trainer.seed)
+            run.mixer = DataMixer.from_sources(
+                sources, cfg.trainer.seed, batch_size=cfg.rollout.prompts_per_step
+            )
             run.scheduler = _build_scheduler(cfg, registries, run.mixer, run.rollout)
         run.trackers = _trackers(cfg, registries, run_dir)
         yield run
