@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 
 import pytest
 
 from loongsage.errors import ConfigError, LoongSageError
 from loongsage.plugins import get_registries
 
-SANDBOX = "bwrap" if shutil.which("bwrap") else "process"
+sandbox_testing = pytest.importorskip("loongsage_sandbox.testing", reason="needs loongsage-sandbox")
+SANDBOX = "bwrap" if sandbox_testing.bwrap_unavailable_reason() is None else "process"
 PARAMS = {"sandbox": SANDBOX, "timeout_s": 5,
           "sandbox_params": {} if SANDBOX == "bwrap" else {"allow_untrusted_code": True}}
 ADD = "Here you go:\n```python\ndef add(a, b):\n    return a + b\n```\n"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import subprocess
 import sys
 from typing import Any, Callable
@@ -12,9 +11,10 @@ from typing import Any, Callable
 import pytest
 
 from loongsage.plugins import get_registries
+from loongsage_sandbox.testing import bwrap_unavailable_reason
 
-HAS_BWRAP = shutil.which("bwrap") is not None
-needs_bwrap = pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap not installed (apt-get install -y bubblewrap)")
+BWRAP_REASON = bwrap_unavailable_reason()
+HAS_BWRAP = BWRAP_REASON is None
 
 
 def sandbox_class(name: str) -> Any:
@@ -55,7 +55,7 @@ class Service:
 def service() -> Any:
     """A real ``loongsage sandbox serve --backend bwrap`` process on a free loopback port."""
     if not HAS_BWRAP:
-        pytest.skip("bubblewrap not installed; the service runs bwrap sandboxes")
+        pytest.skip(f"the service runs bwrap sandboxes: {BWRAP_REASON}")
     svc = Service("--idle-ttl", "60")
     yield svc
     svc.stop()
@@ -65,7 +65,7 @@ def service() -> Any:
 def start_service() -> Any:
     """Start a private service with extra CLI arguments; stopped after the test."""
     if not HAS_BWRAP:
-        pytest.skip("bubblewrap not installed; the service runs bwrap sandboxes")
+        pytest.skip(f"the service runs bwrap sandboxes: {BWRAP_REASON}")
     started = []
 
     def start(*extra: str) -> Service:
@@ -97,7 +97,7 @@ def _wait_healthy(url: str, token: str) -> None:
 def hostile(request: pytest.FixtureRequest) -> Callable[..., Any]:
     """Build an unstarted sandbox for hostile code: local bwrap, or remote -> service -> bwrap."""
     if not HAS_BWRAP:
-        pytest.skip("bubblewrap not installed (apt-get install -y bubblewrap)")
+        pytest.skip(BWRAP_REASON)
     if request.param == "remote":
         svc = request.getfixturevalue("service")
 

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from loongsage.plugins import get_registries
-from loongsage_sandbox.testing import check_sandbox_contract
+from loongsage_sandbox.testing import bwrap_unavailable_reason, check_sandbox_contract
 
 NAMES = get_registries().sandbox.names()
 
@@ -25,8 +25,8 @@ def _docker_engine() -> bool:
 @pytest.mark.parametrize("name", NAMES)
 def test_registered_backend_passes_the_contract(name, request):
     params: dict = {}
-    if name == "bwrap" and not shutil.which("bwrap"):
-        pytest.skip("bubblewrap not installed (apt-get install -y bubblewrap)")
+    if name == "bwrap" and bwrap_unavailable_reason():
+        pytest.skip(bwrap_unavailable_reason())
     if name == "docker":
         if not _docker_engine():
             pytest.skip("no Docker engine on this machine; see test_docker.py for the launch path")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -12,20 +11,22 @@ import textwrap
 import pytest
 
 from loongsage_sandbox import cli
+from loongsage_sandbox.testing import bwrap_unavailable_reason
 from loongsage_sandbox.leftovers import cleanup_leftovers, state_root, tagged_processes
 
-HAS_BWRAP = shutil.which("bwrap") is not None
+BWRAP_REASON = bwrap_unavailable_reason()
 
 CRASHING_RUN = textwrap.dedent("""
     import asyncio, json, os, signal, shutil
     from loongsage.plugins import get_registries
+    from loongsage_sandbox.testing import bwrap_unavailable_reason
 
     async def main():
         reg = get_registries().sandbox
         proc_sb = await reg.get("process")({"allow_untrusted_code": True}).start()
         await proc_sb.exec("sleep 5555 >/dev/null 2>&1 &")
         ids = [proc_sb.state.id]
-        if shutil.which("bwrap"):
+        if bwrap_unavailable_reason() is None:
             bw = await reg.get("bwrap")().start()
             await bw.exec("sleep 5556 >/dev/null 2>&1 &")
             ids.append(bw.state.id)
@@ -72,7 +73,7 @@ def test_unclosed_sandboxes_are_cleaned_at_interpreter_exit():
     assert tagged_processes(set(ids)) == []
 
 
-@pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap not installed")
+@pytest.mark.skipif(BWRAP_REASON is not None, reason=str(BWRAP_REASON))
 def test_cli_run_reports_exit_timeout_and_errors(capfd):
     assert cli.main(["run", "--", "sh", "-c", "echo hello; id -u; exit 3"]) == 3
     out, err = capfd.readouterr()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 
 import pytest
@@ -19,9 +18,10 @@ from loongsage_sandbox.errors import (
     UntrustedCodeRefusedError,
 )
 from loongsage_sandbox.leftovers import state_root
+from loongsage_sandbox.testing import bwrap_unavailable_reason
 
 
-HAS_BWRAP = shutil.which("bwrap") is not None
+BWRAP_REASON = bwrap_unavailable_reason()
 
 
 def run(coro):
@@ -45,7 +45,7 @@ def sandbox_class(name):
     return get_registries().sandbox.get(name)
 
 
-LOCAL = [pytest.param("bwrap", marks=pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap not installed")),
+LOCAL = [pytest.param("bwrap", marks=pytest.mark.skipif(BWRAP_REASON is not None, reason=str(BWRAP_REASON))),
          "process"]
 
 

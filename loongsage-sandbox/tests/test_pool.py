@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 
 import pytest
@@ -12,8 +11,9 @@ import pytest
 from loongsage.errors import ConfigError
 from loongsage.plugins import get_registries
 from loongsage_sandbox.pool import SandboxPool
+from loongsage_sandbox.testing import bwrap_unavailable_reason
 
-BACKEND = "bwrap" if shutil.which("bwrap") else "process"
+BACKEND = "bwrap" if bwrap_unavailable_reason() is None else "process"
 PARAMS = {} if BACKEND == "bwrap" else {"allow_untrusted_code": True}
 
 

@@ -51,3 +51,32 @@ async def check_sandbox_contract(cls: type, params: Any = None, *, untrusted: bo
     else:
         raise AssertionError("exec after close must raise SandboxClosedError")
     await sb.close()  # idempotent
+
+
+_BWRAP_REASON: list[str | None] = []
+
+
+def bwrap_unavailable_reason() -> str | None:
+    """Why ``bwrap`` sandboxes cannot start here (binary missing, no user namespaces), or None."""
+    if not _BWRAP_REASON:
+        import asyncio
+        import shutil
+
+        if shutil.which("bwrap") is None:
+            _BWRAP_REASON.append("bubblewrap not installed (apt-get install -y bubblewrap)")
+        else:
+            from loongsage_sandbox.bwrap import BwrapSandbox
+
+            async def probe() -> None:
+                async with BwrapSandbox(untrusted=False) as sb:
+                    await sb.exec(["true"])
+
+            import concurrent.futures
+
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:  # callable from inside a loop too
+                try:
+                    pool.submit(asyncio.run, probe()).result()
+                    _BWRAP_REASON.append(None)
+                except SandboxError as err:
+                    _BWRAP_REASON.append(f"bubblewrap cannot create sandboxes here: {err}")
+    return _BWRAP_REASON[0]
