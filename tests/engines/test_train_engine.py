@@ -196,3 +196,19 @@ def test_from_config_reads_sections_and_rejects_unknown_fields(tiny_model_dir):
         )
     with pytest.raises(ConfigError, match="model.dtype"):
         EmbeddedTrainEngine.from_config({"model": {"path": str(tiny_model_dir), "dtype": "fp8"}})
+
+
+@pytest.mark.parametrize("fp32_lm_head", [True, False])
+def test_bf16_model_lm_head_precision_follows_config(tiny_model_dir, fp32_lm_head):
+    model_cfg = ModelConfig(path=str(tiny_model_dir), dtype="bfloat16", fp32_lm_head=fp32_lm_head)
+    engine = EmbeddedTrainEngine(model_cfg, TrainConfig(), device="cpu")
+    assert engine.model.dtype == torch.bfloat16
+    batch = ragged_batch(n=1)
+    got = engine.compute_logprobs(batch)["logprobs"][0, 1:]
+    hf = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+    with torch.no_grad():
+        hidden = hf.model(batch.input_ids).last_hidden_state[0, :-1]
+        w = hf.lm_head.weight
+        logits = hidden.float() @ w.float().T if fp32_lm_head else (hidden @ w.T).float()
+    expected = logits.log_softmax(-1).gather(-1, batch.input_ids[0, 1:, None])[:, 0]
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
