@@ -98,11 +98,10 @@ class SandboxPool:
         """The sandbox of ``trajectory_id``: the one it already holds, else an idle one."""
         if self._closed:
             raise SandboxClosedError("sandbox pool is closed")
-        async with self._cond:
-            if trajectory_id in self._lent:
-                return self._lent[trajectory_id]
         while True:
             async with self._cond:
+                if trajectory_id in self._lent:  # also when a concurrent acquire got there first
+                    return self._lent[trajectory_id]
                 if self._idle:
                     sb = self._idle.pop()
                     self._lent[trajectory_id] = sb
