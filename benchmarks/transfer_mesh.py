@@ -253,7 +253,7 @@ def bench_gloo_per_tensor(weights: dict, reps: int) -> float:
 
 # ---- driver ------------------------------------------------------------------------------
 
-def run_model(name: str, reps: int, bucket_bytes: int, device: str) -> dict:
+def run_model(name: str, reps: int, bucket_bytes: int, device: str, only: set[str]) -> dict:
     cfg = MODELS[name]
     weights, master = make_params(cfg, device)
     total = nbytes(weights)
@@ -272,6 +272,9 @@ def run_model(name: str, reps: int, bucket_bytes: int, device: str) -> dict:
             skipped[transport] = TRANSPORTS[transport].available() or \
                 f"sender tensors on {device}; rerun with --device {_other(device)}"
     for transport, host_id, recv_device in plan:
+        if transport not in only:
+            skipped[transport] = "not selected (--transports)"
+            continue
         reason = TRANSPORTS[transport].available()
         if transport == "nccl" and not reason and torch.cuda.device_count() < 2:
             reason = "NCCL needs a second GPU for the receiver"
@@ -284,7 +287,7 @@ def run_model(name: str, reps: int, bucket_bytes: int, device: str) -> dict:
         if transport in ("shm", "cuda_ipc"):
             result = bench_mesh(weights, master, delta=True, **kwargs)
             row(f"mesh {transport} delta", result.pop("seconds"), **result)
-    if not device.startswith("cuda"):
+    if not device.startswith("cuda") and "baselines" in only:
         row("per-tensor mp.Queue", bench_queue(weights, reps))
         row("per-tensor gloo broadcast", bench_gloo_per_tensor(weights, reps))
     limit = rows[0]["seconds"]
@@ -319,10 +322,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--bucket-mb", type=int, default=64)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--transports", nargs="+", default=[*TRANSPORTS, "baselines"],
+                        choices=[*TRANSPORTS, "baselines"])
     parser.add_argument("--json", action="store_true", help="print one JSON object only")
     args = parser.parse_args(argv)
     device = "cuda:0" if args.device == "cuda" else args.device
-    results = [run_model(name, args.reps, args.bucket_mb << 20, device) for name in args.models]
+    results = [run_model(name, args.reps, args.bucket_mb << 20, device,
+                         set(args.transports)) for name in args.models]
     out = {"benchmark": "transfer_mesh", "device": device, "threads": torch.get_num_threads(),
            "bucket_mb": args.bucket_mb, "reps": args.reps, "models": results}
     if args.json:

@@ -49,10 +49,14 @@ def nccl_available() -> bool:
     return torch.cuda.is_available() and dist.is_nccl_available()
 
 
-def _broadcast(group, tensor: torch.Tensor) -> None:
+def _broadcast_async(group, tensor: torch.Tensor):
     opts = dist.BroadcastOptions()
     opts.rootRank = 0
-    group.broadcast([tensor], opts).wait()
+    return group.broadcast([tensor], opts)
+
+
+def _broadcast(group, tensor: torch.Tensor) -> None:
+    _broadcast_async(group, tensor).wait()
 
 
 class BroadcastSenderChannel(SenderChannel):
@@ -66,6 +70,7 @@ class BroadcastSenderChannel(SenderChannel):
         self.members: tuple[str, ...] = ()
         self.generation = 0
         self.broken = ""
+        self.inflight: dict[int, list[tuple[object, torch.Tensor]]] = {}
 
     def device(self) -> torch.device:
         return torch.device("cpu")
@@ -96,21 +101,45 @@ class BroadcastSenderChannel(SenderChannel):
         self.group = self.make_group(prefix, 0, world, self.config.timeout_s, self.config.host)
         self.members = tuple(p.receiver_id for p in peers)
 
+    def wait_slot(self, slot: int, deadline: float) -> None:
+        self._wait(self.inflight.pop(slot, []))
+
+    def _wait(self, works: list[tuple[object, torch.Tensor]]) -> None:
+        for work, _keepalive in works:
+            if self.broken:
+                return
+            try:
+                work.wait()
+            except RuntimeError as exc:
+                self._break(exc)
+
+    def _break(self, exc: Exception) -> None:
+        self.broken = f"{self.transport} broadcast failed: {exc}"
+        self.group = None
+        self.inflight.clear()
+
     def send(self, meta: BucketMeta, payload: torch.Tensor | None) -> None:
+        """Issue the three broadcasts without waiting: the packer fills the next slot while
+        this bucket is on the wire; `wait_slot` completes them before the slot is reused,
+        and end/abort frames (no payload) drain everything."""
         if not self.peers or self.broken:
             return
         device = self.device()
         data = encode_meta(meta)
         nbytes = meta.nbytes if payload is not None else 0
+        tensors = [torch.tensor([len(data), nbytes], dtype=torch.int64, device=device),
+                   torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)]
+        if nbytes:
+            tensors.append(payload[:nbytes].to(device))
         try:
-            _broadcast(self.group, torch.tensor([len(data), nbytes], dtype=torch.int64,
-                                                device=device))
-            _broadcast(self.group, torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device))
-            if nbytes:
-                _broadcast(self.group, payload[:nbytes].to(device))
+            works = [(_broadcast_async(self.group, t), t) for t in tensors]
         except RuntimeError as exc:
-            self.broken = f"{self.transport} broadcast failed: {exc}"
-            self.group = None
+            self._break(exc)
+            return
+        self.inflight.setdefault(meta.slot, []).extend(works)
+        if payload is None:
+            for slot in list(self.inflight):
+                self._wait(self.inflight.pop(slot, []))
 
     def close(self) -> None:
         self.group = None
