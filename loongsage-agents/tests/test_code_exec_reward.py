@@ -66,6 +66,7 @@ def test_async_form_inside_a_running_loop_and_bad_input():
 
     native, wrapped = asyncio.run(go())
     assert native["score"] == wrapped["score"] == 1.0
+    assert reward().async_impl is code_exec_reward_async  # found through the registry, no import
     with pytest.raises(ValueError, match="ground_truth"):
         reward()(ADD, {"inputs": ["1"], "outputs": []}, PARAMS)
     with pytest.raises(ConfigError, match="reward.sandbox_parms"):

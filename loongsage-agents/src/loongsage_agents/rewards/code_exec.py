@@ -177,3 +177,8 @@ def code_exec_reward(sample_text: str, ground_truth: Any, params: Any = None, **
     if "error" in box:
         raise box["error"]
     return box["result"]
+
+
+# Async callers (rollout workers on an event loop) should await this instead of calling the
+# sync form, which would block their loop while the tests run.
+code_exec_reward.async_impl = code_exec_reward_async  # type: ignore[attr-defined]
