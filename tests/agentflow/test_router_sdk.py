@@ -144,9 +144,9 @@ def test_errors_come_back_in_each_wire_format(router):
         client.responses.create(model="gpt-9", input="hi")
     with pytest.raises(openai.NotFoundError, match="unknown trajectory 'nope'"):
         oai(router, "nope").chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}])
-    with pytest.raises(openai.BadRequestError, match="more than the model's context"):
-        client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}],
-                                       max_tokens=10**6)
+    with pytest.raises(openai.BadRequestError, match="more than the model's context of 2048 tokens"):
+        client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi " * 1200}],
+                                       max_tokens=8)
     claude = anthropic.Anthropic(base_url=router.base_urls("err")["anthropic"], api_key="x", max_retries=0)
     with pytest.raises(anthropic.BadRequestError, match="unsupported content block 'image'") as info:
         claude.messages.create(model="policy", max_tokens=4, messages=[
@@ -174,3 +174,25 @@ def test_disconnect_mid_stream_aborts_the_real_engine_request(router, engine_url
     after = httpx.get(engine_url + "/get_load").json()
     assert after["running"] == 0 and after["decode_steps"] - before["decode_steps"] < 1500
     assert stored(router, "gone")["tokens"] == []  # the half turn is not kept
+
+
+def test_max_tokens_beyond_the_context_is_clamped_to_what_is_left(router, make_router, engine_url, tokenizer):
+    from loongsage.engines.client import EngineClient
+
+    def prompt_len(n):
+        text = render(tokenizer, [{"role": "user", "content": "hi " * n}], True)
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
+    n = 1000
+    while prompt_len(n) < 2040:  # leave the model only a few tokens of context
+        n += 4
+    router.open_trajectory("clamp")
+    out = oai(router, "clamp").chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": "hi " * n}], max_tokens=32000, temperature=0)
+    assert 2040 <= out.usage.prompt_tokens < 2048
+    assert out.usage.prompt_tokens + out.usage.completion_tokens <= 2048
+    strict = make_router([EngineClient(engine_url)], clamp_max_tokens=False)
+    strict.open_trajectory("strict")
+    with pytest.raises(openai.BadRequestError, match=r"\+ 32000 new tokens, more than the model's context of 2048"):
+        oai(strict, "strict").chat.completions.create(
+            model="policy", messages=[{"role": "user", "content": "hi"}], max_tokens=32000)

@@ -63,7 +63,7 @@ class Router:
             limit = getattr(tokenizer, "model_max_length", None)
             max_context = int(limit) if isinstance(limit, int) and limit < 10**8 else None
         self.runner = TurnRunner(self.renderer, self.pool, build_middlewares(self.settings),
-                                 self.settings.default_max_tokens, max_context)
+                                 self.settings.default_max_tokens, max_context, self.settings.clamp_max_tokens)
         self.app = self._build_app()
         self.url: str | None = None
         self._server = None

@@ -80,6 +80,7 @@ class TurnPlan:
     seg_len_before: int = 0  # segment length before this request's tokens
     messages_before: int = 0  # segment message count before this request's messages
     forked: bool = False
+    max_new: int = 0  # new-token budget after clamping to the context
 
 
 def _common_prefix(seg: Segment, canon: list[tuple]) -> int:
@@ -101,11 +102,12 @@ def _fork_point(seg: Segment, k: int) -> int:
 
 def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
               subagent: bool = False, trainable: bool = True, busy: set[int] | frozenset = frozenset(),
-              max_context: int | None = None, max_new: int = 0) -> TurnPlan:
+              max_context: int | None = None, max_new: int = 0, clamp: bool = False) -> TurnPlan:
     """Pick or open the segment for ``request``, render its new messages and append them.
 
     ``trainable=False`` requests (side calls such as OpenCode's title generation) only ever
     match and open untrainable segments, so they never become or disturb the mainline.
+    ``clamp`` lowers ``max_new`` to the context left instead of refusing (``TurnPlan.max_new``).
     """
     msgs = request.messages
     if not msgs:
@@ -161,6 +163,8 @@ def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
         text = renderer.delta([], new, request.tools)
     new_ids = renderer.encode(text)
     total = len(seg) + len(new_ids)
+    if clamp and max_context is not None:
+        max_new = min(max_new, max(max_context - total, 1))
     if max_context is not None and total + max_new > max_context:
         raise RequestError(
             f"messages: the conversation needs {total} prompt tokens + {max_new} new tokens, "
@@ -171,7 +175,8 @@ def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
     seg.messages.extend(dict(m) for m in new)
     seg.message_ends.extend([-1] * len(new))
     return TurnPlan(segment=seg, prompt_ids=traj.segment_tokens(seg), new_ids=new_ids,
-                    seg_len_before=seg_len_before, messages_before=messages_before, forked=forked)
+                    seg_len_before=seg_len_before, messages_before=messages_before, forked=forked,
+                    max_new=max_new)
 
 
 def record_generation(traj: Trajectory, seg: Segment, output_ids: list[int], logprobs: list[float],

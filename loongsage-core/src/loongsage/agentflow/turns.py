@@ -36,9 +36,10 @@ class PreparedTurn:
 
 class TurnRunner:
     def __init__(self, renderer: ChatRenderer, pool: EnginePool, middlewares: list[RouterMiddleware],
-                 default_max_tokens: int, max_context: int | None) -> None:
+                 default_max_tokens: int, max_context: int | None, clamp_max_tokens: bool = True) -> None:
         self.renderer, self.pool, self.middlewares = renderer, pool, middlewares
         self.default_max_tokens, self.max_context = default_max_tokens, max_context
+        self.clamp_max_tokens = clamp_max_tokens
         self._counter = itertools.count()
         self._busy: dict[tuple[str, str], set[int]] = {}
         self._background: set[asyncio.Task] = set()
@@ -50,7 +51,9 @@ class TurnRunner:
         sampling = ctx.request.sampling.to_engine(self.default_max_tokens)
         busy = self._busy.setdefault(traj.key, set())
         plan = plan_turn(traj, ctx.request, self.renderer, subagent=ctx.subagent, trainable=ctx.trainable, busy=busy,
-                         max_context=self.max_context, max_new=sampling["max_new_tokens"])
+                         max_context=self.max_context, max_new=sampling["max_new_tokens"],
+                         clamp=self.clamp_max_tokens)
+        sampling["max_new_tokens"] = plan.max_new
         busy.add(plan.segment.segment_id)
         rid = f"{traj.trajectory_id}#{traj.attempt_id}#{next(self._counter)}"
         return PreparedTurn(ctx, plan, plan.seg_len_before, plan.messages_before,
