@@ -9,10 +9,14 @@ with the same torch thread count, interleaved round by round, in one process:
   ``max_new_tokens`` = the longest length; a request's useful tokens are its first n, the
   rest is what static batching wastes on a long-tailed batch;
 * **embedded**: all requests sent at once over HTTP (``EngineClient.agenerate`` against a real
-  loopback server), each with its own ``max_new_tokens``; finished rows leave the batch.
+  loopback server), each with its own ``max_new_tokens``; finished rows leave the batch;
+* **embedded, no HTTP**: the same requests handed straight to the engine's decode loop, to
+  show what the HTTP layer costs.
 
-Reported: useful output tokens/s of each (median over ``--rounds``) and their ratio. The
-embedded figure includes HTTP and JSON overhead; the baseline has none.
+Reported: useful output tokens per wall-clock second (median over ``--rounds``, rows
+interleaved) and their ratio; the embedded figure includes HTTP and JSON overhead, the
+baseline has none. Also tokens per CPU-second of this process (all its threads): on a
+shared, oversubscribed machine wall-clock swings with other people's load, CPU time much less.
 
     .venv/bin/python benchmarks/embedded_engine.py [--model tiny|smollm2] [--requests 32]
         [--rounds 3] [--threads N] [--json]
@@ -26,6 +30,7 @@ import json
 import random
 import statistics
 import sys
+import threading
 import time
 
 import torch
@@ -70,11 +75,30 @@ def run_embedded(client, prompts: list[list[int]], lengths: list[int]) -> float:
     return elapsed
 
 
+def run_direct(engine, prompts: list[list[int]], lengths: list[int]) -> float:
+    """The same requests handed straight to the decode loop: the engine without HTTP."""
+    from loongsage.engines.embedded_rollout.params import SamplingParams
+    from loongsage.engines.embedded_rollout.scheduler import Request
+
+    done = threading.Semaphore(0)
+    reqs = [Request(f"direct-{i}", p, SamplingParams(max_new_tokens=n, ignore_eos=True),
+                    on_update=lambda _n, finished: finished and done.release())
+            for i, (p, n) in enumerate(zip(prompts, lengths))]
+    start = time.perf_counter()
+    for r in reqs:
+        engine.scheduler.submit(r)
+    for _ in reqs:
+        done.acquire()
+    elapsed = time.perf_counter() - start
+    assert [len(r.output_ids) for r in reqs] == lengths
+    return elapsed
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", choices=["tiny", "smollm2"], default="tiny")
     ap.add_argument("--requests", type=int, default=32)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -100,19 +124,26 @@ def main(argv: list[str] | None = None) -> int:
     client = EngineClient(url, timeout=3600)
     prompts, lengths = workload(args.requests, args.seed, model.config.vocab_size)
     useful = sum(lengths)
+    rows = {"HF generate, static batch": lambda: run_baseline(model, prompts, lengths),
+            "embedded engine over HTTP": lambda: run_embedded(client, prompts, lengths),
+            "embedded engine, no HTTP": lambda: run_direct(engine, prompts, lengths)}
+    wall: dict[str, list[float]] = {k: [] for k in rows}
+    cpu: dict[str, list[float]] = {k: [] for k in rows}
     try:
         warm = slice(0, min(4, args.requests))
         run_baseline(model, prompts[warm], [8] * len(prompts[warm]))
         run_embedded(client, prompts[warm], [8] * len(prompts[warm]))
-        base_t, emb_t = [], []
-        for _ in range(args.rounds):
-            base_t.append(run_baseline(model, prompts, lengths))
-            emb_t.append(run_embedded(client, prompts, lengths))
+        for _ in range(args.rounds):  # interleaved, so background load hits all rows alike
+            for name, fn in rows.items():
+                c0 = time.process_time()
+                wall[name].append(fn())
+                cpu[name].append(time.process_time() - c0)
     finally:
         client.close()
         engine.stop()
-    base_tps = useful / statistics.median(base_t)
-    emb_tps = useful / statistics.median(emb_t)
+    tps = {k: useful / statistics.median(v) for k, v in wall.items()}
+    tpc = {k: useful / statistics.median(v) for k, v in cpu.items()}
+    base, http, direct = rows
     result = {
         "benchmark": "embedded_engine",
         "model": args.model,
@@ -120,11 +151,14 @@ def main(argv: list[str] | None = None) -> int:
         "new_tokens_min": min(lengths), "new_tokens_median": statistics.median(lengths),
         "new_tokens_max": max(lengths), "useful_tokens": useful,
         "threads": threads, "rounds": args.rounds,
-        "baseline_hf_generate_tok_s": round(base_tps, 1),
-        "embedded_engine_tok_s": round(emb_tps, 1),
-        "ratio": round(emb_tps / base_tps, 2),
-        "baseline_seconds": [round(t, 3) for t in base_t],
-        "embedded_seconds": [round(t, 3) for t in emb_t],
+        "baseline_hf_generate_tok_s": round(tps[base], 1),
+        "embedded_engine_tok_s": round(tps[http], 1),
+        "ratio": round(tps[http] / tps[base], 2),
+        "embedded_no_http_tok_s": round(tps[direct], 1),
+        "ratio_no_http": round(tps[direct] / tps[base], 2),
+        "ratio_per_cpu_second": round(tpc[http] / tpc[base], 2),
+        "wall_seconds": {k: [round(t, 3) for t in v] for k, v in wall.items()},
+        "cpu_seconds": {k: [round(t, 3) for t in v] for k, v in cpu.items()},
     }
     if args.json:
         print(json.dumps(result))
@@ -132,10 +166,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"embedded engine vs HF generate (static batch) | model={args.model} "
           f"requests={args.requests} new tokens {min(lengths)}-{max(lengths)} "
           f"(median {statistics.median(lengths)}) | threads={threads} rounds={args.rounds}")
-    print(f"{'engine':<34}{'median s':>10}{'useful tok/s':>15}")
-    print(f"{'HF generate, static batch':<34}{statistics.median(base_t):>10.3f}{base_tps:>15.1f}")
-    print(f"{'embedded engine over HTTP':<34}{statistics.median(emb_t):>10.3f}{emb_tps:>15.1f}")
-    print(f"ratio embedded / baseline: {emb_tps / base_tps:.2f}x")
+    print(f"{'':<28}{'wall s':>9}{'tok/s':>10}{'CPU s':>9}{'tok/CPU-s':>11}")
+    for k in rows:
+        print(f"{k:<28}{statistics.median(wall[k]):>9.3f}{tps[k]:>10.1f}"
+              f"{statistics.median(cpu[k]):>9.3f}{tpc[k]:>11.1f}")
+    print(f"ratio embedded (HTTP) / HF generate: {tps[http] / tps[base]:.2f}x wall-clock, "
+          f"{tpc[http] / tpc[base]:.2f}x per CPU-second "
+          f"(no HTTP: {tps[direct] / tps[base]:.2f}x wall-clock)")
     return 0
 
 
