@@ -182,3 +182,22 @@ def test_registry_entries_build_typed_params():
     sb = entry.obj(params)
     assert (sb.params.memory_mb, sb.params.ro_binds, sb.params.cpu_time_s) == (512, ["/usr/share"], 2)
     assert sorted(get_registries().sandbox.names()) == ["bwrap", "docker", "process", "remote"]
+
+
+@pytest.mark.parametrize("backend", LOCAL)
+def test_cancelling_an_exec_tears_the_sandbox_down(backend):
+    async def go():
+        sb = await make(backend).start()
+        task = asyncio.ensure_future(sb.exec(["sleep", "4322"], timeout=30))
+        await asyncio.sleep(0.5)
+        running = len(host_processes_with("sleep 4322"))
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.2)
+        return sb, running
+
+    sb, running = run(go())
+    assert running == 1
+    assert sb.closed and not (state_root() / sb.state.id).exists()
+    assert host_processes_with("sleep 4322") == []

@@ -100,6 +100,14 @@ class AgentSandbox(Sandbox):
             if self.state is not None:
                 self.state.remove()
 
+    def _abandon(self) -> None:
+        """Synchronous teardown for a cancelled request: kill everything, drop the state."""
+        self._state.closed = True
+        _kill_everything([self])
+        _LIVE.discard(self)
+        if self.state is not None:
+            self.state.remove()
+
     def _kill_group(self) -> None:
         if self._proc is not None and self._proc.returncode is None:
             try:
@@ -117,7 +125,11 @@ class AgentSandbox(Sandbox):
                 await proc.stdin.drain()
             except (ConnectionError, OSError):
                 await self._crashed("sending a request")
-            reply = await self._read_reply(wait_s, payload.get("op", "?"))
+            try:
+                reply = await self._read_reply(wait_s, payload.get("op", "?"))
+            except asyncio.CancelledError:
+                self._abandon()  # its reply would be read as the next one's: never reuse it
+                raise
         if not reply.get("ok"):
             raise SandboxError(f"{self.backend} sandbox: {reply.get('message')}", reply.get("error", "error"))
         return reply
@@ -136,7 +148,7 @@ class AgentSandbox(Sandbox):
 
     async def _crashed(self, what: str) -> None:
         stderr = b""
-        self._kill_group()
+        _kill_everything([self])  # the supervisor cannot clean up after its children now
         if self._proc is not None:
             try:
                 stderr = await asyncio.wait_for(self._proc.stderr.read(4096), 1.0)
@@ -177,12 +189,18 @@ class AgentSandbox(Sandbox):
 def _close_all_at_exit() -> None:
     """Kill supervisors and remove state of sandboxes nobody closed (no event loop needed)."""
     live = [sb for sb in _LIVE if sb.state is not None]
-    for sb in live:
-        sb._kill_group()
-    for pid in leftovers.tagged_processes({sb.state.id for sb in live}) if live else ():
-        try:
-            os.kill(pid, signal.SIGKILL)  # children in their own sessions, outside the group
-        except (ProcessLookupError, PermissionError):
-            pass
+    _kill_everything(live)
     for sb in live:
         sb.state.remove()
+
+
+def _kill_everything(sandboxes: list[AgentSandbox]) -> None:
+    """Kill supervisors and every process tagged with their ids (children in their own sessions)."""
+    for sb in sandboxes:
+        sb._kill_group()
+    ids = {sb.state.id for sb in sandboxes if sb.state is not None}
+    for pid in leftovers.tagged_processes(ids) if ids else ():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
