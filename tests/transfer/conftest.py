@@ -140,3 +140,34 @@ def sender_host(ray_session):
     yield start
     for actor in made:
         ray_session.kill(actor)
+
+
+class RolloutHost:
+    """A real `EmbeddedRolloutEngine` (tiny Qwen2, HTTP server started) whose weights a
+    `WeightReceiver` swaps through `engine.apply_weights`, as the controller will wire it."""
+
+    def __init__(self, model_dir: str) -> None:
+        from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
+
+        torch.set_num_threads(1)
+        self.engine = EmbeddedRolloutEngine(model_dir, num_threads=1)
+        self.url = self.engine.start()
+        self.receiver: WeightReceiver | None = None
+
+    def connect(self, senders: list, host_id: str) -> str:
+        self.receiver = WeightReceiver(senders, self.engine.apply_weights,
+                                       receiver_id="rollout-engine", host_id=host_id,
+                                       timeout_s=20).start()
+        return self.url
+
+    def state(self) -> dict:
+        return {"engine_version": self.engine.weight_version,
+                "receiver_version": self.receiver.applied_version,
+                "error": self.receiver.last_error}
+
+    def weight_bytes(self) -> dict[str, bytes]:
+        return {name: as_bytes(t) for name, t in self.engine.model.state_dict().items()}
+
+    def stop(self) -> None:
+        self.receiver.close()
+        self.engine.stop()

@@ -145,7 +145,7 @@ class TransferMesh:
         """Send one version to every connected receiver and wait until each applied it.
 
         Raises WeightSyncError (naming version and bucket) if producing or packing the tensors
-        fails; receivers then stay on their previous version. Receivers that fail on their side
+        fails, after every receiver dropped the partial version and stays on its previous one. Receivers that fail on their side
         are listed in `SyncReport.failed` and get a full version next time.
         """
         if self._ctx is None:
@@ -193,6 +193,8 @@ class TransferMesh:
                                reason=f"{type(exc).__name__}: {exc}")
             for channel in active:
                 channel.send(abort, None)
+            for peer in peers:  # raise only once every receiver dropped the version
+                peer.wait_result(version, time.monotonic() + self.config.timeout_s)
             raise WeightSyncError(version, packer.num_buckets,
                                   f"sender rank {self.sender_rank} failed while packing: "
                                   f"{type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,75 @@
+"""TransferMesh into the real embedded rollout engine (tiny Qwen2 in a Ray actor, HTTP
+server running): engine weights end bitwise equal to the trainer's, the engine reports the
+new version over HTTP, and a failed version leaves it serving the previous one."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+import torch
+
+from loongsage.transfer import TransferConfig, TransferMesh, WeightSyncError
+
+from .conftest import RolloutHost, as_bytes
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def trainer_weights(model_dir, seed: int) -> dict[str, torch.Tensor]:
+    """The tiny model's HF state dict after a pretend train step (seeded noise), as
+    `EmbeddedTrainEngine.named_tensors()` yields it (tied entries included)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.01)
+    return {name: t.detach().clone() for name, t in model.state_dict().items()}
+
+
+def generate(url: str) -> dict:
+    body = {"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 4,
+                                                         "temperature": 0.0}}
+    response = httpx.post(f"{url}/generate", json=body, timeout=60)
+    response.raise_for_status()
+    return response.json()
+
+
+def test_engine_weights_bitwise_equal_and_failed_version_keeps_serving(ray_session,
+                                                                       tiny_model_dir):
+    ray = ray_session
+    host = ray.remote(num_cpus=0)(RolloutHost).remote(str(tiny_model_dir))
+    try:
+        weights = trainer_weights(tiny_model_dir, seed=1)
+        config = TransferConfig(bucket_bytes=1 << 20, checksum=True, timeout_s=30)
+        with TransferMesh(config, host_id="host-a") as mesh:
+            url = ray.get(host.connect.remote([mesh.address], "host-a"))
+            mesh.wait_for_receivers(1)
+            report = mesh.sync(iter(weights.items()), version=1)
+            assert report.applied == ["rollout-engine"] and report.transports == {
+                "shm": ["rollout-engine"]}
+            got = ray.get(host.weight_bytes.remote())
+            assert set(got) == set(weights)
+            assert all(got[name] == as_bytes(t) for name, t in weights.items())
+            info = httpx.get(f"{url}/get_model_info", timeout=30).json()
+            assert info["weight_version"] == "1"
+            before = generate(url)
+            assert before["meta_info"]["completion_tokens"] == 4
+
+            def fails_midway():
+                for i, item in enumerate(trainer_weights(tiny_model_dir, seed=2).items()):
+                    if i == 5:
+                        raise RuntimeError("trainer rank lost")
+                    yield item
+
+            with pytest.raises(WeightSyncError, match="weight version 2 failed at bucket"):
+                mesh.sync(fails_midway(), version=2)
+            state = ray.get(host.state.remote())
+            assert state["engine_version"] == 1 and "weight version 2" in state["error"]
+            assert ray.get(host.weight_bytes.remote()) == got
+            after = generate(url)
+            assert after["output_ids"] == before["output_ids"]
+        ray.get(host.stop.remote())
+    finally:
+        ray.kill(host)
