@@ -204,3 +204,18 @@ def test_anthropic_count_tokens_is_the_template_length(make_router, scripted_eng
     text = tokenizer.apply_chat_template([{"role": "system", "content": SYSTEM}, *msgs], tokenize=False,
                                          add_generation_prompt=True)
     assert counted.input_tokens == len(tokenizer.encode(text, add_special_tokens=False))
+
+
+def test_opencode_child_session_is_a_subagent(make_router, scripted_engine):
+    router = make_router([scripted_engine(["main", "child", "main again"])], middlewares=["agent_sessions"])
+    router.open_trajectory("t")
+    client = openai.OpenAI(base_url=router.base_urls("t")["openai"], api_key="x", max_retries=0)
+    main = [{"role": "user", "content": "main task"}]
+    client.chat.completions.create(model="policy", messages=main, extra_headers={"x-session-id": "ses_1"})
+    client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "explore"}],
+                                   extra_headers={"x-session-id": "ses_2"})
+    client.chat.completions.create(model="policy", extra_headers={"x-session-id": "ses_1"},
+                                   messages=main + [{"role": "assistant", "content": "main"},
+                                                    {"role": "user", "content": "continue"}])
+    traj = stored(router, "t")
+    assert [(s["origin"], s["num_turns"]) for s in traj["segments"]] == [("root", 2), ("subagent", 1)]

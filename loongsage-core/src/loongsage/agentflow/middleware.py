@@ -66,7 +66,14 @@ SUBAGENT_KINDS = ("collab_spawn", "subagent")
 
 
 class AgentSessionsMiddleware(RouterMiddleware):
-    """Record agents' session headers and start subagent segments on their subagent signals."""
+    """Record agents' session headers and start subagent segments on their subagent signals.
+
+    Subagent signals: ``x-loongsage-request-kind: subagent`` (any agent, e.g. from a launcher's
+    hook), Codex's ``x-openai-subagent`` header or ``x-codex-turn-metadata`` with
+    ``request_kind: collab_spawn``, and an OpenCode ``x-session-id`` other than the first one
+    the trajectory saw (a child session). ``x-loongsage-request-kind: untrained`` marks a side
+    call kept out of training.
+    """
 
     SESSION_HEADERS = ("session-id", "thread-id", "x-claude-code-session-id", "x-session-id",
                        "x-session-affinity", "x-openai-subagent")
@@ -76,6 +83,8 @@ class AgentSessionsMiddleware(RouterMiddleware):
 
     async def on_request(self, ctx: TurnContext) -> None:
         seen = ctx.trajectory.metadata.setdefault("agent_headers", {})
+        child_session = "x-session-id" in seen and ctx.headers.get("x-session-id", seen["x-session-id"]) != \
+            seen["x-session-id"]
         for name in self.SESSION_HEADERS:
             if name in ctx.headers:
                 seen.setdefault(name, ctx.headers[name])
@@ -86,7 +95,7 @@ class AgentSessionsMiddleware(RouterMiddleware):
                 kind = kind or str(json.loads(turn_meta).get("request_kind", ""))
             except (ValueError, AttributeError):
                 pass
-        if kind in SUBAGENT_KINDS or ctx.headers.get("x-openai-subagent"):
+        if kind in SUBAGENT_KINDS or ctx.headers.get("x-openai-subagent") or child_session:
             ctx.subagent = True
         if kind == "untrained":
             ctx.trainable = False
