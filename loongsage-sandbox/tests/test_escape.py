@@ -17,8 +17,6 @@ import socket
 import subprocess
 import threading
 
-import pytest
-
 from loongsage_sandbox.errors import SandboxCrashedError, SandboxError
 
 
