@@ -196,3 +196,43 @@ def test_max_tokens_beyond_the_context_is_clamped_to_what_is_left(router, make_r
     with pytest.raises(openai.BadRequestError, match=r"\+ 32000 new tokens, more than the model's context of 2048"):
         oai(strict, "strict").chat.completions.create(
             model="policy", messages=[{"role": "user", "content": "hi"}], max_tokens=32000)
+
+
+def test_concurrent_sessions_each_keep_their_own_exact_tokens(router, tokenizer):
+    import asyncio
+
+    n = 12
+    for i in range(n):
+        router.open_trajectory(f"c{i}")
+
+    async def session(i):
+        client = openai.AsyncOpenAI(base_url=router.base_urls(f"c{i}")["openai"], api_key="x", max_retries=0)
+        msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"session {i}"}]
+        usage = 0
+        for turn in range(2):
+            if i % 2:
+                text, chunks = "", await client.chat.completions.create(
+                    model="policy", messages=msgs, max_tokens=5, temperature=0, stream=True,
+                    stream_options={"include_usage": True})
+                async for c in chunks:
+                    text += c.choices[0].delta.content or "" if c.choices else ""
+                    usage += c.usage.completion_tokens if c.usage else 0
+            else:
+                out = await client.chat.completions.create(model="policy", messages=msgs, max_tokens=5,
+                                                           temperature=0)
+                text, usage = out.choices[0].message.content, usage + out.usage.completion_tokens
+            msgs = msgs + [{"role": "assistant", "content": text}, {"role": "user", "content": f"turn {turn}"}]
+        await client.close()
+        return usage
+
+    async def main():
+        return await asyncio.gather(*(session(i) for i in range(n)))
+
+    usages = asyncio.run(main())
+    for i in range(n):
+        traj = stored(router, f"c{i}")
+        assert len(traj["segments"]) == 1, traj["segments"]
+        assert sum(traj["loss_mask"]) == usages[i]
+        prompt = render(tokenizer, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"session {i}"}],
+                        True)
+        assert tokenizer.decode(traj["tokens"]).startswith(prompt)
