@@ -73,11 +73,13 @@ class EmbeddedRolloutEngine:
         """Build from a resolved LoongSage config (its ``model`` and ``rollout`` sections)."""
         model, rollout = _section(cfg, "model"), _section(cfg, "rollout")
         trainer = _section(cfg, "trainer")
+        from loongsage.models.resolve import resolve_model_path
+
         path = _get(model, "path", None)
         if not path or str(path) == "???":
             raise ValueError("model.path: required (a Hugging Face model folder)")
         return cls(
-            str(path),
+            str(resolve_model_path(str(path))),
             tokenizer_path=_get(model, "tokenizer_path", None),
             dtype=_get(model, "dtype", "float32"),
             fp32_lm_head=bool(_get(model, "fp32_lm_head", True)),

@@ -32,7 +32,7 @@ class LogitsHead:
     def __init__(self, model: torch.nn.Module, fp32_lm_head: bool):
         self.model = model
         self.split = fp32_lm_head and next(model.parameters()).dtype != torch.float32
-        self._w32: torch.Tensor | None = None
+        self._w32: tuple[torch.Tensor, torch.Tensor | None] | None = None
         # transformers 5.24 renamed `past_key_values` to `cache` (old name deprecated)
         params = inspect.signature(model.forward).parameters
         self.cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -51,8 +51,10 @@ class LogitsHead:
         out = decoder(input_ids=input_ids, attention_mask=attention_mask,
                       position_ids=position_ids, use_cache=True, **{self.cache_kw: cache})
         if self._w32 is None:
-            self._w32 = self.model.get_output_embeddings().weight.float()
-        return torch.nn.functional.linear(out.last_hidden_state[:, -1].float(), self._w32)
+            head = self.model.get_output_embeddings()
+            bias = None if head.bias is None else head.bias.float()
+            self._w32 = (head.weight.float(), bias)
+        return torch.nn.functional.linear(out.last_hidden_state[:, -1].float(), *self._w32)
 
 
 def _layers(cache: DynamicCache):
