@@ -8,6 +8,11 @@ and ``weight_version`` (a string); streaming answers ``text/event-stream`` lines
 HTTP 400 with ``{"error": {"message": ..., "field": ...}}``. One addition to SGLang's
 ``meta_info``: ``output_token_weight_versions``, the weight version that sampled each token.
 
+``/update_weights_from_tensor`` reads ``load_format="loongsage_torch_b64"`` payloads
+(``weights_codec``); its ``flush_cache`` flag has nothing to do here (no prefix cache is kept,
+and running requests always recompute their KV under new weights). ``/pause_generation``
+without a body uses SGLang's default mode, ``abort``; ``EngineClient`` sends ``in_place``.
+
 A non-streaming request whose client disconnects is aborted (checked every second), as
 SGLang does, so abandoned requests do not keep decoding.
 """
