@@ -189,3 +189,31 @@ def test_oversize_context_is_refused_with_the_numbers(tokenizer, renderer):
     with pytest.raises(RequestError, match=r"needs \d+ prompt tokens \+ 64 new tokens, more than .* 32 tokens"):
         plan_turn(traj, ChatRequest("openai_chat", "m", [{"role": "user", "content": "x" * 50}]),
                   renderer, max_context=32, max_new=64)
+
+
+def test_templates_that_rerender_old_turns_still_extend_the_segment(tiny_model_dir):
+    """A Qwen3-like template drops the reasoning of turns before the last user message."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tok.chat_template = (
+        "{%- set ns = namespace(last=-1) %}{%- for m in messages %}{%- if m['role'] == 'user' %}"
+        "{%- set ns.last = loop.index0 %}{%- endif %}{%- endfor %}"
+        "{%- for m in messages %}{%- set c = m['content'] %}"
+        "{%- if m['role'] == 'assistant' and loop.index0 < ns.last %}{%- set c = c.split('</think>')[-1] %}{%- endif %}"
+        "{{- '<|im_start|>' + m['role'] + '\\n' + c + '<|im_end|>\\n' }}{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+    renderer = ChatRenderer(tok)
+    traj = Trajectory("t", "0")
+    msgs = [{"role": "user", "content": "q1"}]
+    plan = plan_turn(traj, ChatRequest("openai_chat", "m", msgs), renderer)
+    reply = "<think>hm</think>ok"
+    sample(traj, plan, tok, tok.encode(reply, add_special_tokens=False), {"role": "assistant", "content": reply})
+    held = list(traj.tokens)
+    msgs2 = msgs + [{"role": "assistant", "content": reply}, {"role": "user", "content": "q2"}]
+    plan2 = plan_turn(traj, ChatRequest("openai_chat", "m", msgs2), renderer)
+    assert plan2.segment is plan.segment and len(traj.segments) == 1
+    assert traj.tokens[: len(held)] == held  # the sampled reasoning stays as sampled
+    assert renderer.decode(traj.tokens) == (
+        "<|im_start|>user\nq1<|im_end|>\n<|im_start|>assistant\n<think>hm</think>ok<|im_end|>\n"
+        "<|im_start|>user\nq2<|im_end|>\n<|im_start|>assistant\n")

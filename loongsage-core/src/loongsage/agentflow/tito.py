@@ -8,7 +8,8 @@ previous sampled assistant turn with the template's own closing text after the s
 (ChatML: the ``\\n`` after ``<|im_end|>``; ``<|im_end|>\\n`` when generation hit the length
 limit); and (4) appends the tokens of that text. Held tokens, sampled ones included, are
 never re-tokenized, so a conversation whose full re-tokenisation would differ keeps its
-sampled tokens exactly.
+sampled tokens exactly. Templates that re-render old turns when new ones arrive (Qwen3 strips
+old reasoning) get the new messages rendered after a neutral stand-in conversation instead.
 
 When the history diverges, the router forks at the last sampled assistant turn both still
 share (a new ``compact`` segment whose first span points at the shared tokens); with no
@@ -24,6 +25,9 @@ from typing import Any
 from loongsage.agentflow.errors import RequestError
 from loongsage.agentflow.messages import ChatRequest, canonical, canonical_tools, template_messages
 from loongsage.agentflow.store import Segment, Trajectory
+
+
+BASE = [{"role": "user", "content": "."}, {"role": "assistant", "content": "."}]
 
 
 class ChatRenderer:
@@ -57,17 +61,29 @@ class ChatRenderer:
             return ""
         return rendered_prefix[at + len(marker):] if stop_text else rendered_prefix[at:]
 
-    def delta(self, prefix: list[dict[str, Any]], new: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str | None:
-        """Text of ``new`` (and the generation prompt) after ``prefix``; None if not a pure suffix."""
+    def delta(self, prefix: list[dict[str, Any]], new: list[dict[str, Any]],
+              tools: list[dict[str, Any]]) -> str | None:
+        """Text of ``new`` (and the generation prompt) after ``prefix``; None if not a pure suffix.
+
+        Templates that re-render held turns once new ones arrive (Qwen3 strips the reasoning of
+        turns before the last user message) break ``render(prefix + new)`` being an extension
+        of ``render(prefix)``; then the new messages are rendered after a neutral stand-in
+        conversation (``BASE``) instead, which such templates leave alone.
+        """
         if not prefix:
             return self.render(new, tools, True)
         prev = self.render(prefix, tools, False)
         full = self.render(prefix + new, tools, True)
         if not full.startswith(prev):
-            return None
+            base = self.render(BASE, tools, False)
+            full, prev_len = self.render(BASE + new, tools, True), len(base)
+            if not full.startswith(base):
+                return None
+        else:
+            prev_len = len(prev)
         stop = prefix[-1].get("_stop")
         close = self.turn_close(prev, stop) if stop is not None else ""
-        return close + full[len(prev):]
+        return close + full[prev_len:]
 
 
 @dataclass
