@@ -133,6 +133,9 @@ def test_probes_models_and_api_key_as_trajectory_key(router):
     client = openai.OpenAI(base_url=router.url + "/v1", api_key="keyed:2", max_retries=0)
     client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
     assert sum(stored(router, "keyed", "2")["loss_mask"]) >= 1
+    listing = httpx.get(router.url + "/v1/trajectories").json()["trajectories"]
+    assert {"trajectory_id": "keyed", "attempt_id": "2", "status": "active",
+            "num_tokens": len(stored(router, "keyed", "2")["tokens"]), "num_segments": 1} in listing
 
 
 def test_errors_come_back_in_each_wire_format(router):

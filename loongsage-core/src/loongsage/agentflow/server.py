@@ -3,7 +3,8 @@
 Routes (each ``/v1/...`` also under a ``/{trajectory_id}/{attempt_id}`` prefix):
 ``HEAD|GET /`` (Claude Code probes it), ``GET /v1/models``, ``POST /v1/chat/completions``,
 ``POST /v1/responses``, ``POST /v1/messages`` (``?beta=true`` accepted),
-``GET /v1/trajectories/{trajectory_id}`` and ``GET /health``. A request's trajectory comes
+``GET /v1/trajectories`` (a listing), ``GET /v1/trajectories/{trajectory_id}`` and
+``GET /health``. A request's trajectory comes
 from the path prefix, else from the API key (``Authorization: Bearer`` or ``x-api-key``)
 read as ``"{trajectory_id}:{attempt_id}"`` or ``"{trajectory_id}"`` (attempt ``"0"``).
 Every error is answered in the caller's wire format.
@@ -193,6 +194,13 @@ class Router:
 
         app.get("/v1/models")(models)
         app.get("/{tid}/{aid}/v1/models")(models)
+
+        @app.get("/v1/trajectories")
+        async def trajectories() -> dict[str, Any]:
+            return {"trajectories": [
+                {"trajectory_id": t.trajectory_id, "attempt_id": t.attempt_id, "status": t.status,
+                 "num_tokens": len(t.tokens), "num_segments": len(t.segments)}
+                for t in self.store]}
 
         @app.get("/v1/trajectories/{trajectory_id}")
         async def trajectory(trajectory_id: str) -> Response:

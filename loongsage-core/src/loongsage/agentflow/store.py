@@ -237,6 +237,9 @@ class TrajectoryStore:
     def __contains__(self, key: tuple[str, str]) -> bool:
         return key in self._items
 
+    def __iter__(self) -> Iterator[Trajectory]:
+        return iter(list(self._items.values()))
+
     def __len__(self) -> int:
         return len(self._items)
 
