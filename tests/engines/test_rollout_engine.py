@@ -219,3 +219,20 @@ def test_bad_control_requests_are_400(engine):
     assert resp.status_code == 400 and resp.json()["error"]["field"] == "mode"
     resp = httpx.post(engine.url + "/generate", content=b"{not json")
     assert resp.status_code == 400 and "invalid JSON" in resp.json()["error"]["message"]
+
+
+def test_failed_forward_aborts_its_requests_and_the_engine_recovers(client, engine):
+    real = engine.scheduler.head
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    engine.scheduler.head = boom
+    try:
+        out = client.generate(PROMPTS[0], {"max_new_tokens": 4})
+    finally:
+        engine.scheduler.head = real
+    assert out.finish_reason == "abort" and "boom" in out.meta_info["finish_reason"]["message"]
+    assert client.health()
+    out = client.generate(PROMPTS[0], {"max_new_tokens": 4, "ignore_eos": True})
+    assert out.finish_reason == "length" and len(out.output_ids) == 4

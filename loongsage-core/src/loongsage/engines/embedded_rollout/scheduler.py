@@ -70,6 +70,7 @@ class Scheduler:
         self._cmds: queue.SimpleQueue = queue.SimpleQueue()
         self._waiting: list[Request] = []
         self._rows: list[Request] = []
+        self._admitting: list[Request] = []  # popped from the queue, not yet in the batch
         self._batch: KVBatch | None = None
         self._settings: RowSettings | None = None
         self._paused = False
@@ -149,7 +150,7 @@ class Scheduler:
                     self._step()
             except Exception as exc:  # a failed forward must not strand callers
                 log.exception("decode step failed")
-                self._abort(None, f"engine error: {exc!r}")
+                self._fail_all(f"engine error: {exc!r}")
 
     def _drain(self, block: bool) -> None:
         try:
@@ -189,6 +190,15 @@ class Scheduler:
             self._finish(r, r.finish)
         return len(victims)
 
+    def _fail_all(self, message: str) -> None:
+        """Finish every request with ``abort`` and drop the batch (its state may be torn)."""
+        victims = self._waiting + self._rows + self._admitting
+        self._waiting, self._rows, self._admitting = [], [], []
+        self._batch, self._settings, self._stale = None, None, False
+        for r in victims:
+            if not r.done:
+                self._finish(r, {"type": "abort", "message": message})
+
     def _finish(self, req: Request, reason: dict[str, Any]) -> None:
         req.finish = reason
         req.done = True
@@ -201,12 +211,13 @@ class Scheduler:
         free = self.max_running - len(self._rows)
         if free > 0 and self._waiting:
             new, self._waiting = self._waiting[:free], self._waiting[free:]
+            self._admitting = new
             batch, logits = KVBatch.prefill(self.head, [r.prompt_ids + r.output_ids for r in new])
             self.stats["prefills"] += 1
             self._append(new, logits, self._row_settings(new))
             self._batch = batch if self._batch is None else self._batch.merge(batch)
             self._rows += new
-            self._settings = None
+            self._admitting, self._settings = [], None
             self._evict_finished()
         if self._rows:
             tokens = torch.tensor([r.output_ids[-1] for r in self._rows], dtype=torch.long)
