@@ -42,7 +42,8 @@ class WireAdapter(Protocol):
 
     def render_response(self, request: ChatRequest, result: TurnResult) -> dict[str, Any]: ...
 
-    def stream_response(self, request: ChatRequest, events: AsyncIterator[StreamEvent]) -> AsyncIterator[str]: ...
+    def stream_response(self, request: ChatRequest,
+                        events: AsyncIterator[StreamEvent]) -> AsyncIterator[str]: ...
 
     def render_error(self, error: RequestError) -> dict[str, Any]: ...
 
@@ -56,7 +57,8 @@ def sse(data: Any, event: str | None = None) -> str:
 
 def require_object(body: Any, what: str) -> dict[str, Any]:
     if not isinstance(body, dict):
-        raise RequestError(f"{what}: the request body must be a JSON object, got {type(body).__name__}")
+        raise RequestError(f"{what}: the request body must be a JSON object, "
+                           f"got {type(body).__name__}")
     return body
 
 
@@ -71,7 +73,8 @@ def get_field(body: dict[str, Any], name: str, types: type | tuple, default: Any
     if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
         raise RequestError(f"{name}: expected {_names(types)}, got a boolean", param=name)
     if not isinstance(value, types):
-        raise RequestError(f"{name}: expected {_names(types)}, got {type(value).__name__}", param=name)
+        raise RequestError(f"{name}: expected {_names(types)}, got {type(value).__name__}",
+                           param=name)
     return value
 
 
@@ -96,5 +99,14 @@ def function_tool(name: Any, description: Any, parameters: Any, where: str) -> d
     fn: dict[str, Any] = {"name": name}
     if description:
         fn["description"] = description
-    fn["parameters"] = parameters if isinstance(parameters, dict) else {"type": "object", "properties": {}}
+    if not isinstance(parameters, dict):
+        parameters = {"type": "object", "properties": {}}
+    fn["parameters"] = parameters
     return {"type": "function", "function": fn}
+
+
+def openai_error(error: RequestError) -> dict[str, Any]:
+    """OpenAI's error body (both Chat Completions and Responses)."""
+    code = error.kind if error.kind != "invalid_request_error" else None
+    return {"error": {"message": error.message, "type": error.kind, "param": error.param,
+                      "code": code}}

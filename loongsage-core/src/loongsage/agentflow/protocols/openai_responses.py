@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator
 from loongsage.agentflow.errors import RequestError
 from loongsage.agentflow.messages import ChatRequest, SamplingOptions, content_text
 from loongsage.agentflow.protocols.base import (
-    StreamEvent, TurnResult, function_tool, get_field, require_object, sse,
+    StreamEvent, TurnResult, function_tool, get_field, openai_error, require_object, sse,
 )
 
 SKIPPED_ITEMS = ("reasoning", "item_reference")
@@ -194,6 +194,4 @@ class OpenAIResponsesAdapter:
                         response=self._response(request, resp_id, created, output, res))
 
     def render_error(self, error: RequestError) -> dict[str, Any]:
-        code = error.kind if error.kind != "invalid_request_error" else None
-        return {"error": {"message": error.message, "type": error.kind, "param": error.param,
-                          "code": code}}
+        return openai_error(error)
