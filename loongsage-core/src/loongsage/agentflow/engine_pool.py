@@ -24,7 +24,8 @@ class EnginePool:
         """The replica index for ``key`` (assigned on first use)."""
         idx = self._sticky.get(key)
         if idx is None:
-            idx = min(range(len(self.clients)), key=lambda i: (self.inflight[i], self.sessions[i], i))
+            idx = min(range(len(self.clients)),
+                      key=lambda i: (self.inflight[i], self.sessions[i], i))
             self._sticky[key] = idx
             self.sessions[idx] += 1
         return idx

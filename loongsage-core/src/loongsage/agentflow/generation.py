@@ -89,7 +89,8 @@ async def stream_generation(client: Any, input_ids: list[int], sampling: dict[st
             yield piece
 
 
-async def generate(client: Any, input_ids: list[int], sampling: dict[str, Any], rid: str) -> Generated:
+async def generate(client: Any, input_ids: list[int], sampling: dict[str, Any],
+                   rid: str) -> Generated:
     gen = Generated()
     _absorb(await client.agenerate(input_ids, sampling, rid=rid), gen)
     return gen

@@ -54,6 +54,9 @@ class ChatRequest:
     raw: dict[str, Any] = field(default_factory=dict)
 
 
+TEXT_PARTS = ("text", "input_text", "output_text")
+
+
 def content_text(content: Any, where: str) -> str:
     """Text of an OpenAI/Anthropic content value: a string or a list of text parts."""
     if content is None:
@@ -65,14 +68,15 @@ def content_text(content: Any, where: str) -> str:
         for i, part in enumerate(content):
             if isinstance(part, str):
                 parts.append(part)
-            elif isinstance(part, dict) and part.get("type") in ("text", "input_text", "output_text"):
+            elif isinstance(part, dict) and part.get("type") in TEXT_PARTS:
                 parts.append(str(part.get("text", "")))
             else:
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                 raise RequestError(f"{where}[{i}]: unsupported content part type {kind!r}; "
                                    "only text parts are supported")
         return "".join(parts)
-    raise RequestError(f"{where}: content must be a string or a list of parts, got {type(content).__name__}")
+    raise RequestError(f"{where}: content must be a string or a list of parts, "
+                       f"got {type(content).__name__}")
 
 
 def _parsed_args(arguments: Any) -> Any:
@@ -89,11 +93,9 @@ def canonical(message: dict[str, Any]) -> tuple:
     role = message.get("role")
     if role == "developer":
         role = "system"
-    calls = tuple(
-        (c.get("function", c).get("name"), json.dumps(_parsed_args(c.get("function", c).get("arguments")),
-                                                      sort_keys=True))
-        for c in message.get("tool_calls") or ()
-    )
+    functions = [c.get("function", c) for c in message.get("tool_calls") or ()]
+    calls = tuple((f.get("name"), json.dumps(_parsed_args(f.get("arguments")), sort_keys=True))
+                  for f in functions)
     return (role, (message.get("content") or "").strip(), calls)
 
 
@@ -108,7 +110,8 @@ def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         m2 = {k: v for k, v in m.items() if v is not None and not k.startswith("_")}
         if m2.get("tool_calls"):
             m2["tool_calls"] = [
-                {**c, "function": {**c["function"], "arguments": _parsed_args(c["function"]["arguments"])}}
+                {**c, "function": {**c["function"],
+                                   "arguments": _parsed_args(c["function"]["arguments"])}}
                 for c in m2["tool_calls"]
             ]
         out.append(m2)

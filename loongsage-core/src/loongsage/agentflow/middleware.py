@@ -52,13 +52,15 @@ class ToolCallParserMiddleware(RouterMiddleware):
         from loongsage.plugins import get_registries
 
         name = (params.parser if params and params.parser else "") or settings.tool_parser
-        key = "agentflow.middlewares.tool_call_parser.parser" if params and params.parser else "agentflow.tool_parser"
+        key = ("agentflow.middlewares.tool_call_parser.parser" if params and params.parser
+               else "agentflow.tool_parser")
         registries = settings.registries or get_registries()
         self.parser: ToolParser = registries.tool_parser.get(name, key=key)()
 
     async def on_request(self, ctx: TurnContext) -> None:
         choice = ctx.request.raw.get("tool_choice")
-        if ctx.request.tools and choice != "none" and not (isinstance(choice, dict) and choice.get("type") == "none"):
+        refused = choice == "none" or (isinstance(choice, dict) and choice.get("type") == "none")
+        if ctx.request.tools and not refused:
             ctx.parser = self.parser
 
 
@@ -83,8 +85,8 @@ class AgentSessionsMiddleware(RouterMiddleware):
 
     async def on_request(self, ctx: TurnContext) -> None:
         seen = ctx.trajectory.metadata.setdefault("agent_headers", {})
-        child_session = "x-session-id" in seen and ctx.headers.get("x-session-id", seen["x-session-id"]) != \
-            seen["x-session-id"]
+        first = seen.get("x-session-id")
+        child_session = first is not None and ctx.headers.get("x-session-id", first) != first
         for name in self.SESSION_HEADERS:
             if name in ctx.headers:
                 seen.setdefault(name, ctx.headers[name])

@@ -10,4 +10,4 @@ def loongsage_register_router_middlewares(register):
              params=ToolCallParserParams,
              doc="Parse tool calls from generated text with a registered tool parser.")
     register("agent_sessions", "loongsage.agentflow.middleware:AgentSessionsMiddleware",
-             doc="Record agents' session headers; start subagent segments on their subagent signals.")
+             doc="Record agents' session headers; start subagent segments on their signals.")

@@ -31,12 +31,14 @@ from loongsage.agentflow.settings import RouterSettings
 from loongsage.agentflow.store import Trajectory, TrajectoryStore
 from loongsage.agentflow.tito import ChatRenderer
 from loongsage.agentflow.turns import TurnRunner
+from loongsage.data.types import Sample
 
 BUILTIN_PARSER_MIDDLEWARE = "tool_call_parser"
 
 
 def build_middlewares(settings: RouterSettings) -> list[RouterMiddleware]:
-    """Instantiate ``settings.middlewares`` from the registry (the parser middleware always last)."""
+    """Instantiate ``settings.middlewares`` from the registry (the parser middleware is last
+    unless listed)."""
     from loongsage.plugins import get_registries
 
     registries = settings.registries or get_registries()
@@ -47,16 +49,19 @@ def build_middlewares(settings: RouterSettings) -> list[RouterMiddleware]:
     for i, spec in enumerate(specs):
         key = f"agentflow.middlewares[{i}]"
         entry = registries.router_middleware.entry(spec.get("name"), key=key)
-        chain.append(entry.obj(settings, entry.build_params(spec.get("params"), key=f"{key}.params")))
+        params = entry.build_params(spec.get("params"), key=f"{key}.params")
+        chain.append(entry.obj(settings, params))
     return chain
 
 
 class Router:
     """Router state (store, engines, renderer) and its FastAPI app; ``start()`` serves it."""
 
-    def __init__(self, engines: list[Any], tokenizer: Any, settings: RouterSettings | None = None) -> None:
+    def __init__(self, engines: list[Any], tokenizer: Any,
+                 settings: RouterSettings | None = None) -> None:
         self.settings = settings or RouterSettings()
-        self.store = TrajectoryStore(self.settings.run_dir, auto_create=self.settings.auto_create_trajectories)
+        self.store = TrajectoryStore(self.settings.run_dir,
+                                     auto_create=self.settings.auto_create_trajectories)
         self.pool = EnginePool(list(engines))
         self.renderer = ChatRenderer(tokenizer)
         max_context = self.settings.max_context
@@ -64,7 +69,8 @@ class Router:
             limit = getattr(tokenizer, "model_max_length", None)
             max_context = int(limit) if isinstance(limit, int) and limit < 10**8 else None
         self.runner = TurnRunner(self.renderer, self.pool, build_middlewares(self.settings),
-                                 self.settings.default_max_tokens, max_context, self.settings.clamp_max_tokens)
+                                 self.settings.default_max_tokens, max_context,
+                                 self.settings.clamp_max_tokens)
         self.app = self._build_app()
         self.url: str | None = None
         self._server = None
@@ -73,20 +79,23 @@ class Router:
     @classmethod
     def from_config(cls, cfg: Any, engine_urls: list[str], **overrides: Any) -> "Router":
         """A router for a resolved LoongSage config: its ``agentflow`` section, the model's
-        tokenizer, one ``EngineClient`` per engine URL; ``overrides`` set ``RouterSettings`` fields."""
+        tokenizer, one ``EngineClient`` per engine URL; ``overrides`` set ``RouterSettings``
+        fields."""
         from transformers import AutoTokenizer
 
         from loongsage.engines.client import EngineClient
 
         model = cfg["model"] if "model" in cfg else cfg.model
         path = model.get("tokenizer_path") or model.get("path")
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=bool(model.get("trust_remote_code")))
+        tokenizer = AutoTokenizer.from_pretrained(
+            path, trust_remote_code=bool(model.get("trust_remote_code")))
         agentflow = cfg["agentflow"] if "agentflow" in cfg else {}
         settings = RouterSettings.from_config(agentflow, **overrides)
         return cls([EngineClient(u) for u in engine_urls], tokenizer, settings)
 
     # ---- trajectories -------------------------------------------------------------------
-    def open_trajectory(self, trajectory_id: str, attempt_id: str = "0", **metadata: Any) -> Trajectory:
+    def open_trajectory(self, trajectory_id: str, attempt_id: str = "0",
+                        **metadata: Any) -> Trajectory:
         return self.store.open(trajectory_id, attempt_id, **metadata)
 
     def base_urls(self, trajectory_id: str, attempt_id: str = "0") -> dict[str, str]:
@@ -96,7 +105,8 @@ class Router:
         root = f"{self.url}/{trajectory_id}/{attempt_id}"
         return {"openai": f"{root}/v1", "anthropic": root}
 
-    def finish_trajectory(self, trajectory_id: str, attempt_id: str = "0", reward: float | None = None):
+    def finish_trajectory(self, trajectory_id: str, attempt_id: str = "0",
+                          reward: float | None = None) -> list[Sample]:
         """Close a trajectory and return its training samples (one per trainable segment)."""
         self.pool.release((str(trajectory_id), str(attempt_id)))
         return self.store.finish(trajectory_id, attempt_id, reward=reward)
@@ -104,9 +114,12 @@ class Router:
     def _trajectory(self, http: Request, tid: str | None, aid: str | None) -> Trajectory:
         if tid is None:
             auth = http.headers.get("authorization", "")
-            key = auth[7:].strip() if auth.lower().startswith("bearer ") else http.headers.get("x-api-key", "")
+            key = http.headers.get("x-api-key", "")
+            if auth.lower().startswith("bearer "):
+                key = auth[7:].strip()
             if not key:
-                raise RequestError("no trajectory key: call /{trajectory_id}/{attempt_id}/v1/... or pass "
+                raise RequestError("no trajectory key: call /{trajectory_id}/{attempt_id}/v1/... "
+                                   "or pass "
                                    "'{trajectory_id}:{attempt_id}' as the API key", status=401,
                                    kind="authentication_error")
             tid, _, aid = key.partition(":")
@@ -125,11 +138,13 @@ class Router:
 
     # ---- HTTP -----------------------------------------------------------------------------
     async def _count_tokens(self, http: Request) -> Response:
-        """Anthropic's ``/v1/messages/count_tokens``: the full rendering's length (stores nothing)."""
+        """Anthropic's ``/v1/messages/count_tokens``: the rendering's length (stores nothing)."""
         adapter = ADAPTERS["messages"]
         try:
             body = await self._json(http)
-            request = adapter.parse_request({"max_tokens": 1, **body} if isinstance(body, dict) else body)
+            if isinstance(body, dict):
+                body = {"max_tokens": 1, **body}
+            request = adapter.parse_request(body)
             text = self.renderer.render(request.messages, request.tools, True)
         except RequestError as err:
             return JSONResponse(adapter.render_error(err), status_code=err.status)
@@ -147,15 +162,18 @@ class Router:
             return await self._count_tokens(http)
         adapter: WireAdapter | None = ADAPTERS.get(api)
         if adapter is None:
-            err = RequestError(f"unknown endpoint /v1/{api}; served: {sorted('/v1/' + k for k in ADAPTERS)}",
+            served = sorted("/v1/" + k for k in ADAPTERS)
+            err = RequestError(f"unknown endpoint /v1/{api}; served: {served}",
                                status=404, kind="not_found_error")
             return JSONResponse(ADAPTERS["chat/completions"].render_error(err), status_code=404)
         try:
             request = adapter.parse_request(await self._json(http))
             self._check_model(request.model)
             traj = self._trajectory(http, tid, aid)
-            ctx = TurnContext(request=request, headers={k.lower(): v for k, v in http.headers.items()},
-                              trajectory=traj, trainable=request.model not in self.settings.untrained_models)
+            headers = {k.lower(): v for k, v in http.headers.items()}
+            trainable = request.model not in self.settings.untrained_models
+            ctx = TurnContext(request=request, headers=headers, trajectory=traj,
+                              trainable=trainable)
             turn = await self.runner.prepare(ctx)
         except RequestError as err:
             return JSONResponse(adapter.render_error(err), status_code=err.status)
@@ -177,7 +195,8 @@ class Router:
             async for chunk in adapter.stream_response(turn.ctx.request, events):
                 yield chunk
         except EngineError as err:
-            yield sse(adapter.render_error(RequestError(str(err), status=500, kind="api_error")), event="error")
+            failure = RequestError(str(err), status=500, kind="api_error")
+            yield sse(adapter.render_error(failure), event="error")
         finally:
             await events.aclose()
 
@@ -189,8 +208,9 @@ class Router:
             return {"status": "ok"}
 
         async def models() -> dict[str, Any]:
-            return {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "loongsage"}
-                                               for m in self.settings.served_model_names]}
+            return {"object": "list",
+                    "data": [{"id": m, "object": "model", "created": 0, "owned_by": "loongsage"}
+                             for m in self.settings.served_model_names]}
 
         app.get("/v1/models")(models)
         app.get("/{tid}/{aid}/v1/models")(models)
@@ -208,7 +228,8 @@ class Router:
             if not attempts:
                 return JSONResponse({"error": {"message": f"unknown trajectory {trajectory_id!r}",
                                                "type": "not_found_error"}}, status_code=404)
-            return JSONResponse({"trajectory_id": trajectory_id, "attempts": [t.to_json() for t in attempts]})
+            return JSONResponse({"trajectory_id": trajectory_id,
+                                 "attempts": [t.to_json() for t in attempts]})
 
         @app.post("/v1/{api:path}")
         async def plain(api: str, http: Request) -> Response:
@@ -237,7 +258,8 @@ class Router:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.settings.host, self.settings.port))
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="off", timeout_keep_alive=30)
+        config = uvicorn.Config(self.app, log_level="warning", lifespan="off",
+                                timeout_keep_alive=30)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
                                         name="agentflow-router", daemon=True)

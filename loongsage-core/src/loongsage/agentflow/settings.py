@@ -12,7 +12,7 @@ class RouterSettings:
     port: int = 0  # 0 = pick a free port
     served_model_names: list[str] = field(default_factory=lambda: ["policy"])
     accept_any_model: bool = False  # black-box agents that insist on their own model names
-    untrained_models: list[str] = field(default_factory=list)  # served, never trained (OpenCode's title model)
+    untrained_models: list[str] = field(default_factory=list)  # served, never trained (titles)
     tool_parser: str = "hermes"
     middlewares: list[Any] = field(default_factory=list)  # names, or {"name": ..., "params": {...}}
     auto_create_trajectories: bool = False  # `loongsage serve`: any key opens a trajectory
@@ -25,7 +25,11 @@ class RouterSettings:
     @classmethod
     def from_config(cls, agentflow: Any, **overrides: Any) -> "RouterSettings":
         """Settings from the ``agentflow`` config section (host, port, tool_parser, middlewares)."""
-        get = agentflow.get if hasattr(agentflow, "get") else (lambda k, d=None: getattr(agentflow, k, d))
+        if hasattr(agentflow, "get"):
+            get = agentflow.get
+        else:
+            def get(key, default=None):
+                return getattr(agentflow, key, default)
         values = {k: get(k) for k in ("host", "port", "tool_parser") if get(k) is not None}
         values["middlewares"] = list(get("middlewares") or [])
         values.update(overrides)

@@ -38,7 +38,8 @@ class Segment:
     shared_len: int = 0  # leading tokens borrowed from the parent (prompt, never trained here)
     prompt_len: int = 0  # tokens before the first sampled token (shared prefix + first prompt)
     messages: list[dict[str, Any]] = field(default_factory=list)  # internal messages held so far
-    message_ends: list[int] = field(default_factory=list)  # segment length after each sampled turn, else -1
+    # segment length after each message that is a sampled turn, -1 after the others
+    message_ends: list[int] = field(default_factory=list)
     tools_key: str = ""  # canonical tools JSON the segment was rendered with
     trainable: bool = True  # False: side calls kept for inspection, never a Sample (e.g. titles)
     finish_reason: str = "stop"
@@ -102,7 +103,8 @@ class Trajectory:
         A mainline segment (root, compact) becomes the active one; subagent and untrainable
         segments never do.
         """
-        seg = Segment(segment_id=len(self.segments), origin=origin, parent=parent, trainable=trainable)
+        seg = Segment(segment_id=len(self.segments), origin=origin, parent=parent,
+                      trainable=trainable)
         if shared is not None and shared[1] > shared[0]:
             seg.spans.append([shared[0], shared[1]])
             seg.shared_len = shared[1] - shared[0]
@@ -118,14 +120,18 @@ class Trajectory:
             return
         if sampled and (logprobs is None or len(logprobs) != len(ids)):
             got = None if logprobs is None else len(logprobs)
-            raise ValueError(f"sampled tokens need one logprob each: {len(ids)} ids, {got} logprobs")
+            raise ValueError(f"sampled tokens need one logprob each: {len(ids)} ids, "
+                             f"{got} logprobs")
         start = len(self.tokens)
         self.tokens.extend(ids)
         self.loss_mask.extend([1 if sampled else 0] * len(ids))
         self.logprobs.extend(logprobs if sampled else [0.0] * len(ids))
         if sampled and versions is not None and len(versions) != len(ids):
-            raise ValueError(f"sampled tokens need one weight version each: {len(ids)} ids, {len(versions)} versions")
-        self.versions.extend(list(versions) if sampled and versions is not None else [-1 if not sampled else 0] * len(ids))
+            raise ValueError(f"sampled tokens need one weight version each: {len(ids)} ids, "
+                             f"{len(versions)} versions")
+        if not sampled:
+            versions = [-1] * len(ids)
+        self.versions.extend(versions if versions is not None else [0] * len(ids))
         if seg.spans and seg.spans[-1][1] == start:
             seg.spans[-1][1] = len(self.tokens)
         else:

@@ -37,7 +37,8 @@ class ChatRenderer:
         self.tokenizer = tokenizer
         self.eos_text = tokenizer.eos_token or ""
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], generation: bool) -> str:
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+               generation: bool) -> str:
         if not messages:
             return ""
         try:
@@ -45,7 +46,8 @@ class ChatRenderer:
                 template_messages(messages), tools=tools or None, tokenize=False,
                 add_generation_prompt=generation)
         except Exception as err:  # jinja raises for conversations the template refuses
-            raise RequestError(f"messages: the model's chat template cannot render this conversation: {err}") from None
+            raise RequestError("messages: the model's chat template cannot render this "
+                               f"conversation: {err}") from None
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
@@ -117,7 +119,8 @@ def _fork_point(seg: Segment, k: int) -> int:
 
 
 def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
-              subagent: bool = False, trainable: bool = True, busy: set[int] | frozenset = frozenset(),
+              subagent: bool = False, trainable: bool = True,
+              busy: set[int] | frozenset = frozenset(),
               max_context: int | None = None, max_new: int = 0, clamp: bool = False) -> TurnPlan:
     """Pick or open the segment for ``request``, render its new messages and append them.
 
@@ -155,7 +158,8 @@ def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
         seg = best
     elif best is not None:
         shared = traj.prefix_span_at(best, best.message_ends[best_k - 1])
-        seg = traj.new_segment(origin_wanted or "compact", parent=best.segment_id, trainable=trainable)
+        seg = traj.new_segment(origin_wanted or "compact", parent=best.segment_id,
+                               trainable=trainable)
         seg.spans = [list(s) for s in shared]
         seg.shared_len = len(seg)
         seg.messages = list(best.messages[:best_k])
@@ -173,7 +177,8 @@ def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
     new = msgs[best_k:]
     text = renderer.delta(seg.messages, new, request.tools)
     if text is None:  # the template re-renders held turns differently: start over
-        seg = traj.new_segment(origin_wanted or "compact", parent=seg.segment_id, trainable=trainable)
+        seg = traj.new_segment(origin_wanted or "compact", parent=seg.segment_id,
+                               trainable=trainable)
         seg.tools_key = tools_key
         new = msgs
         text = renderer.delta([], new, request.tools)
@@ -196,7 +201,8 @@ def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
 
 
 def record_generation(traj: Trajectory, seg: Segment, output_ids: list[int], logprobs: list[float],
-                      versions: list[int], finish_reason: str, message: dict[str, Any], stop_text: str) -> None:
+                      versions: list[int], finish_reason: str, message: dict[str, Any],
+                      stop_text: str) -> None:
     """Append sampled tokens and the assistant message they form to ``seg``."""
     traj.append(seg, output_ids, sampled=True, logprobs=logprobs, versions=versions)
     seg.messages.append({**message, "_stop": stop_text})

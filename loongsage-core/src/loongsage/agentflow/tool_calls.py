@@ -25,8 +25,9 @@ class ToolCall:
 
     @classmethod
     def from_args(cls, name: str, args: Any, id: str | None = None) -> "ToolCall":
-        text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, separators=(",", ":"))
-        return cls(name=name, arguments=text) if id is None else cls(name=name, arguments=text, id=id)
+        if not isinstance(args, str):
+            args = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+        return cls(name=name, arguments=args) if id is None else cls(name, args, id)
 
     def to_openai(self) -> dict[str, Any]:
         return {"id": self.id, "type": "function",
@@ -100,7 +101,7 @@ class StreamSplitter:
         return out
 
     def finish(self) -> tuple[str, ParsedOutput]:
-        """(content still to stream, full parse); the full parse's content starts with what was streamed."""
+        """(content still to stream, full parse); the parse's content starts with what was sent."""
         parsed = self.parser.parse(self.text)
         streamed = self.text[: self.emitted]
         if not parsed.content.startswith(streamed):

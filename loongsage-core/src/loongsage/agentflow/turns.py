@@ -17,7 +17,9 @@ from typing import Any, AsyncIterator
 
 from loongsage.agentflow.engine_pool import EnginePool
 from loongsage.agentflow.errors import EngineError
-from loongsage.agentflow.generation import Generated, TurnDecoder, abort, generate, stream_generation
+from loongsage.agentflow.generation import (
+    Generated, TurnDecoder, abort, generate, stream_generation,
+)
 from loongsage.agentflow.middleware import RouterMiddleware, TurnContext
 from loongsage.agentflow.protocols.base import StreamEvent, TurnResult
 from loongsage.agentflow.tito import ChatRenderer, TurnPlan, plan_turn, record_generation
@@ -35,8 +37,9 @@ class PreparedTurn:
 
 
 class TurnRunner:
-    def __init__(self, renderer: ChatRenderer, pool: EnginePool, middlewares: list[RouterMiddleware],
-                 default_max_tokens: int, max_context: int | None, clamp_max_tokens: bool = True) -> None:
+    def __init__(self, renderer: ChatRenderer, pool: EnginePool,
+                 middlewares: list[RouterMiddleware], default_max_tokens: int,
+                 max_context: int | None, clamp_max_tokens: bool = True) -> None:
         self.renderer, self.pool, self.middlewares = renderer, pool, middlewares
         self.default_max_tokens, self.max_context = default_max_tokens, max_context
         self.clamp_max_tokens = clamp_max_tokens
@@ -50,7 +53,8 @@ class TurnRunner:
         traj = ctx.trajectory
         sampling = ctx.request.sampling.to_engine(self.default_max_tokens)
         busy = self._busy.setdefault(traj.key, set())
-        plan = plan_turn(traj, ctx.request, self.renderer, subagent=ctx.subagent, trainable=ctx.trainable, busy=busy,
+        plan = plan_turn(traj, ctx.request, self.renderer, subagent=ctx.subagent,
+                         trainable=ctx.trainable, busy=busy,
                          max_context=self.max_context, max_new=sampling["max_new_tokens"],
                          clamp=self.clamp_max_tokens)
         sampling["max_new_tokens"] = plan.max_new
@@ -67,8 +71,9 @@ class TurnRunner:
         try:
             with self.pool.busy(turn.replica):
                 if stream:
-                    async for piece in stream_generation(client, turn.plan.prompt_ids, turn.sampling,
-                                                         turn.rid, decoder, gen):
+                    pieces = stream_generation(client, turn.plan.prompt_ids, turn.sampling,
+                                               turn.rid, decoder, gen)
+                    async for piece in pieces:
                         yield StreamEvent(text=piece)
                 else:
                     gen = await generate(client, turn.plan.prompt_ids, turn.sampling, turn.rid)
@@ -77,10 +82,11 @@ class TurnRunner:
             tail, parsed = decoder.finish(gen.output_ids)
             message = {"role": "assistant", "content": parsed.content,
                        "tool_calls": [c.to_openai() for c in parsed.tool_calls] or None}
-            record_generation(traj, seg, gen.output_ids, gen.logprobs, gen.versions, gen.finish_reason,
-                              message, decoder.stop_text(gen))
+            record_generation(traj, seg, gen.output_ids, gen.logprobs, gen.versions,
+                              gen.finish_reason, message, decoder.stop_text(gen))
             result = TurnResult(content=parsed.content, tool_calls=parsed.tool_calls,
-                                finish_reason=gen.finish_reason, prompt_tokens=len(turn.plan.prompt_ids),
+                                finish_reason=gen.finish_reason,
+                                prompt_tokens=len(turn.plan.prompt_ids),
                                 completion_tokens=len(gen.output_ids), model=ctx.request.model)
             for mw in self.middlewares:
                 mw.on_result(ctx, result)
@@ -90,11 +96,13 @@ class TurnRunner:
             self._fail(turn, str(err))
             raise
         except (asyncio.CancelledError, GeneratorExit):
-            traj.rollback(seg, turn.seg_len_before, turn.messages_before)
+            if not finished:  # the client left mid-turn: keep no half turn
+                traj.rollback(seg, turn.seg_len_before, turn.messages_before)
             raise
-        except Exception as err:  # an engine transport failure: the client gets an error, never a hang
-            self._fail(turn, f"{type(err).__name__}: {err}")
-            raise EngineError(f"engine request {turn.rid} failed: {type(err).__name__}: {err}") from err
+        except Exception as err:  # engine transport failure: an error to the client, never a hang
+            why = f"{type(err).__name__}: {err}"
+            self._fail(turn, why)
+            raise EngineError(f"engine request {turn.rid} failed: {why}") from err
         finally:
             self._busy.get(traj.key, set()).discard(seg.segment_id)
             if not finished:
