@@ -118,6 +118,7 @@ def test_anthropic_messages_multi_turn_with_moving_cache_control(router, tokeniz
     assert len(traj["segments"]) == 1 and traj["tokens"][: len(held)] == held
     assert final.content[0].text == streamed
     assert final.usage.output_tokens + first.usage.output_tokens == sum(traj["loss_mask"])
+    assert final.usage.input_tokens == len(traj["tokens"]) - final.usage.output_tokens
     conv = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hello there"},
             {"role": "system", "content": "Remember: be terse."}, {"role": "assistant", "content": text},
             {"role": "user", "content": "go on"}]

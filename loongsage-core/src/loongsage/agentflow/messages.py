@@ -52,6 +52,7 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
     raw: dict[str, Any] = field(default_factory=dict)
+    prompt_tokens: int = 0  # set once the turn is planned (streams report it up front)
 
 
 TEXT_PARTS = ("text", "input_text", "output_text")

@@ -59,6 +59,7 @@ class TurnRunner:
                          clamp=self.clamp_max_tokens)
         sampling["max_new_tokens"] = plan.max_new
         busy.add(plan.segment.segment_id)
+        ctx.request.prompt_tokens = len(plan.prompt_ids)
         rid = f"{traj.trajectory_id}#{traj.attempt_id}#{next(self._counter)}"
         return PreparedTurn(ctx, plan, plan.seg_len_before, plan.messages_before,
                             self.pool.pick(traj.key), rid, sampling)

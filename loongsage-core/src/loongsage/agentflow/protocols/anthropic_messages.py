@@ -124,7 +124,8 @@ class AnthropicMessagesAdapter:
 
         start = {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
                  "model": request.model, "content": [], "stop_reason": None,
-                 "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
+                 "stop_sequence": None,
+                 "usage": {"input_tokens": request.prompt_tokens, "output_tokens": 0}}
         yield event("message_start", message=start)
         index, text_open = 0, False
         async for ev in events:
