@@ -1,7 +1,9 @@
 """The AgentFlow router's added latency and throughput vs calling the engine directly.
 
 Both sides run the same requests against the same real embedded engine (tiny model, greedy,
-``--new-tokens`` new tokens) on loopback, side by side in one run, at each concurrency level:
+``--new-tokens`` new tokens) on loopback, side by side in one run, at each concurrency level.
+The engine and the router each run in a process of their own (as deployed), the load
+generator in this one:
 
 * **direct**: each session sends the chat-template token ids of its conversation with
   ``EngineClient.agenerate`` (what a white-box loop without a router would do);
@@ -25,6 +27,8 @@ import argparse
 import asyncio
 import json
 import statistics
+import subprocess
+import sys
 import time
 
 
@@ -79,6 +83,54 @@ async def run_router(router, n: int, new_tokens: int, tag: str) -> tuple[list[fl
     return list(lat), wall
 
 
+ENGINE = """
+import sys, threading
+from loongsage.engines.embedded_rollout.engine import EmbeddedRolloutEngine
+engine = EmbeddedRolloutEngine(sys.argv[1], max_running_requests=64, num_threads=1)
+print(engine.start(), flush=True)
+threading.Event().wait()
+"""
+
+ROUTER = """
+import sys, threading
+from transformers import AutoTokenizer
+from loongsage.agentflow.server import Router
+from loongsage.agentflow.settings import RouterSettings
+from loongsage.engines.client import EngineClient
+router = Router([EngineClient(sys.argv[2])], AutoTokenizer.from_pretrained(sys.argv[1]),
+                RouterSettings(auto_create_trajectories=True))
+print(router.start(), flush=True)
+threading.Event().wait()
+"""
+
+
+def spawn(code: str, *argv: str) -> tuple[subprocess.Popen, str]:
+    """Run ``code`` in its own process (its own GIL, as in a deployment); returns its URL."""
+    proc = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    url = proc.stdout.readline().strip()
+    if not url.startswith("http"):
+        proc.kill()
+        raise RuntimeError(f"benchmark helper process failed to start: {url!r}")
+    return proc, url
+
+
+class RemoteRouter:
+    """The router process, seen from the load generator: trajectories open on first use."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def open_trajectory(self, tid: str) -> None:
+        return None
+
+    def finish_trajectory(self, tid: str) -> None:
+        return None
+
+    def base_urls(self, tid: str) -> dict[str, str]:
+        return {"openai": f"{self.url}/{tid}/0/v1"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", default="1,64,512")
@@ -89,28 +141,26 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from loongsage.agentflow.server import Router
-    from loongsage.agentflow.settings import RouterSettings
     from loongsage.engines.client import EngineClient
-    from loongsage.engines.embedded_rollout.engine import EmbeddedRolloutEngine
     from loongsage.models.tiny import ensure_tiny_model
 
-    model_dir = ensure_tiny_model()
-    engine = EmbeddedRolloutEngine(str(model_dir), max_running_requests=64, num_threads=1)
-    url = engine.start()
+    model_dir = str(ensure_tiny_model())
+    engine_proc, url = spawn(ENGINE, model_dir)
+    router_proc, router_url = spawn(ROUTER, model_dir, url)
+    router = RemoteRouter(router_url)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    router = Router([EngineClient(url)], tokenizer, RouterSettings())
-    router.start()
-    direct_client = EngineClient(url)
+    direct_client = EngineClient(url, timeout=None)
     rows = []
     try:
-        asyncio.run(run_direct(direct_client, tokenizer, 2, args.new_tokens))  # warm-up, not measured
+        asyncio.run(run_direct(direct_client, tokenizer, 2, args.new_tokens))  # warm-up
         asyncio.run(run_router(router, 2, args.new_tokens, "warmup"))
         for level in (int(x) for x in args.levels.split(",")):
             per = {"direct": [], "router": []}
             for r in range(args.rounds):
-                per["direct"].append(asyncio.run(run_direct(direct_client, tokenizer, level, args.new_tokens)))
-                per["router"].append(asyncio.run(run_router(router, level, args.new_tokens, f"l{level}r{r}")))
+                per["direct"].append(asyncio.run(
+                    run_direct(direct_client, tokenizer, level, args.new_tokens)))
+                per["router"].append(asyncio.run(
+                    run_router(router, level, args.new_tokens, f"l{level}r{r}")))
             row = {"sessions": level}
             for side, runs in per.items():
                 row[f"{side}_p50_ms"] = statistics.median(percentile(lat, 0.5) for lat, _ in runs) * 1e3
@@ -121,8 +171,9 @@ def main() -> None:
             row["rps_ratio"] = row["router_rps"] / row["direct_rps"]
             rows.append(row)
     finally:
-        router.stop()
-        engine.stop()
+        for proc in (router_proc, engine_proc):
+            proc.kill()
+            proc.wait()
     if args.json:
         print(json.dumps({"benchmark": "router", "new_tokens": args.new_tokens, "rounds": args.rounds,
                           "rows": rows}))
