@@ -108,7 +108,9 @@ class Router:
     def finish_trajectory(self, trajectory_id: str, attempt_id: str = "0",
                           reward: float | None = None) -> list[Sample]:
         """Close a trajectory and return its training samples (one per trainable segment)."""
-        self.pool.release((str(trajectory_id), str(attempt_id)))
+        key = (str(trajectory_id), str(attempt_id))
+        self.pool.release(key)
+        self.runner.forget(key)
         return self.store.finish(trajectory_id, attempt_id, reward=reward)
 
     def _trajectory(self, http: Request, tid: str | None, aid: str | None) -> Trajectory:

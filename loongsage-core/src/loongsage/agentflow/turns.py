@@ -111,6 +111,10 @@ class TurnRunner:
                 self._background.add(task)
                 task.add_done_callback(self._background.discard)
 
+    def forget(self, key: tuple[str, str]) -> None:
+        """Drop per-trajectory bookkeeping once a trajectory is finished."""
+        self._busy.pop(key, None)
+
     def _fail(self, turn: PreparedTurn, why: str) -> None:
         traj = turn.ctx.trajectory
         traj.rollback(turn.plan.segment, turn.seg_len_before, turn.messages_before)
