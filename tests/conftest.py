@@ -1,8 +1,8 @@
 """Shared fixtures: the tiny test model, built once and cached by content hash.
 
-Torch runs single-threaded in the test process (override with LOONGSAGE_TEST_THREADS): on a
-shared 2-core machine, 2 OpenMP threads made a 15-step tiny SFT run 52 s instead of 3.9 s
-(spin-waiting under contention), while on an idle machine the tiny model barely gains.
+OpenMP threads sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``, inherited by Ray
+workers and subprocesses started by tests): on a shared 2-core machine a 15-step tiny SFT
+run took 49 s with spinning threads, 2.4 s passive (3.9 s single-threaded).
 """
 
 from __future__ import annotations
@@ -12,11 +12,7 @@ from pathlib import Path
 
 import pytest
 
-
-def pytest_configure(config: pytest.Config) -> None:
-    import torch
-
-    torch.set_num_threads(int(os.environ.get("LOONGSAGE_TEST_THREADS", "1")))
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads its OpenMP runtime
 
 
 @pytest.fixture(scope="session")
