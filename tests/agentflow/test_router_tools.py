@@ -219,3 +219,16 @@ def test_opencode_child_session_is_a_subagent(make_router, scripted_engine):
                                                     {"role": "user", "content": "continue"}])
     traj = stored(router, "t")
     assert [(s["origin"], s["num_turns"]) for s in traj["segments"]] == [("root", 2), ("subagent", 1)]
+
+
+@pytest.mark.parametrize("spec", [{"name": "tool_call_parser", "params": {"parser": "qwen3_xml"}},
+                                  {"name": "tool_call_parser", "parser": "qwen3_xml"}])
+def test_parser_middleware_params_choose_the_parser(make_router, scripted_engine, spec):
+    xml = "<tool_call>\n<function=ls>\n<parameter=path>\n.\n</parameter>\n</function>\n</tool_call>"
+    router = make_router([scripted_engine([xml])], middlewares=[spec])
+    router.open_trajectory("t")
+    client = openai.OpenAI(base_url=router.base_urls("t")["openai"], api_key="x", max_retries=0)
+    out = client.chat.completions.create(model="policy", tools=CHAT_TOOLS,
+                                         messages=[{"role": "user", "content": "list"}])
+    (call,) = out.choices[0].message.tool_calls
+    assert (call.function.name, json.loads(call.function.arguments)) == ("ls", {"path": "."})

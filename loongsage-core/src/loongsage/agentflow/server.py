@@ -49,7 +49,10 @@ def build_middlewares(settings: RouterSettings) -> list[RouterMiddleware]:
     for i, spec in enumerate(specs):
         key = f"agentflow.middlewares[{i}]"
         entry = registries.router_middleware.entry(spec.get("name"), key=key)
-        params = entry.build_params(spec.get("params"), key=f"{key}.params")
+        # {"name", "params": {...}} or the validated config's flat {"name", **params}
+        values = spec.get("params") if "params" in spec else \
+            {k: v for k, v in spec.items() if k != "name"}
+        params = entry.build_params(values, key=key)
         chain.append(entry.obj(settings, params))
     return chain
 

@@ -14,7 +14,8 @@ class RouterSettings:
     accept_any_model: bool = False  # black-box agents that insist on their own model names
     untrained_models: list[str] = field(default_factory=list)  # served, never trained (titles)
     tool_parser: str = "hermes"
-    middlewares: list[Any] = field(default_factory=list)  # names, or {"name": ..., "params": {...}}
+    # names, {"name": ..., "params": {...}} or {"name": ..., **params} (validated config)
+    middlewares: list[Any] = field(default_factory=list)
     auto_create_trajectories: bool = False  # `loongsage serve`: any key opens a trajectory
     default_max_tokens: int = 1024
     max_context: int | None = None  # tokens; None = the tokenizer's model_max_length if sane
