@@ -9,7 +9,9 @@ per-micro-batch losses are summed, never averaged, and the gradient does not dep
 idea). Dropout is switched off at load: RL ratios need ``compute_logprobs`` and the train
 forward to be the same function. The class is plain Python so the controller can host it
 in a Ray actor; ``state_numpy`` is the transfer format Ray serialises fastest
-(REFERENCE.md §6.8).
+(REFERENCE.md §6.8). Deviation from GPU trainers: ``model.dtype: bfloat16`` updates bf16
+weights directly (no fp32 master copy, no mixed-precision autocast); use float32 for real
+training on CPU.
 """
 
 from __future__ import annotations
