@@ -240,3 +240,23 @@ def test_concurrent_sessions_each_keep_their_own_exact_tokens(router, tokenizer)
         prompt = render(tokenizer, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"session {i}"}],
                         True)
         assert tokenizer.decode(traj["tokens"]).startswith(prompt)
+
+
+def test_serve_by_hand_prints_working_urls_and_opens_trajectories_on_use(tiny_model_dir, engine_url):
+    import io
+
+    from loongsage.agentflow.serve import serve
+
+    out = io.StringIO()
+    cfg = {"model": {"path": str(tiny_model_dir)}, "agentflow": {"tool_parser": "hermes", "middlewares": []}}
+    router = serve(cfg, [engine_url], block=False, out=out)
+    try:
+        text = out.getvalue()
+        base = next(w.split("=", 1)[1] for w in text.split() if w.startswith("OPENAI_BASE_URL="))
+        client = openai.OpenAI(base_url=base, api_key="x", max_retries=0)
+        out = client.chat.completions.create(model="anything", messages=[{"role": "user", "content": "hi"}],
+                                             max_tokens=3)
+        assert stored(router, "demo")["tokens"] and out.usage.completion_tokens >= 1
+        assert f"{router.url}/v1/trajectories" in text and "/v1/messages" in text
+    finally:
+        router.stop()
