@@ -78,6 +78,7 @@ class ScriptedEngine:
         self.delay = delay
         self.prompts: list[list[int]] = []
         self.aborted: list[str] = []
+        self.running = self.max_running = 0  # concurrent streams now / at most
         self.eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
 
     def _ids(self, input_ids: list[int]) -> list[int]:
@@ -93,12 +94,17 @@ class ScriptedEngine:
 
     async def astream_generate(self, input_ids, sampling_params=None, *, return_logprob=True, rid=None):
         ids = self._ids(input_ids)
-        for i, tok in enumerate(ids):
-            if self.fail_after is not None and i == self.fail_after:
-                raise RuntimeError("scripted engine failure")
-            await asyncio.sleep(self.delay)
-            last = i == len(ids) - 1
-            yield StreamChunk([tok], [LOGPROB], "", last, "stop" if last else None, VERSION, rid or "")
+        self.running += 1
+        self.max_running = max(self.max_running, self.running)
+        try:
+            for i, tok in enumerate(ids):
+                if self.fail_after is not None and i == self.fail_after:
+                    raise RuntimeError("scripted engine failure")
+                await asyncio.sleep(self.delay)
+                last = i == len(ids) - 1
+                yield StreamChunk([tok], [LOGPROB], "", last, "stop" if last else None, VERSION, rid or "")
+        finally:
+            self.running -= 1
 
     async def aabort(self, rid=None, *, abort_all=False):
         self.aborted.append(rid)

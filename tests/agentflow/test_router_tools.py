@@ -232,3 +232,25 @@ def test_parser_middleware_params_choose_the_parser(make_router, scripted_engine
                                          messages=[{"role": "user", "content": "list"}])
     (call,) = out.choices[0].message.tool_calls
     assert (call.function.name, json.loads(call.function.arguments)) == ("ls", {"path": "."})
+
+
+def test_requests_beyond_max_inflight_wait_in_the_router(make_router, scripted_engine):
+    import asyncio
+
+    engine = scripted_engine(["slow reply"] * 6, delay=0.01)
+    router = make_router([engine], max_inflight_per_engine=2)
+
+    async def one(i):
+        router.open_trajectory(f"q{i}")
+        client = openai.AsyncOpenAI(base_url=router.base_urls(f"q{i}")["openai"], api_key="x", max_retries=0)
+        stream = await client.chat.completions.create(model="policy", stream=True,
+                                                      messages=[{"role": "user", "content": "hi"}])
+        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        await client.close()
+        return text
+
+    async def main():
+        return await asyncio.gather(*(one(i) for i in range(6)))
+
+    assert asyncio.run(main()) == ["slow reply"] * 6
+    assert engine.max_running == 2

@@ -65,7 +65,7 @@ class Router:
         self.settings = settings or RouterSettings()
         self.store = TrajectoryStore(self.settings.run_dir,
                                      auto_create=self.settings.auto_create_trajectories)
-        self.pool = EnginePool(list(engines))
+        self.pool = EnginePool(list(engines), self.settings.max_inflight_per_engine)
         self.renderer = ChatRenderer(tokenizer)
         max_context = self.settings.max_context
         if max_context is None:

@@ -20,6 +20,7 @@ class RouterSettings:
     default_max_tokens: int = 1024
     max_context: int | None = None  # tokens; None = the tokenizer's model_max_length if sane
     clamp_max_tokens: bool = True  # max_tokens beyond the context left is lowered, not refused
+    max_inflight_per_engine: int = 64  # requests sent to one replica at once; the rest queue here
     run_dir: str | None = None  # finished trajectories are appended to run_dir/trajectories.jsonl
     registries: Any = None  # loaded plugin registries; None = loongsage.plugins.get_registries()
 

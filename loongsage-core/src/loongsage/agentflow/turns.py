@@ -70,7 +70,7 @@ class TurnRunner:
         gen, finished = Generated(), False
         client = self.pool.clients[turn.replica]
         try:
-            with self.pool.busy(turn.replica):
+            async with self.pool.busy(turn.replica):
                 if stream:
                     pieces = stream_generation(client, turn.plan.prompt_ids, turn.sampling,
                                                turn.rid, decoder, gen)
