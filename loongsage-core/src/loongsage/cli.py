@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from typing import Sequence
 
@@ -129,6 +130,7 @@ def cmd_delegated(command: str, rest: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads; see controller.actors
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in DELEGATED:
         return cmd_delegated(argv[0], argv[1:])

@@ -89,3 +89,28 @@ class SingleTurnAgent:
                 task.cancel()
             raise
         return [self._sample(prompt_ids, out) for out in outputs]
+
+    async def continue_sample(self, sample: Sample, client: Any, sampling_params: dict[str, Any]) -> Sample:
+        """Continue a sample aborted at a weight update from its tokens (partial rollout).
+
+        The new tokens carry the weight version that sampled them, so a continued sample
+        mixes versions; the token budget is what ``max_new_tokens`` leaves.
+        """
+        budget = int(sampling_params.get("max_new_tokens", 0)) - len(sample.response_ids)
+        if budget <= 0:
+            sample.finish_reason = "length"
+            return sample
+        out = await client.agenerate(
+            sample.prompt_ids + sample.response_ids, {**sampling_params, "max_new_tokens": budget}
+        )
+        more = self._sample(sample.prompt_ids, out)
+        ids = sample.response_ids + more.response_ids
+        return Sample(
+            prompt_ids=sample.prompt_ids,
+            response_ids=ids,
+            response_logprobs=sample.response_logprobs + more.response_logprobs,
+            weight_versions=sample.weight_versions + more.weight_versions,
+            loss_mask=sample.loss_mask + more.loss_mask,
+            finish_reason=more.finish_reason,
+            text=self.tokenizer.decode(ids, skip_special_tokens=True),
+        )

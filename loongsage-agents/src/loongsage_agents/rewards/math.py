@@ -12,11 +12,13 @@ when there is no box (``boxed`` then means "an answer in the requested format").
 
 math-verify enforces its timeouts with ``SIGALRM``, which only works in a process's main
 thread; elsewhere (reward worker threads, Ray async actors) the timeouts are disabled
-rather than failing, and the caller owns the time limit.
+rather than failing, and the caller owns the time limit. math-verify then logs a warning
+on every call; that one message is filtered out, other warnings still show.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from typing import Any
@@ -25,6 +27,16 @@ from math_verify import parse, verify
 from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
 
 from loongsage_agents.rewards.params import MathRewardParams
+
+
+
+class _DropDisabledTimeoutWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Timeout is disabled")
+
+
+for _name in ("math_verify.parser", "math_verify.grader"):
+    logging.getLogger(_name).addFilter(_DropDisabledTimeoutWarning())
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _EXTRACTION = (LatexExtractionConfig(), ExprExtractionConfig())

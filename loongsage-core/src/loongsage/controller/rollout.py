@@ -80,19 +80,46 @@ class RolloutManager:
     def _pick_engine(self) -> int:
         return min(range(len(self.clients)), key=self.in_flight.__getitem__)
 
-    async def generate_group(self, prompt: Prompt, group_id: int, version: int) -> Group:
+    async def generate_group(
+        self, prompt: Prompt, group_id: int, version: int, resume_from: Group | None = None
+    ) -> Group:
+        """Generate (or, with ``resume_from``, continue) one group; score it once complete.
+
+        A group whose generation was aborted at a weight update comes back unscored with
+        its aborted samples' partial tokens; the scheduler passes it back as
+        ``resume_from`` and the agent continues those samples under the new weights.
+        """
         source = self.sources[prompt.source]
         params = {**self.sampling_params, **source.sampling}
         engine = self._pick_engine()
+        client = self.clients[engine]
         self.in_flight[engine] += 1
         try:
-            samples = await source.agent.run_group(prompt, self.n_samples, self.clients[engine], params)
+            if resume_from is None:
+                samples = await source.agent.run_group(prompt, self.n_samples, client, params)
+            else:
+                samples = list(
+                    await asyncio.gather(*(self._resume(source, s, client, params) for s in resume_from.samples))
+                )
         finally:
             self.in_flight[engine] -= 1
-        await asyncio.gather(
-            *(asyncio.to_thread(score, s, source.reward, source.reward_params, prompt) for s in samples)
-        )
-        return Group(group_id=group_id, prompt=prompt, samples=samples, dispatch_version=version)
+        if not any(s.finish_reason == "abort" for s in samples):
+            await asyncio.gather(
+                *(asyncio.to_thread(score, s, source.reward, source.reward_params, prompt) for s in samples)
+            )
+        dispatched = version if resume_from is None else resume_from.dispatch_version
+        return Group(group_id=group_id, prompt=prompt, samples=samples, dispatch_version=dispatched)
+
+    @staticmethod
+    async def _resume(source: SourceRuntime, sample: Sample, client: Any, params: dict[str, Any]) -> Sample:
+        if sample.finish_reason != "abort":
+            return sample
+        return await source.agent.continue_sample(sample, client, params)
+
+    def abort_all(self) -> None:
+        """Abort every in-flight generation on every engine (partial rollout at a step end)."""
+        for client in self.clients:
+            client.abort(abort_all=True)
 
     def generate_groups(self, prompts: Sequence[Prompt], first_group_id: int, version: int) -> list[Group]:
         async def all_groups() -> list[Group]:

@@ -33,6 +33,7 @@ def train_one_step(run: Run, step: int) -> dict[str, float]:
         batch, rewards, group_index = groups_to_batch(groups, run.pad_id)
         with timed(metrics, "timing/train"):
             metrics.update(run.train(batch, rewards, group_index))
+        run.scheduler.pause()
         with timed(metrics, "timing/weight_sync"):
             version = run.sync_weights()
         run.scheduler.on_weights_updated(version)
@@ -59,5 +60,7 @@ def run_sft_only(cfg: DictConfig, registries: Registries) -> str:
     with build_run(cfg, registries, rollout=False) as run:
         print(f"run directory: {run.run_dir.path}", flush=True)
         run.warm_start()
-        run.save_checkpoint(-1)
-        return str(run.run_dir.path)
+        folder = run.run_dir.path / "sft_model"
+        run.save_model(str(folder))
+        print(f"warm-started model: {folder} (use it as model.path)", flush=True)
+        return str(folder)

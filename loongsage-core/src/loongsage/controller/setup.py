@@ -8,7 +8,6 @@ calls. Nothing here chooses an algorithm: every choice is a registry lookup.
 
 from __future__ import annotations
 
-import random
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,6 +28,9 @@ from loongsage.data.sources import build_sources
 from loongsage.engines.client import EngineClient
 from loongsage.models.resolve import resolve_model_path
 from loongsage.registry import Registries
+from loongsage.runtime.prompt_source import BatchedPromptSource
+from loongsage.runtime.scheduler import async_scheduler_from_config
+from loongsage.runtime.sync_scheduler import SyncScheduler
 
 
 @dataclass
@@ -43,7 +45,6 @@ class Run:
     objective: Objective
     rollout_actors: list = field(default_factory=list)
     rollout: RolloutManager | None = None
-    mixer: DataMixer | None = None
     scheduler: Any = None
     trackers: list = field(default_factory=list)
     sources: dict = field(default_factory=dict)
@@ -70,11 +71,14 @@ class Run:
         return ray.get(ref)
 
     def sync_weights(self) -> int:
-        """Send the trainer's weights to every rollout engine; return the new version."""
+        """Send the trainer's weights to every rollout engine as a new version; return it."""
         self.version += 1
-        state = self.train_actor.call.remote("state_numpy")
-        ray.get([a.run.remote(apply_numpy_state, state, self.version) for a in self.rollout_actors])
+        self._push_weights(self.version)
         return self.version
+
+    def _push_weights(self, version: int) -> None:
+        state = self.train_actor.call.remote("state_numpy")
+        ray.get([a.run.remote(apply_numpy_state, state, version) for a in self.rollout_actors])
 
     def record(self, step: int, metrics: dict[str, float], groups: list) -> None:
         metrics["train/weight_version"] = float(self.version)
@@ -111,6 +115,10 @@ class Run:
         if self.rollout_actors:
             self.sync_weights()
 
+    def save_model(self, folder: str) -> None:
+        """Save the trainer's weights and tokenizer as a Hugging Face folder."""
+        ray.get(self.train_actor.call.remote("save", folder))
+
     def checkpoint_due(self, step: int) -> bool:
         interval = self.cfg.checkpoint.interval
         last = step == self.cfg.trainer.steps - 1
@@ -122,9 +130,7 @@ class Run:
         state = {
             "step": step,
             "version": self.version,
-            "mixer": self.mixer.state_dict() if self.mixer else None,
             "scheduler": self.scheduler.state_dict() if self.scheduler else None,
-            "python_random": random.getstate()[1][:1],
         }
         self.run_dir.commit_checkpoint(step, tmp, state, self.cfg.checkpoint.keep_last)
 
@@ -137,16 +143,14 @@ class Run:
         folder, state = latest
         ray.get(self.train_actor.call.remote("load", str(folder / "trainer")))
         self.version = state["version"]
-        if self.mixer and state["mixer"] is not None:
-            self.mixer.load_state_dict(state["mixer"])
         if self.scheduler and state["scheduler"] is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         for tracker in self.trackers:
             if hasattr(tracker, "truncate_before"):
                 tracker.truncate_before(state["step"] + 1)
         if self.rollout_actors:
-            self.version -= 1  # sync_weights bumps it back to the checkpoint's version
-            self.scheduler.on_weights_updated(self.sync_weights())
+            self._push_weights(self.version)
+            self.scheduler.on_weights_updated(self.version)
         print(f"resumed from {folder.name}: continuing at step {state['step'] + 1}", flush=True)
         return state["step"] + 1
 
@@ -164,9 +168,16 @@ class Run:
 
 
 def _build_scheduler(cfg: DictConfig, registries: Registries, mixer: DataMixer, rollout: RolloutManager) -> Any:
-    from loongsage.runtime.sync_scheduler import SyncScheduler
-
-    return SyncScheduler(mixer.next_prompts, rollout.generate_groups, cfg.rollout.prompts_per_step)
+    """Synchronous unless the config asks for overlap (async) or partial rollout."""
+    if not (cfg["async"].enable or cfg.rollout.partial):
+        return SyncScheduler(mixer, rollout.generate_groups, cfg.rollout.prompts_per_step)
+    return async_scheduler_from_config(
+        cfg,
+        prompt_source=BatchedPromptSource(mixer, cfg.rollout.prompts_per_step),
+        rollout_group=rollout.generate_group,
+        abort_inflight=rollout.abort_all if cfg.rollout.partial else None,
+        registries=registries,
+    )
 
 
 def _trackers(cfg: DictConfig, registries: Registries, run_dir: RunDirectory) -> list:
@@ -196,8 +207,6 @@ def build_run(cfg: DictConfig, registries: Registries, rollout: bool = True) -> 
 
     cfg = cfg.copy()
     cfg.model.path = str(resolve_model_path(cfg.model.path))
-    random.seed(cfg.trainer.seed)
-    torch.manual_seed(cfg.trainer.seed)
     run_dir = RunDirectory.for_config(cfg)
     run_dir.write_config(cfg)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
@@ -226,10 +235,8 @@ def build_run(cfg: DictConfig, registries: Registries, rollout: bool = True) -> 
                 cfg.rollout.n_samples_per_prompt,
                 _sampling_params(cfg, tokenizer),
             )
-            run.mixer = DataMixer.from_sources(
-                sources, cfg.trainer.seed, batch_size=cfg.rollout.prompts_per_step
-            )
-            run.scheduler = _build_scheduler(cfg, registries, run.mixer, run.rollout)
+            mixer = DataMixer.from_sources(sources, cfg.trainer.seed, batch_size=cfg.rollout.prompts_per_step)
+            run.scheduler = _build_scheduler(cfg, registries, mixer, run.rollout)
         run.trackers = _trackers(cfg, registries, run_dir)
         yield run
     finally:

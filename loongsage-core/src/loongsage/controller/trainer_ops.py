@@ -43,5 +43,5 @@ def train_on_rollout(
 
 def apply_numpy_state(engine: Any, state: dict[str, np.ndarray], version: int) -> int:
     """Load a weight snapshot into a rollout engine (object-store path)."""
-    engine.apply_weights(((name, torch.from_numpy(array)) for name, array in state.items()), version)
+    engine.apply_weights(state, version)
     return version
