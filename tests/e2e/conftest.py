@@ -1,0 +1,86 @@
+"""End-to-end helpers (fixture ``runs``): the real CLI in a subprocess with its own Ray cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+CLI = [sys.executable, "-m", "loongsage.cli"]
+
+
+def cli_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    env.setdefault("RAY_AUTH_MODE", "disabled")
+    return env
+
+
+def train(run_dir: Path, *overrides: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run ``loongsage train`` to completion; fail the test with its output if it fails."""
+    args = [*CLI, "train", "--config-name", "tiny/grpo", f"trainer.run_dir={run_dir}",
+            "logging.progress_bar=false", *overrides]
+    result = subprocess.run(args, capture_output=True, text=True, env=cli_env(), timeout=timeout)
+    if result.returncode != 0:
+        pytest.fail(f"loongsage train failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+    return result
+
+
+def start_train(run_dir: Path, *overrides: str) -> subprocess.Popen:
+    """Start ``loongsage train`` in its own process group (so a kill takes Ray with it)."""
+    args = [*CLI, "train", "--config-name", "tiny/grpo", f"trainer.run_dir={run_dir}",
+            "logging.progress_bar=false", *overrides]
+    return subprocess.Popen(args, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+
+
+def wait_for(predicate, timeout: float, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"training exited early with {proc.returncode}")
+        time.sleep(0.5)
+    pytest.fail("timed out waiting for the training run")
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    from loongsage.tracking.jsonl import read_metrics
+
+    return read_metrics(run_dir / "metrics.jsonl")
+
+
+def trained_prompts(run_dir: Path, step: int) -> list[tuple[str, int]]:
+    """(source, prompt index) of every sample saved for ``step``, in order."""
+    path = run_dir / "samples" / f"step_{step:06d}.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [(r["source"], r["prompt_index"]) for r in rows]
+
+
+class Runs:
+    """The helpers above, handed to tests as the ``runs`` fixture."""
+
+    train = staticmethod(train)
+    start_train = staticmethod(start_train)
+    kill_group = staticmethod(kill_group)
+    wait_for = staticmethod(wait_for)
+    metrics = staticmethod(metrics)
+    trained_prompts = staticmethod(trained_prompts)
+
+
+@pytest.fixture
+def runs() -> type[Runs]:
+    return Runs

@@ -1,0 +1,46 @@
+"""A training run killed mid-way resumes at the step after its last checkpoint, same data.
+
+Real processes throughout: the CLI in a subprocess with its own local Ray cluster, killed
+with SIGKILL (process group, Ray included), then resumed with ``trainer.resume=true``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+STEPS = 5
+COMMON = (
+    f"trainer.steps={STEPS}",
+    "checkpoint.interval=1",
+    "checkpoint.keep_last=2",
+    "trainer.sft.steps=0",
+    "rollout.prompts_per_step=4",
+    "rollout.n_samples_per_prompt=2",
+    "rollout.max_new_tokens=12",
+    "logging.samples_per_step=8",
+)
+
+
+def latest_step(run_dir) -> int:
+    marker = run_dir / "checkpoints" / "latest"
+    return int(marker.read_text().split("_")[-1]) if marker.exists() else -1
+
+
+def test_killed_run_resumes_at_next_step_with_the_same_data(tmp_path, runs):
+    reference, crashed = tmp_path / "reference", tmp_path / "crashed"
+    runs.train(reference, *COMMON)
+
+    proc = runs.start_train(crashed, *COMMON)
+    runs.wait_for(lambda: latest_step(crashed) >= 1, timeout=600, proc=proc)
+    runs.kill_group(proc)
+    last = latest_step(crashed)
+    assert 1 <= last < STEPS - 1, "the kill must land before the run finished"
+
+    resumed = runs.train(crashed, *COMMON, "trainer.resume=true")
+    assert f"continuing at step {last + 1}" in resumed.stdout
+    assert [row["step"] for row in runs.metrics(crashed)] == list(range(STEPS))
+    for step in range(STEPS):
+        assert runs.trained_prompts(crashed, step) == runs.trained_prompts(reference, step), step
+    assert len({runs.trained_prompts(reference, s)[0] for s in range(STEPS)}) == STEPS
