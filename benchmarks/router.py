@@ -7,8 +7,9 @@ generator in this one:
 
 * **direct**: each session sends the chat-template token ids of its conversation with
   ``EngineClient.agenerate`` (what a white-box loop without a router would do);
-* **router**: each session sends the same conversation through the router with the real
-  ``openai`` SDK (``AsyncOpenAI.chat.completions.create``) under its own trajectory, so the
+* **router**: each session POSTs the same conversation to the router's
+  ``/{trajectory}/0/v1/chat/completions`` under its own trajectory (a raw ``httpx`` client
+  with the same default limits as ``EngineClient``, so client-side costs match), so the
   router parses, matches history, renders, tokenizes, calls the engine, parses tool calls,
   records the turn and answers in the Chat Completions format.
 
@@ -59,27 +60,28 @@ async def run_direct(client, tokenizer, n: int, new_tokens: int) -> tuple[list[f
 
 
 async def run_router(router, n: int, new_tokens: int, tag: str) -> tuple[list[float], float]:
-    import openai
+    import httpx
 
     ids = [f"{tag}-{i}" for i in range(n)]
     for tid in ids:
         router.open_trajectory(tid)
-    clients = [openai.AsyncOpenAI(base_url=router.base_urls(tid)["openai"], api_key="x", max_retries=0)
-               for tid in ids]
+    # a raw HTTP client with httpx's default limits, as EngineClient uses on the direct side,
+    # so client-side costs match and the difference is the router's
+    async with httpx.AsyncClient(timeout=None) as http:
+        async def one(i):
+            body = {"model": "policy", "messages": conversation(i), "max_tokens": new_tokens,
+                    "temperature": 0}
+            t0 = time.perf_counter()
+            resp = await http.post(router.base_urls(ids[i])["openai"] + "/chat/completions",
+                                   json=body)
+            resp.raise_for_status()
+            return time.perf_counter() - t0
 
-    async def one(i):
-        t0 = time.perf_counter()
-        await clients[i].chat.completions.create(model="policy", messages=conversation(i),
-                                                 max_tokens=new_tokens, temperature=0)
-        return time.perf_counter() - t0
-
-    start = time.perf_counter()
-    lat = await asyncio.gather(*(one(i) for i in range(n)))
-    wall = time.perf_counter() - start
+        start = time.perf_counter()
+        lat = await asyncio.gather(*(one(i) for i in range(n)))
+        wall = time.perf_counter() - start
     for tid in ids:
         router.finish_trajectory(tid)
-    for c in clients:
-        await c.close()
     return list(lat), wall
 
 
