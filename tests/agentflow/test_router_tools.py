@@ -254,3 +254,24 @@ def test_requests_beyond_max_inflight_wait_in_the_router(make_router, scripted_e
 
     assert asyncio.run(main()) == ["slow reply"] * 6
     assert engine.max_running == 2
+
+
+def test_a_prepared_turn_whose_stream_never_starts_is_undone(make_router, scripted_engine):
+    """What the streaming response's background task does when the client left before the
+    first byte (the event generator never ran)."""
+    import asyncio
+
+    from loongsage.agentflow.middleware import TurnContext
+    from loongsage.agentflow.protocols import OpenAIChatAdapter
+
+    router = make_router([scripted_engine(["x", "y"])])
+    traj = router.open_trajectory("t")
+    request = OpenAIChatAdapter().parse_request({"model": "policy", "stream": True,
+                                                 "messages": [{"role": "user", "content": "hi"}]})
+    turn = asyncio.run(router.runner.prepare(TurnContext(request=request, headers={}, trajectory=traj)))
+    assert traj.tokens and traj.segments[0].messages
+    asyncio.run(router.runner.abandon(turn))
+    assert traj.tokens == [] and traj.segments[0].messages == []
+    client = openai.OpenAI(base_url=router.base_urls("t")["openai"], api_key="x", max_retries=0)
+    out = client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}])
+    assert out.choices[0].message.content == "x" and len(stored(router, "t")["segments"]) == 1

@@ -21,6 +21,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
 
 from loongsage.agentflow.engine_pool import EnginePool
 from loongsage.agentflow.errors import EngineError, RequestError
@@ -184,7 +185,8 @@ class Router:
             return JSONResponse(adapter.render_error(err), status_code=err.status)
         if request.stream:
             return StreamingResponse(self._sse(adapter, turn), media_type="text/event-stream",
-                                     headers={"cache-control": "no-cache"})
+                                     headers={"cache-control": "no-cache"},
+                                     background=BackgroundTask(self.runner.abandon, turn))
         try:
             result = None
             async for ev in self.runner.events(turn, stream=False):

@@ -146,7 +146,7 @@ def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
     best, best_k, full_match = None, 0, False
     for seg in candidates:
         k = _common_prefix(seg, canon)
-        if k == len(seg.messages) and k > 0:
+        if k == len(seg.messages) and (k > 0 or len(seg) == 0):  # extends it, or it is empty
             best, best_k, full_match = seg, k, True
             break
         j = _fork_point(seg, k)

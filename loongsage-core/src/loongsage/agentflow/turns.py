@@ -34,6 +34,7 @@ class PreparedTurn:
     replica: int
     rid: str
     sampling: dict[str, Any]
+    started: bool = False  # events() ran; else abandon() undoes the planned prompt
 
 
 class TurnRunner:
@@ -65,6 +66,7 @@ class TurnRunner:
                             self.pool.pick(traj.key), rid, sampling)
 
     async def events(self, turn: PreparedTurn, stream: bool) -> AsyncIterator[StreamEvent]:
+        turn.started = True
         ctx, seg, traj = turn.ctx, turn.plan.segment, turn.ctx.trajectory
         decoder = TurnDecoder(self.renderer.tokenizer, ctx.parser)
         gen, finished = Generated(), False
@@ -110,6 +112,13 @@ class TurnRunner:
                 task = asyncio.get_running_loop().create_task(self._abort(client, turn.rid))
                 self._background.add(task)
                 task.add_done_callback(self._background.discard)
+
+    async def abandon(self, turn: PreparedTurn) -> None:
+        """Undo a prepared turn whose response never started (the client left first)."""
+        if not turn.started:
+            traj = turn.ctx.trajectory
+            self._busy.get(traj.key, set()).discard(turn.plan.segment.segment_id)
+            traj.rollback(turn.plan.segment, turn.seg_len_before, turn.messages_before)
 
     def forget(self, key: tuple[str, str]) -> None:
         """Drop per-trajectory bookkeeping once a trajectory is finished."""
