@@ -189,6 +189,7 @@ def test_oversize_context_is_refused_with_the_numbers(tokenizer, renderer):
     with pytest.raises(RequestError, match=r"needs \d+ prompt tokens \+ 64 new tokens, more than .* 32 tokens"):
         plan_turn(traj, ChatRequest("openai_chat", "m", [{"role": "user", "content": "x" * 50}]),
                   renderer, max_context=32, max_new=64)
+    assert traj.segments == [] and traj.tokens == [] and traj.active_segment is None
 
 
 def test_templates_that_rerender_old_turns_still_extend_the_segment(tiny_model_dir):

@@ -134,6 +134,7 @@ def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
     canon = [canonical(m) for m in msgs]
     tools_key = canonical_tools(request.tools)
     origin_wanted = "subagent" if subagent else None
+    n_segments, active_before = len(traj.segments), traj.active_segment
     candidates = [s for s in reversed(traj.segments)
                   if (s.origin == "subagent") == subagent and s.tools_key == tools_key
                   and s.trainable == trainable and s.segment_id not in busy]
@@ -187,6 +188,8 @@ def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
     if clamp and max_context is not None:
         max_new = min(max_new, max(max_context - total, 1))
     if max_context is not None and total + max_new > max_context:
+        del traj.segments[n_segments:]  # a refused request leaves no trace
+        traj.active_segment = active_before
         raise RequestError(
             f"messages: the conversation needs {total} prompt tokens + {max_new} new tokens, "
             f"more than the model's context of {max_context} tokens",
