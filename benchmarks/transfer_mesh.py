@@ -10,8 +10,11 @@ For each, side by side in one run, with the receiver in a separate process:
                     lr 1e-6, on an fp32 master copy; bf16 weights change only where the step
                     crosses a bf16 rounding boundary)
   per-tensor queue  torch.multiprocessing.Queue, one put per tensor, receiver copies each
+  per-tensor pipe   one pickled (name, tensor) message per tensor over a multiprocessing Pipe
   per-tensor gloo   one gloo broadcast per tensor into preallocated tensors (the shape of
                     SGLang's `/update_weights_from_distributed` without flattened buckets)
+Full-sync methods run interleaved (every round runs each method once; medians reported), so
+load from other processes on a shared machine hits them alike.
   mesh cuda_ipc / nccl  on a CUDA machine (cuda_ipc: receiver on the sender's GPU; nccl: needs
                     a second GPU); on other machines the table says why they were skipped.
 The apply callback only records the version, so every row stops at "bytes are in the
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import pickle
 import statistics
 import sys
 import time
@@ -108,13 +112,14 @@ def _mesh_receiver(address, host_id: str, device: str, ready, stop) -> None:
     receiver.close()
 
 
+def _staging(shapes, dtype) -> dict[str, torch.Tensor]:
+    return {name: torch.empty(shape, dtype=dtype).zero_() for name, shape in shapes}
+
+
 def _queue_receiver(shapes, dtype, inbox, acks) -> None:
     torch.set_num_threads(1)
-    staging = {name: torch.empty(shape, dtype=dtype) for name, shape in shapes}
-    while True:
-        item = inbox.get()
-        if item is None:
-            return
+    staging = _staging(shapes, dtype)
+    while (item := inbox.get()) is not None:
         if item == "end":
             acks.put("ok")
             continue
@@ -123,15 +128,26 @@ def _queue_receiver(shapes, dtype, inbox, acks) -> None:
         del tensor
 
 
-def _gloo_receiver(shapes, dtype, port: int, reps: int) -> None:
+def _pipe_receiver(shapes, dtype, conn) -> None:
     torch.set_num_threads(1)
-    timeout = datetime.timedelta(seconds=300)
-    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
+    staging = _staging(shapes, dtype)
+    while (data := conn.recv_bytes()) != b"stop":
+        if data == b"end":
+            conn.send_bytes(b"ok")
+            continue
+        name, tensor = pickle.loads(data)
+        staging[name].copy_(tensor)
+
+
+def _gloo_receiver(shapes, dtype, port: int, commands) -> None:
+    torch.set_num_threads(1)
+    store = dist.TCPStore("127.0.0.1", port, is_master=False,
+                          timeout=datetime.timedelta(seconds=300))
     group = _gloo_group(store, 1)
-    staging = [torch.empty(shape, dtype=dtype) for _, shape in shapes]
+    staging = list(_staging(shapes, dtype).values())
     opts = dist.BroadcastOptions()
     opts.rootRank = 0
-    for _ in range(reps):
+    while commands.get() == "sync":
         for tensor in staging:
             group.broadcast([tensor], opts).wait()
         group.barrier().wait()
@@ -144,111 +160,162 @@ def _gloo_group(store: dist.Store, rank: int):
     return dist.ProcessGroupGloo(dist.PrefixStore("bench", store), rank, 2, opts)
 
 
-# ---- measurements ------------------------------------------------------------------------
+# ---- methods: each starts its receiver once, then `sync()` moves one version -------------
 
-def timed(fn, reps: int) -> float:
-    fn()
-    return statistics.median(_once(fn) for _ in range(reps))
+class Memcpy:
+    """One flat copy of the same number of bytes between two warm buffers (the limit)."""
 
+    def __init__(self, weights: dict):
+        device = next(iter(weights.values())).device
+        self.src = torch.empty(nbytes(weights), dtype=torch.uint8, device=device).random_()
+        self.dst = torch.empty_like(self.src)
 
-def _once(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def bench_memcpy(weights: dict, reps: int) -> float:
-    total = nbytes(weights)
-    device = next(iter(weights.values())).device
-    src = torch.empty(total, dtype=torch.uint8, device=device).random_()
-    dst = torch.empty_like(src)
-
-    def copy():
-        dst.copy_(src)
-        if device.type == "cuda":
+    def sync(self) -> None:
+        self.dst.copy_(self.src)
+        if self.dst.is_cuda:
             torch.cuda.synchronize()
-    return timed(copy, reps)
+
+    def close(self) -> None:
+        del self.src, self.dst
 
 
-def bench_mesh(weights, master, *, transport: str, host_id: str, device: str, reps: int,
-               bucket_bytes: int, delta: bool) -> dict:
-    ctx = mp.get_context("spawn")
-    ready, stop = ctx.Queue(), ctx.Queue()
-    sender_device = str(next(iter(weights.values())).device)
-    config = TransferConfig(bucket_bytes=bucket_bytes, delta=delta, timeout_s=300)
-    with TransferMesh(config, host_id="bench-host", device=sender_device) as mesh:
-        proc = ctx.Process(target=_mesh_receiver, args=(mesh.address, host_id, device, ready,
-                                                        stop))
-        proc.start()
-        got = ready.get(timeout=300)
-        if got.get(0) != transport:
-            raise RuntimeError(f"expected transport {transport}, mesh chose {got}")
-        version = iter(range(1, 10_000))
-        if not delta:
-            result = {"seconds": timed(lambda: _check(mesh.sync(weights.items(),
-                                                                next(version))), reps)}
-        else:
-            _check(mesh.sync(weights.items(), next(version)))
-            seconds, payload, changed = [], [], []
-            for _ in range(reps):
-                changed.append(optimizer_step(weights, master))
-                report = _check(mesh.sync(weights.items(), next(version)))
-                if report.base_version is None:
-                    raise RuntimeError("expected a delta sync, the mesh sent a full version")
-                seconds.append(report.seconds)
-                payload.append(report.payload_bytes)
-            result = {"seconds": statistics.median(seconds),
-                      "payload_bytes": int(statistics.median(payload)),
-                      "changed_fraction": statistics.median(changed)}
-        stop.put("stop")
-        proc.join(60)
-    return result
+class MeshMethod:
+    """TransferMesh.sync into a receiver process that reports (host_id, device)."""
+
+    def __init__(self, weights: dict, *, transport: str, host_id: str, device: str,
+                 bucket_bytes: int, delta: bool = False):
+        ctx = mp.get_context("spawn")
+        self.weights, self.ready, self.stop = weights, ctx.Queue(), ctx.Queue()
+        sender_device = str(next(iter(weights.values())).device)
+        self.mesh = TransferMesh(TransferConfig(bucket_bytes=bucket_bytes, delta=delta,
+                                                timeout_s=300),
+                                 host_id="bench-host", device=sender_device).start()
+        self.proc = ctx.Process(target=_mesh_receiver, args=(self.mesh.address, host_id,
+                                                             device, self.ready, self.stop))
+        self.proc.start()
+        chosen = self.ready.get(timeout=300)
+        if chosen.get(0) != transport:
+            raise RuntimeError(f"expected transport {transport}, the mesh chose {chosen}")
+        self.versions = iter(range(1, 1 << 30))
+        self.last = None
+
+    def sync(self) -> None:
+        report = self.mesh.sync(self.weights.items(), next(self.versions))
+        if report.failed or not report.applied:
+            raise RuntimeError(f"sync failed: {report.failed}")
+        self.last = report
+
+    def close(self) -> None:
+        self.stop.put("stop")
+        self.proc.join(60)
+        self.mesh.close()
 
 
-def _check(report):
-    if report.failed or not report.applied:
-        raise RuntimeError(f"sync failed: {report.failed}")
-    return report
+class QueuePerTensor:
+    """torch.multiprocessing.Queue, one put per tensor (shared-memory handles after the first
+    put moved the sender's storages into shared memory); the receiver copies each tensor."""
+
+    def __init__(self, weights: dict):
+        ctx = mp.get_context("spawn")
+        self.weights, self.inbox, self.acks = weights, ctx.Queue(), ctx.Queue()
+        first = next(iter(weights.values()))
+        shapes = [(n, tuple(t.shape)) for n, t in weights.items()]
+        self.proc = ctx.Process(target=_queue_receiver, args=(shapes, first.dtype, self.inbox,
+                                                              self.acks))
+        self.proc.start()
+
+    def sync(self) -> None:
+        for item in self.weights.items():
+            self.inbox.put(item)
+        self.inbox.put("end")
+        self.acks.get()
+
+    def close(self) -> None:
+        self.inbox.put(None)
+        self.proc.join(60)
 
 
-def bench_queue(weights: dict, reps: int) -> float:
-    ctx = mp.get_context("spawn")
-    inbox, acks = ctx.Queue(), ctx.Queue()
-    first = next(iter(weights.values()))
-    shapes = [(n, tuple(t.shape)) for n, t in weights.items()]
-    proc = ctx.Process(target=_queue_receiver, args=(shapes, first.dtype, inbox, acks))
-    proc.start()
+class PipePerTensor:
+    """One pickled (name, tensor) message per tensor over a multiprocessing Pipe."""
 
-    def sync():
-        for item in weights.items():
-            inbox.put(item)
-        inbox.put("end")
-        acks.get()
-    seconds = timed(sync, reps)
-    inbox.put(None)
-    proc.join(60)
-    return seconds
+    def __init__(self, weights: dict):
+        ctx = mp.get_context("spawn")
+        self.weights = weights
+        self.conn, child = ctx.Pipe()
+        first = next(iter(weights.values()))
+        shapes = [(n, tuple(t.shape)) for n, t in weights.items()]
+        self.proc = ctx.Process(target=_pipe_receiver, args=(shapes, first.dtype, child))
+        self.proc.start()
+
+    def sync(self) -> None:
+        for item in self.weights.items():
+            self.conn.send_bytes(pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL))
+        self.conn.send_bytes(b"end")
+        self.conn.recv_bytes()
+
+    def close(self) -> None:
+        self.conn.send_bytes(b"stop")
+        self.proc.join(60)
 
 
-def bench_gloo_per_tensor(weights: dict, reps: int) -> float:
-    ctx = mp.get_context("spawn")
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    port = store.port
-    first = next(iter(weights.values()))
-    shapes = [(n, tuple(t.shape)) for n, t in weights.items()]
-    proc = ctx.Process(target=_gloo_receiver, args=(shapes, first.dtype, port, reps + 1))
-    proc.start()
-    group = _gloo_group(store, 0)
-    bopts = dist.BroadcastOptions()
-    bopts.rootRank = 0
+class GlooPerTensor:
+    """One gloo broadcast per tensor into preallocated tensors (SGLang's per-tensor
+    `/update_weights_from_distributed` receive, minus the HTTP call)."""
 
-    def sync():
-        for tensor in weights.values():
-            group.broadcast([tensor], bopts).wait()
-        group.barrier().wait()
-    seconds = timed(sync, reps)
-    proc.join(60)
-    return seconds
+    def __init__(self, weights: dict):
+        ctx = mp.get_context("spawn")
+        self.weights, self.commands = weights, ctx.Queue()
+        store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        first = next(iter(weights.values()))
+        shapes = [(n, tuple(t.shape)) for n, t in weights.items()]
+        self.proc = ctx.Process(target=_gloo_receiver, args=(shapes, first.dtype, store.port,
+                                                             self.commands))
+        self.proc.start()
+        self.store, self.group = store, _gloo_group(store, 0)
+        self.opts = dist.BroadcastOptions()
+        self.opts.rootRank = 0
+
+    def sync(self) -> None:
+        self.commands.put("sync")
+        for tensor in self.weights.values():
+            self.group.broadcast([tensor], self.opts).wait()
+        self.group.barrier().wait()
+
+    def close(self) -> None:
+        self.commands.put("stop")
+        self.proc.join(60)
+
+
+def interleaved(methods: dict[str, object], reps: int) -> dict[str, float]:
+    """Median seconds per method; each round runs every method once, so load from other
+    processes on a shared machine hits all methods alike."""
+    for method in methods.values():
+        method.sync()
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    for _ in range(reps):
+        for name, method in methods.items():
+            start = time.perf_counter()
+            method.sync()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def delta_after_steps(weights, master, reps: int, **mesh_kwargs) -> dict:
+    method = MeshMethod(weights, delta=True, **mesh_kwargs)
+    try:
+        method.sync()
+        seconds, payload, changed = [], [], []
+        for _ in range(reps):
+            changed.append(optimizer_step(weights, master))
+            method.sync()
+            if method.last.base_version is None:
+                raise RuntimeError("expected a delta sync, the mesh sent a full version")
+            seconds.append(method.last.seconds)
+            payload.append(method.last.payload_bytes)
+    finally:
+        method.close()
+    return {"seconds": statistics.median(seconds), "payload_bytes": int(statistics.median(payload)),
+            "changed_fraction": statistics.median(changed)}
 
 
 # ---- driver ------------------------------------------------------------------------------
@@ -257,39 +324,42 @@ def run_model(name: str, reps: int, bucket_bytes: int, device: str, only: set[st
     cfg = MODELS[name]
     weights, master = make_params(cfg, device)
     total = nbytes(weights)
-    rows, skipped = [], {}
-
-    def row(method: str, seconds: float, **extra):
-        rows.append({"method": method, "seconds": seconds, "gb_per_s": total / seconds / 1e9,
-                     **extra})
-
-    row("memcpy (limit)", bench_memcpy(weights, reps))
-    plan = ([("cuda_ipc", "bench-host", device), ("nccl", "bench-remote", "cuda:1")]
-            if device.startswith("cuda") else [("shm", "bench-host", "cpu"),
-                                               ("gloo", "bench-remote", "cpu")])
+    skipped: dict[str, str] = {}
+    cuda = device.startswith("cuda")
+    plan = ([("cuda_ipc", "bench-host", device), ("nccl", "bench-remote", "cuda:1")] if cuda
+            else [("shm", "bench-host", "cpu"), ("gloo", "bench-remote", "cpu")])
     for transport in TRANSPORTS:
         if transport not in {t for t, _, _ in plan}:
             skipped[transport] = TRANSPORTS[transport].available() or \
                 f"sender tensors on {device}; rerun with --device {_other(device)}"
+    methods: dict[str, object] = {"memcpy (limit)": Memcpy(weights)}
+    kwargs = {}
     for transport, host_id, recv_device in plan:
-        if transport not in only:
-            skipped[transport] = "not selected (--transports)"
-            continue
-        reason = TRANSPORTS[transport].available()
+        reason = TRANSPORTS[transport].available() if transport in only \
+            else "not selected (--transports)"
         if transport == "nccl" and not reason and torch.cuda.device_count() < 2:
             reason = "NCCL needs a second GPU for the receiver"
         if reason:
             skipped[transport] = reason
             continue
-        kwargs = dict(transport=transport, host_id=host_id, device=recv_device, reps=reps,
-                      bucket_bytes=bucket_bytes)
-        row(f"mesh {transport}", bench_mesh(weights, master, delta=False, **kwargs)["seconds"])
-        if transport in ("shm", "cuda_ipc"):
-            result = bench_mesh(weights, master, delta=True, **kwargs)
-            row(f"mesh {transport} delta", result.pop("seconds"), **result)
-    if not device.startswith("cuda") and "baselines" in only:
-        row("per-tensor mp.Queue", bench_queue(weights, reps))
-        row("per-tensor gloo broadcast", bench_gloo_per_tensor(weights, reps))
+        kwargs[transport] = dict(transport=transport, host_id=host_id, device=recv_device,
+                                 bucket_bytes=bucket_bytes)
+        methods[f"mesh {transport}"] = MeshMethod(weights, **kwargs[transport])
+    if not cuda and "baselines" in only:
+        methods["per-tensor mp.Queue"] = QueuePerTensor(weights)
+        methods["per-tensor Pipe pickle"] = PipePerTensor(weights)
+        methods["per-tensor gloo broadcast"] = GlooPerTensor(weights)
+    try:
+        seconds = interleaved(methods, reps)
+    finally:
+        for method in methods.values():
+            method.close()
+    rows = [{"method": m, "seconds": s, "gb_per_s": total / s / 1e9} for m, s in seconds.items()]
+    for transport in ("shm", "cuda_ipc"):
+        if transport in kwargs:
+            result = delta_after_steps(weights, master, reps, **kwargs[transport])
+            rows.append({"method": f"mesh {transport} delta", **result,
+                         "gb_per_s": total / result["seconds"] / 1e9})
     limit = rows[0]["seconds"]
     for r in rows:
         r["x_memcpy"] = r["seconds"] / limit

@@ -79,9 +79,9 @@ class MeshAddress:
 class TensorSpec:
     """One piece of one wire item inside a bucket.
 
-    An item is a named tensor's bytes (encoding dense) or its sparse delta (int32 or int64 indices,
-    by encoding, followed by values; `count` of each). Items larger than the room left in a bucket are split: this piece
-    covers bytes [item_offset, item_offset + nbytes) of an item of item_nbytes bytes and sits at
+    An item is a named tensor's bytes (encoding dense) or its sparse delta (int32 or int64
+    indices, by encoding, followed by values; `count` of each). Items larger than the room left
+    in a bucket are split: this piece covers bytes [item_offset, item_offset + nbytes) of an item of item_nbytes bytes and sits at
     byte `offset` of the bucket payload.
     """
 

@@ -145,8 +145,9 @@ class TransferMesh:
         """Send one version to every connected receiver and wait until each applied it.
 
         Raises WeightSyncError (naming version and bucket) if producing or packing the tensors
-        fails, after every receiver dropped the partial version and stays on its previous one. Receivers that fail on their side
-        are listed in `SyncReport.failed` and get a full version next time.
+        fails, once every receiver dropped the partial version (they stay on the previous one).
+        Receivers that fail on their side are listed in `SyncReport.failed` and get a full
+        version next time.
         """
         if self._ctx is None:
             raise RuntimeError("TransferMesh.sync called before start()")
@@ -165,9 +166,14 @@ class TransferMesh:
         delta = self.config.delta and base is not None and all(
             p.mirror_version == base for p in peers)
         base = base if delta else None
-        active = [self.channels[name] for name in groups]
+        active = []
         for name, members in groups.items():
-            self.channels[name].prepare(members)
+            try:
+                self.channels[name].prepare(members)
+                active.append(self.channels[name])
+            except RuntimeError as exc:  # e.g. a gloo member never joined the new group
+                for peer in members:
+                    peer.mark_dead(f"{name} group setup failed: {exc}")
         for peer in peers:
             peer.send(Begin(version, base))
         deadline = time.monotonic() + self.config.timeout_s
