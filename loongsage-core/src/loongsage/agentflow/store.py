@@ -238,7 +238,8 @@ class TrajectoryStore:
         return self._items.get(key)
 
     def attempts(self, trajectory_id: str) -> list[Trajectory]:
-        return [t for (tid, _), t in self._items.items() if tid == str(trajectory_id)]
+        items = list(self._items.items())  # other threads may open trajectories meanwhile
+        return [t for (tid, _), t in items if tid == str(trajectory_id)]
 
     def __contains__(self, key: tuple[str, str]) -> bool:
         return key in self._items
