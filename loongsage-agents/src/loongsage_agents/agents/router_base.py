@@ -1,0 +1,157 @@
+"""The base of every agent that talks to the policy through the AgentFlow router.
+
+A router-based agent runs each of a group's ``n`` trajectories against a trajectory of its
+own on a router (``/{trajectory_id}/{attempt_id}/v1``), then closes it and returns the
+router's TITO samples (one per trainable segment: a subagent or a compacted context is a
+sample of its own). Subclasses implement one coroutine::
+
+    async def run_trajectory(self, prompt, urls, key, sampling_params) -> Outcome
+
+where ``urls`` is ``{"openai": ".../v1", "anthropic": "..."}`` and ``key`` the per-trajectory
+API key (``"{trajectory_id}:{attempt_id}"``, which the router also accepts without the path).
+
+Which router: the controller may hand the agent one shared router with ``use_router(router)``
+(all engine replicas behind it, sticky per trajectory). Without one, the agent builds, on
+first use, a private router over the engine client it was given in ``run_group``
+(``Router([client], tokenizer, settings)``; the client object itself is the engine, so this
+works for ``EngineClient`` and anything with its ``agenerate``/``astream_generate``/
+``aabort``), one per distinct client, and stops them in ``close()``.
+
+Each sample's ``text`` is the agent's final answer (``Outcome.text``), so the data source's
+reward scores it; ``reward_info`` also carries ``Outcome.info`` (exit code, output, ...).
+A trajectory that recorded no sampled token (the program failed before calling the model)
+yields no sample; if no trajectory of the group yields one, ``run_group`` raises with the
+first failure's details.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from loongsage.data.types import Prompt, Sample
+
+from loongsage_agents.agents.router_params import RouterAgentParams
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Outcome:
+    """What one trajectory's agent run produced besides the router's tokens."""
+
+    text: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def prompt_task(prompt: Prompt) -> str:
+    """The task text of a prompt: its last user message (black-box agents take one string)."""
+    for message in reversed(prompt.messages):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            return str(content)
+    raise ValueError(f"prompt {prompt.source}#{prompt.index} has no user message: {prompt.messages}")
+
+
+class RouterAgentBase:
+    """Runs ``n`` trajectories through a router and returns their TITO samples."""
+
+    params_type: type[RouterAgentParams] = RouterAgentParams
+
+    def __init__(self, params: RouterAgentParams | None, tokenizer: Any) -> None:
+        self.params = params if params is not None else self.params_type()
+        self.tokenizer = tokenizer
+        self._shared_router: Any = None
+        self._routers: dict[int, Any] = {}
+
+    # ---- routers ------------------------------------------------------------------------
+    def use_router(self, router: Any) -> None:
+        """Run every trajectory on ``router`` (started), instead of a private one per client."""
+        if getattr(router, "url", None) is None:
+            raise ValueError("use_router: the router is not started (call router.start() first)")
+        self._shared_router = router
+
+    def router_settings(self) -> Any:
+        from loongsage.agentflow.settings import RouterSettings
+
+        p = self.params
+        return RouterSettings(served_model_names=list(p.served_model_names),
+                              accept_any_model=p.accept_any_model,
+                              untrained_models=list(p.untrained_models),
+                              tool_parser=p.tool_parser, middlewares=list(p.middlewares),
+                              max_context=p.max_context, default_max_tokens=p.default_max_tokens)
+
+    def router_for(self, client: Any) -> Any:
+        """The shared router, else this agent's private router over ``client`` (started)."""
+        if self._shared_router is not None:
+            return self._shared_router
+        router = self._routers.get(id(client))
+        if router is None:
+            from loongsage.agentflow.server import Router
+
+            router = Router([client], self.tokenizer, self.router_settings())
+            router.start()
+            self._routers[id(client)] = router
+        return router
+
+    def close(self) -> None:
+        """Stop the private routers (a shared router belongs to whoever started it)."""
+        for router in self._routers.values():
+            router.stop()
+        self._routers.clear()
+
+    # ---- groups -------------------------------------------------------------------------
+    async def run_trajectory(self, prompt: Prompt, urls: dict[str, str], key: str,
+                             sampling_params: dict[str, Any]) -> Outcome:
+        raise NotImplementedError
+
+    async def _one(self, router: Any, prompt: Prompt, tid: str,
+                   sampling_params: dict[str, Any]) -> tuple[list[Sample], Outcome]:
+        router.open_trajectory(tid, "0", source=prompt.source, index=prompt.index)
+        try:
+            outcome = await self.run_trajectory(prompt, router.base_urls(tid, "0"), f"{tid}:0",
+                                                dict(sampling_params))
+        except BaseException:
+            router.finish_trajectory(tid, "0")
+            raise
+        samples = router.finish_trajectory(tid, "0")
+        for sample in samples:
+            sample.text = outcome.text
+            sample.reward_info.update(outcome.info)
+        if not samples:
+            log.warning("%s: trajectory %s recorded no sampled tokens: %s",
+                        type(self).__name__, tid, outcome.info)
+        return samples, outcome
+
+    async def run_group(self, prompt: Prompt, n: int, client: Any,
+                        sampling_params: dict[str, Any]) -> list[Sample]:
+        """Run ``n`` trajectories of ``prompt`` (at most ``params.concurrency`` at once)."""
+        if n < 1:
+            raise ValueError(f"{type(self).__name__}: n must be >= 1, got {n}")
+        router = self.router_for(client)
+        group = uuid.uuid4().hex[:8]
+        limit = asyncio.Semaphore(self.params.concurrency or n)
+
+        async def bounded(i: int):
+            async with limit:
+                return await self._one(router, prompt, f"{prompt.source}-{prompt.index}-{group}-{i}",
+                                       sampling_params)
+
+        tasks = [asyncio.ensure_future(bounded(i)) for i in range(n)]
+        try:
+            results = await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
+        samples = [s for got, _ in results for s in got]
+        if not samples:
+            raise RuntimeError(f"{type(self).__name__}: none of the {n} trajectories of prompt "
+                               f"{prompt.source}#{prompt.index} called the model; first outcome: "
+                               f"{asdict(results[0][1])}")
+        return samples

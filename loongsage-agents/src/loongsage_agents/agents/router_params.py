@@ -1,0 +1,96 @@
+"""Typed parameters of the router-based agents (torch-free, imported by ``plugin.py``).
+
+Every router-based agent shares ``RouterAgentParams``: how the agent's private router is
+set up when the controller does not hand it one (see ``loongsage_agents.agents.router_base``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+
+@dataclass
+class RouterAgentParams:
+    """Router settings for agents that run through AgentFlow."""
+
+    served_model_names: List[str] = field(default_factory=lambda: ["policy"])
+    accept_any_model: bool = True  # CLIs insist on their own model names
+    untrained_models: List[str] = field(default_factory=list)
+    tool_parser: str = "hermes"
+    middlewares: List[Any] = field(default_factory=lambda: ["agent_sessions"])
+    max_context: Optional[int] = None  # tokens; None = the tokenizer's model_max_length
+    default_max_tokens: int = 1024
+    concurrency: int = 0  # trajectories of a group run at once; 0 = all n
+
+
+@dataclass
+class ChatParams(RouterAgentParams):
+    """One chat turn through the router with the openai SDK (white-box, single turn)."""
+
+
+@dataclass
+class ToolLoopParams(RouterAgentParams):
+    """Multi-turn function calling through the router; tools run in a registry sandbox."""
+
+    tools: List[str] = field(default_factory=lambda: ["calculator"])
+    max_turns: int = 4
+    sandbox: str = "process"  # a `sandbox` plugin name
+    sandbox_params: Dict[str, Any] = field(default_factory=dict)
+    tool_timeout_s: float = 10.0
+    max_tool_output_chars: int = 2000
+
+
+@dataclass
+class CommandParams(RouterAgentParams):
+    """Any program, given router base URLs and a per-trajectory key, in its own work dir."""
+
+    argv: List[str] = field(default_factory=list)  # "{task}", "{workdir}" are filled in
+    env: Dict[str, str] = field(default_factory=dict)
+    files: Dict[str, str] = field(default_factory=dict)  # written into each work dir
+    timeout_s: float = 600.0
+    workdir_root: Optional[str] = None  # None = a temporary directory per trajectory
+    keep_workdir: bool = False
+    kill_grace_s: float = 2.0  # SIGTERM → SIGKILL of the process group
+    max_output_chars: int = 20000  # of stdout/stderr kept in reward_info
+
+
+@dataclass
+class CliAgentParams(CommandParams):
+    """A real agent CLI run offline and non-interactively against the router."""
+
+    bin_dir: Optional[str] = None  # None = ~/.cache/loongsage/npm/node_modules/.bin, then PATH
+    model: str = "policy"
+    max_output_tokens: int = 512  # what the CLI is told the model may write per turn
+    context_window: int = 32768  # what the CLI is told the context is
+    extra_args: List[str] = field(default_factory=list)
+
+
+@dataclass
+class CodexParams(CliAgentParams):
+    """Codex CLI (`codex exec --json`), Responses API; `instructions` replaces its prompt."""
+
+    instructions: Optional[str] = None
+
+
+@dataclass
+class ClaudeCodeParams(CliAgentParams):
+    """Claude Code (`claude -p --output-format json`), Anthropic Messages."""
+
+    tools: List[str] = field(default_factory=lambda: ["Bash"])
+    system_prompt: Optional[str] = None
+
+
+@dataclass
+class OpenCodeParams(CliAgentParams):
+    """OpenCode (`opencode run --format json`), Chat Completions via @ai-sdk/openai-compatible."""
+
+    prompt: Optional[str] = None  # replaces the build agent's system prompt
+    disabled_tools: List[str] = field(default_factory=list)
+
+
+@dataclass
+class MiniSweAgentParams(CliAgentParams):
+    """mini-swe-agent (`mini -y`), Chat Completions via litellm, non-streaming."""
+
+    step_limit: int = 4

@@ -1,0 +1,96 @@
+"""White-box ``tool_loop`` agent: multi-turn function calling through the AgentFlow router.
+
+Each trajectory opens one sandbox (``params.sandbox``, any ``sandbox`` plugin from the
+registry) and loops: send the conversation with the tools' schemas (openai SDK, Chat
+Completions), run every tool call the model makes inside the sandbox, append the results as
+``tool`` messages, and stop when the model answers without a tool call or after
+``max_turns`` model turns. The router records the tokens (TITO): the model's turns are in
+the loss mask, tool results and template text are not. The answer is the last reply's text.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from loongsage.data.types import Prompt
+
+from loongsage_agents.agents.chat import chat_sampling, openai_client
+from loongsage_agents.agents.router_base import Outcome, RouterAgentBase
+from loongsage_agents.agents.router_params import ToolLoopParams
+from loongsage_agents.agents.tools import Tool, ToolArgumentError, get_tools
+
+
+async def run_tool(sandbox: Any, tool: Tool, arguments_json: str, timeout: float,
+                   max_chars: int) -> str:
+    """The tool message for one call: its output, or what was wrong with the call."""
+    try:
+        arguments = json.loads(arguments_json or "{}")
+        if not isinstance(arguments, dict):
+            raise ToolArgumentError(f"arguments must be a JSON object, got {arguments_json!r}")
+        argv = tool.argv(arguments)
+    except (json.JSONDecodeError, ToolArgumentError) as err:
+        return f"error: bad arguments for {tool.name}: {err}"
+    result = await sandbox.exec(argv, timeout=timeout)
+    out = (result.stdout + result.stderr).decode("utf-8", "replace")
+    if result.timed_out:
+        out += f"\n[timed out after {timeout:g} s]"
+    return out[:max_chars]
+
+
+class ToolLoopAgent(RouterAgentBase):
+    """Chat with tools until the model stops calling them."""
+
+    params_type = ToolLoopParams
+
+    def __init__(self, params: ToolLoopParams | None, tokenizer: Any) -> None:
+        super().__init__(params, tokenizer)
+        self.tools = {t.name: t for t in get_tools(list(self.params.tools), key="agent.params.tools")}
+        if self.params.max_turns < 1:
+            raise ValueError(f"agent.params.max_turns must be >= 1, got {self.params.max_turns}")
+
+    def _sandbox(self, key: str) -> Any:
+        from loongsage.plugins import get_registries
+
+        cls = get_registries().sandbox.get(self.params.sandbox)
+        return cls(dict(self.params.sandbox_params), untrusted=True, key=key)
+
+    async def run_trajectory(self, prompt: Prompt, urls: dict[str, str], key: str,
+                             sampling_params: dict[str, Any]) -> Outcome:
+        p = self.params
+        messages = [dict(m) for m in prompt.messages]
+        schemas = [t.schema() for t in self.tools.values()]
+        calls = turns = 0
+        finish = None
+        async with openai_client(urls, key) as client, \
+                self._sandbox("agent.params.sandbox_params") as sandbox:
+            while turns < p.max_turns:
+                reply = await client.chat.completions.create(
+                    model=p.served_model_names[0], messages=messages, tools=schemas,
+                    **chat_sampling(sampling_params))
+                turns += 1
+                choice = reply.choices[0]
+                finish = choice.finish_reason
+                message = choice.message
+                tool_calls = list(message.tool_calls or [])
+                assistant: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
+                if tool_calls:
+                    assistant["tool_calls"] = [
+                        {"id": c.id, "type": "function",
+                         "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                        for c in tool_calls]
+                messages.append(assistant)
+                if not tool_calls:
+                    break
+                for call in tool_calls:
+                    calls += 1
+                    tool = self.tools.get(call.function.name)
+                    output = (f"error: unknown tool '{call.function.name}'; available: "
+                              f"{sorted(self.tools)}") if tool is None else await run_tool(
+                        sandbox, tool, call.function.arguments, p.tool_timeout_s,
+                        p.max_tool_output_chars)
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
+        answer = next(m for m in reversed(messages) if m["role"] == "assistant")
+        return Outcome(text=answer.get("content") or "",
+                       info={"turns": turns, "tool_calls": calls, "finish_reason": finish,
+                             "messages": messages})
