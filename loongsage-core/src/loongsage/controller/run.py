@@ -13,7 +13,7 @@ from typing import Iterator
 
 from omegaconf import DictConfig
 
-from loongsage.controller.batching import groups_to_batch, rollout_metrics
+from loongsage.controller.batching import rollout_metrics
 from loongsage.controller.setup import Run, build_run
 from loongsage.registry import Registries
 
@@ -30,7 +30,7 @@ def train_one_step(run: Run, step: int) -> dict[str, float]:
     with timed(metrics, "timing/step"):
         with timed(metrics, "timing/rollout"):
             groups = run.scheduler.next_batch(step)
-        batch, rewards, group_index = groups_to_batch(groups, run.pad_id)
+        batch, rewards, group_index = run.to_batch(groups, metrics)
         with timed(metrics, "timing/train"):
             metrics.update(run.train(batch, rewards, group_index))
         run.scheduler.pause()

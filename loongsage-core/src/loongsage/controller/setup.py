@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from loongsage.algorithms.objective import Objective
 from loongsage.config.validate import as_container
 from loongsage.controller.actors import spawn_engine, start_ray
+from loongsage.controller.batching import groups_to_batch
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
 from loongsage.controller.trainer_ops import apply_numpy_state, train_on_rollout
@@ -28,6 +29,7 @@ from loongsage.data.sources import build_sources
 from loongsage.engines.client import EngineClient
 from loongsage.models.resolve import resolve_model_path
 from loongsage.registry import Registries
+from loongsage.runtime.partial import mask_offpolicy_tokens
 from loongsage.runtime.prompt_source import BatchedPromptSource
 from loongsage.runtime.scheduler import async_scheduler_from_config
 from loongsage.runtime.sync_scheduler import SyncScheduler
@@ -57,6 +59,12 @@ class Run:
         return pad if pad is not None else self.tokenizer.eos_token_id
 
     # the loop's verbs --------------------------------------------------------------
+
+    def to_batch(self, groups: list, metrics: dict) -> tuple[Any, torch.Tensor, torch.Tensor]:
+        """The training batch of ``groups``, masking off-policy prefixes when configured."""
+        if self.cfg.rollout.mask_offpolicy_in_partial_rollout:
+            metrics["rollout/offpolicy_masked_tokens"] = float(mask_offpolicy_tokens(groups))
+        return groups_to_batch(groups, self.pad_id)
 
     def train(self, batch: Any, rewards: torch.Tensor, group_index: torch.Tensor) -> dict[str, float]:
         ref = self.train_actor.run.remote(
