@@ -2,6 +2,8 @@
 
 from loongsage import hookimpl
 from loongsage_agents.agents.params import SingleTurnParams
+from loongsage_agents.agents.router_params import (ChatParams, ClaudeCodeParams, CodexParams,
+                                                   CommandParams, OpenCodeParams, ToolLoopParams)
 from loongsage_agents.datasets.params import FileDatasetParams, SyntheticMathParams
 from loongsage_agents.rewards.params import MathRewardParams
 from loongsage_agents.rewards.code_exec import CodeExecParams
@@ -27,6 +29,13 @@ def loongsage_register_rewards(register):
 def loongsage_register_agents(register):
     register("single_turn", "loongsage_agents.agents.single_turn:SingleTurnAgent",
              params=SingleTurnParams)
+    register("chat", "loongsage_agents.agents.chat:ChatAgent", params=ChatParams)
+    register("tool_loop", "loongsage_agents.agents.tool_loop:ToolLoopAgent", params=ToolLoopParams)
+    register("command", "loongsage_agents.launchers.command:CommandAgent", params=CommandParams)
+    register("codex", "loongsage_agents.launchers.codex:CodexAgent", params=CodexParams)
+    register("claude_code", "loongsage_agents.launchers.claude_code:ClaudeCodeAgent",
+             params=ClaudeCodeParams)
+    register("opencode", "loongsage_agents.launchers.opencode:OpenCodeAgent", params=OpenCodeParams)
 
 
 @hookimpl

@@ -86,11 +86,5 @@ class OpenCodeParams(CliAgentParams):
     """OpenCode (`opencode run --format json`), Chat Completions via @ai-sdk/openai-compatible."""
 
     prompt: Optional[str] = None  # replaces the build agent's system prompt
-    disabled_tools: List[str] = field(default_factory=list)
+    tools: Dict[str, bool] = field(default_factory=dict)  # e.g. {"*": false, "bash": true}
 
-
-@dataclass
-class MiniSweAgentParams(CliAgentParams):
-    """mini-swe-agent (`mini -y`), Chat Completions via litellm, non-streaming."""
-
-    step_limit: int = 4
