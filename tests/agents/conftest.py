@@ -1,0 +1,128 @@
+"""Fixtures for the agent tests: the tiny model (and a long-context view of it), a real
+embedded engine, a scripted engine replica, and trajectory checks shared by every agent test.
+
+``long_tiny_model_dir`` is the same tiny model (weights symlinked) with
+``max_position_embeddings`` raised to 32768: real agent CLIs send prompts of 4–8 K tokens
+(system prompt and tool schemas) and the tiny model's nominal 2048 would refuse them. Qwen2's
+rotary embedding is computed for any position, so the weights are unchanged and the engine
+and the train engine see the same model.
+
+``ScriptedEngine`` stands in for the engine only where the random tiny model cannot do what
+a test needs (emit a tool call): it answers with the real tokenizer's ids of a scripted reply
+plus the end-of-turn token and fixed logprobs. Router, SDK, agent and sandbox are real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from loongsage.engines.client import GenerateOutput, StreamChunk
+
+LONG_CONTEXT = 32768
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def long_tiny_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("tiny-long")
+    for f in Path(tiny_model_dir).iterdir():
+        if f.name == "config.json":
+            config = json.loads(f.read_text())
+            config["max_position_embeddings"] = LONG_CONTEXT
+            (out / f.name).write_text(json.dumps(config))
+        else:
+            os.symlink(f, out / f.name)
+    return out
+
+
+@pytest.fixture(scope="session")
+def engine_url(long_tiny_model_dir):
+    from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
+
+    engine = EmbeddedRolloutEngine(str(long_tiny_model_dir), seed=0, num_threads=1)
+    url = engine.start()
+    yield url
+    engine.stop()
+
+
+@pytest.fixture(scope="session")
+def trainer(long_tiny_model_dir):
+    from loongsage.config.schema import ModelConfig, TrainConfig
+    from loongsage.engines.embedded_train import EmbeddedTrainEngine
+
+    return EmbeddedTrainEngine(ModelConfig(path=str(long_tiny_model_dir)), TrainConfig(),
+                               device="cpu")
+
+
+@pytest.fixture(scope="session")
+def long_context() -> int:
+    return LONG_CONTEXT
+
+
+@pytest.fixture(scope="session")
+def check_logprobs(trainer):
+    """``check_logprobs(samples)``: every sampled token's stored rollout logprob equals the
+    train engine's (fp32, within 1e-5)."""
+    return lambda samples: assert_logprobs_match_trainer(trainer, samples)
+
+
+def assert_logprobs_match_trainer(trainer: Any, samples: list) -> None:
+    from loongsage.engines.batch import TrainBatch
+
+    for s in samples:  # one row each: sequences differ a lot in length
+        ids = torch.tensor([s.prompt_ids + s.response_ids])
+        mask = torch.zeros(ids.shape, dtype=torch.float32)
+        mask[0, len(s.prompt_ids):] = torch.tensor(s.loss_mask, dtype=torch.float32)
+        rollout = torch.zeros(ids.shape)
+        rollout[0, len(s.prompt_ids):] = torch.tensor(s.response_logprobs)
+        got = trainer.compute_logprobs(TrainBatch(ids, torch.ones_like(ids), mask))["logprobs"]
+        sel = mask > 0
+        assert sel.sum() == sum(s.loss_mask) > 0
+        torch.testing.assert_close(got[sel], rollout[sel], atol=1e-5, rtol=0)
+
+
+class ScriptedEngine:
+    """Stands in for ``EngineClient`` where the random tiny model cannot (see module docstring)."""
+
+    LOGPROB, VERSION = -0.5, 2
+
+    def __init__(self, tokenizer: Any, replies: list[str]) -> None:
+        self.tokenizer = tokenizer
+        self.replies = list(replies)
+        self.eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    def _ids(self) -> list[int]:
+        return self.tokenizer.encode(self.replies.pop(0), add_special_tokens=False) + [self.eos]
+
+    async def agenerate(self, input_ids, sampling_params=None, *, return_logprob=True, rid=None):
+        ids = self._ids()
+        return GenerateOutput(ids, [self.LOGPROB] * len(ids), "stop", self.VERSION,
+                              len(input_ids), rid or "")
+
+    async def astream_generate(self, input_ids, sampling_params=None, *, return_logprob=True,
+                               rid=None):
+        ids = self._ids()
+        for i, tok in enumerate(ids):
+            last = i == len(ids) - 1
+            yield StreamChunk([tok], [self.LOGPROB], "", last, "stop" if last else None,
+                              self.VERSION, rid or "")
+
+    async def aabort(self, rid=None, *, abort_all=False):
+        return None
+
+
+@pytest.fixture
+def scripted_engine(tokenizer):
+    return lambda replies: ScriptedEngine(tokenizer, replies)

@@ -1,0 +1,83 @@
+"""White-box agents (``chat``, ``tool_loop``) through a real router: the stored tokens are the
+conversation, the loss mask is exactly the model's tokens, and rollout logprobs equal the train
+engine's. Tool calls come from a scripted engine (the random tiny model never makes one); the
+calculator runs in a real ``process`` sandbox from the registry."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from loongsage.data.types import Prompt
+from loongsage.engines.client import EngineClient
+
+from loongsage_agents.agents.chat import ChatAgent
+from loongsage_agents.agents.router_params import ChatParams, ToolLoopParams
+from loongsage_agents.agents.tool_loop import ToolLoopAgent
+
+SAMPLING = {"max_new_tokens": 12, "temperature": 1.0}
+
+
+def render(tokenizer, messages, generation=False, tools=None):
+    return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False,
+                                         add_generation_prompt=generation)
+
+
+def test_chat_agent_samples_are_exact_tito_with_train_engine_logprobs(engine_url, tokenizer,
+                                                                    check_logprobs, long_context):
+    agent = ChatAgent(ChatParams(max_context=long_context), tokenizer)
+    prompt = Prompt("demo", 3, [{"role": "system", "content": "Be terse."},
+                                {"role": "user", "content": "What is 2 + 2?"}])
+    try:
+        samples = asyncio.run(agent.run_group(prompt, 2, EngineClient(engine_url), SAMPLING))
+    finally:
+        agent.close()
+    assert len(samples) == 2
+    assert len({s.reward_info["trajectory_id"] for s in samples}) == 2
+    head = render(tokenizer, prompt.messages, generation=True)
+    for s in samples:
+        assert tokenizer.decode(s.prompt_ids) == head
+        assert all(s.loss_mask) and 1 <= len(s.response_ids) <= SAMPLING["max_new_tokens"]
+        assert tokenizer.decode(s.response_ids, skip_special_tokens=True) == s.text
+    check_logprobs(samples)
+
+
+CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "(3 + 4) * 12"}}\n</tool_call>'
+BAD = '<tool_call>\n{"name": "calculator", "arguments": {"expr": "1"}}\n</tool_call>'
+
+
+def test_tool_loop_runs_the_calculator_in_a_registry_sandbox(scripted_engine, tokenizer):
+    engine = scripted_engine([CALL, BAD, "It is 84."])
+    params = ToolLoopParams(sandbox="process", sandbox_params={"allow_untrusted_code": True},
+                            max_turns=5)
+    agent = ToolLoopAgent(params, tokenizer)
+    prompt = Prompt("calc", 0, [{"role": "user", "content": "What is (3 + 4) * 12?"}])
+    try:
+        [sample] = asyncio.run(agent.run_group(prompt, 1, engine, {"max_new_tokens": 64}))
+    finally:
+        agent.close()
+    info = sample.reward_info
+    assert sample.text == "It is 84." and info["turns"] == 3 and info["tool_calls"] == 2
+    tool_outputs = [m["content"] for m in info["messages"] if m["role"] == "tool"]
+    assert tool_outputs[0].strip() == "84"
+    assert tool_outputs[1].startswith("error: bad arguments for calculator: argument 'expression'")
+    # the stored tokens are the whole conversation, rendered by the model's own template, with
+    # the assistant turns exactly as sampled (not re-serialised from the parsed tool calls)
+    replies = iter([CALL, BAD, "It is 84."])
+    as_sampled = [{"role": "assistant", "content": next(replies)} if m["role"] == "assistant" else m
+                  for m in info["messages"]]
+    tools = [t.schema() for t in agent.tools.values()]
+    full = render(tokenizer, as_sampled, tools=tools)
+    assert tokenizer.decode(sample.prompt_ids + sample.response_ids) + "\n" == full
+    # the loss mask covers exactly the three scripted replies (each + its end-of-turn token)
+    sampled = [t for t, m in zip(sample.response_ids, sample.loss_mask) if m]
+    replies = [CALL, BAD, "It is 84."]
+    assert sampled == [t for r in replies
+                       for t in tokenizer.encode(r, add_special_tokens=False) + [engine.eos]]
+    assert all(lp == engine.LOGPROB for lp, m in zip(sample.response_logprobs, sample.loss_mask) if m)
+
+
+def test_tool_loop_refuses_unknown_tools(tokenizer):
+    with pytest.raises(ValueError, match=r"agent.params.tools: unknown tool\(s\) \['web'\]"):
+        ToolLoopAgent(ToolLoopParams(tools=["calculator", "web"]), tokenizer)
