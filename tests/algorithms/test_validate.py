@@ -47,3 +47,16 @@ def test_plain_names_and_dictconfig_are_accepted():
     spec = validate_algorithm(OmegaConf.create({"policy_loss": "ppo_clip", "kl": {"method": "k3_st"}}),
                               get_registries())
     assert spec.policy_loss.params.eps_high == 0.28 and spec.kl_method == "k3_st"
+
+
+def test_recipe_overrides_go_through_the_config_validator():
+    """The config validator resolves the algorithm section and applies these rules."""
+    from loongsage.config.compose import load_config
+
+    cfg, _ = load_config("tiny/grpo", ["algorithm/policy_loss=m2po", "algorithm.is_correction=[opsm]"])
+    assert cfg.algorithm.is_correction[0]["delta"] == 0.1
+    cfg, _ = load_config("tiny/grpo", ["algorithm.is_correction=[opsm,{name:token,upper:3.0}]"])
+    assert [c["name"] for c in cfg.algorithm.is_correction] == ["opsm", "token"]
+    with pytest.raises(ConfigError) as info:
+        load_config("tiny/grpo", ["algorithm/policy_loss=m2po", "algorithm.is_correction=token"])
+    assert info.value.key == "algorithm.is_correction" and "corrected twice" in info.value.problem
