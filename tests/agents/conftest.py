@@ -126,3 +126,90 @@ class ScriptedEngine:
 @pytest.fixture
 def scripted_engine(tokenizer):
     return lambda replies: ScriptedEngine(tokenizer, replies)
+
+
+class Recorder:
+    """A router middleware (registered at run time) that keeps each answered turn's normalised
+    request: messages, tools, whether it is trained, and its prompt/completion token counts."""
+
+    def __init__(self) -> None:
+        self.turns: list[dict[str, Any]] = []
+
+    def factory(self, settings: Any, params: Any) -> Any:
+        from loongsage.agentflow.middleware import RouterMiddleware
+
+        turns = self.turns
+
+        class Recording(RouterMiddleware):
+            def on_result(self, ctx, result) -> None:
+                turns.append({"trajectory_id": ctx.trajectory.trajectory_id,
+                              "trainable": ctx.trainable, "messages": ctx.request.messages,
+                              "tools": ctx.request.tools, "prompt_tokens": result.prompt_tokens,
+                              "completion_tokens": result.completion_tokens})
+
+        return Recording()
+
+
+@pytest.fixture
+def recording_router(engine_url, tokenizer):
+    """``recording_router(agent) -> Recorder``: start a router with the agent's own settings
+    plus the recorder, over the real embedded engine, and hand it to the agent
+    (``use_router``, the controller's path)."""
+    from loongsage import hookimpl
+    from loongsage.agentflow.server import Router
+    from loongsage.plugins import load_plugins
+
+    started = []
+
+    def make(agent: Any) -> Recorder:
+        recorder = Recorder()
+
+        class Plugin:
+            @hookimpl
+            def loongsage_register_router_middlewares(self, register):
+                register("test_recorder", recorder.factory, doc="Test: record turns.")
+
+        settings = agent.router_settings()
+        settings.registries = load_plugins(extra=[(Plugin(), "agents-test-recorder")])
+        settings.middlewares = list(settings.middlewares) + ["test_recorder"]
+        router = Router([EngineClient(engine_url)], tokenizer, settings)
+        router.start()
+        started.append(router)
+        agent.use_router(router)
+        return recorder
+
+    from loongsage.engines.client import EngineClient
+
+    yield make
+    for router in started:
+        router.stop()
+
+
+@pytest.fixture(scope="session")
+def check_trajectories(tokenizer, trainer):
+    """``check_trajectories(samples, recorder)``: for every trajectory the stored tokens decode
+    to the conversation the agent sent (its last request before each sample's last sampled run,
+    rendered from scratch with the model's template), the loss mask covers exactly the tokens
+    the engine generated for trained turns, and rollout logprobs equal the train engine's."""
+    from loongsage.agentflow.messages import template_messages
+
+    def check(samples: list, recorder: Recorder) -> None:
+        tids = {s.reward_info["trajectory_id"] for s in samples}
+        trained = [t for t in recorder.turns if t["trainable"] and t["trajectory_id"] in tids]
+        assert trained, "no trained turn was recorded"
+        assert sum(sum(s.loss_mask) for s in samples) == sum(t["completion_tokens"] for t in trained)
+        for s in samples:
+            ids = s.prompt_ids + s.response_ids
+            mask = [0] * len(s.prompt_ids) + list(s.loss_mask)
+            start = max(i for i, m in enumerate(mask) if m)
+            while mask[start - 1]:
+                start -= 1
+            turn = next(t for t in trained if t["trajectory_id"] == s.reward_info["trajectory_id"]
+                        and t["prompt_tokens"] == start)
+            expected = tokenizer.apply_chat_template(
+                template_messages(turn["messages"]), tools=turn["tools"] or None, tokenize=False,
+                add_generation_prompt=True)
+            assert tokenizer.decode(ids[:start]) == expected
+        assert_logprobs_match_trainer(trainer, samples)
+
+    return check

@@ -1,0 +1,101 @@
+"""The black-box ``command`` agent: a real program (a Python script using the openai SDK
+configured only by environment variables) runs against a real router and embedded engine, in
+its own work dir; timeouts kill its whole process group."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+
+import pytest
+
+from loongsage.data.types import Prompt
+from loongsage.engines.client import EngineClient
+
+from loongsage_agents.agents.router_params import CommandParams
+from loongsage_agents.launchers.command import CommandAgent
+
+PROGRAM = """
+import json, os, openai
+client = openai.OpenAI(max_retries=0)  # OPENAI_BASE_URL / OPENAI_API_KEY from the environment
+messages = [{"role": "user", "content": os.environ["LOONGSAGE_TASK"]}]
+for question in ("go on", None):
+    reply = client.chat.completions.create(model="any-name", messages=messages, max_tokens=8)
+    messages.append({"role": "assistant", "content": reply.choices[0].message.content})
+    if question:
+        messages.append({"role": "user", "content": question})
+open("answer.txt", "w").write(messages[-1]["content"])
+print(json.dumps({"key": os.environ["OPENAI_API_KEY"], "cwd": os.getcwd(), "home": os.environ["HOME"],
+                  "anthropic": os.environ["ANTHROPIC_BASE_URL"], "answer": messages[-1]["content"]}))
+"""
+
+
+def test_command_agent_runs_a_program_against_the_router(recording_router, check_trajectories,
+                                                         long_context, tmp_path):
+    agent = CommandAgent(CommandParams(argv=[sys.executable, "agent.py"], files={"agent.py": PROGRAM},
+                                       timeout_s=120, max_context=long_context,
+                                       workdir_root=str(tmp_path), keep_workdir=True), None)
+    recorder = recording_router(agent)
+    prompt = Prompt("cmd", 7, [{"role": "user", "content": "Say something."}])
+    samples = asyncio.run(agent.run_group(prompt, 2, EngineClient("http://unused"), {}))
+    assert len(samples) == 2  # two trajectories, each one root segment (two turns)
+    for s in samples:
+        out = json.loads(s.text)
+        tid = s.reward_info["trajectory_id"]
+        assert s.reward_info["exit_code"] == 0 and not s.reward_info["timed_out"]
+        assert out["key"] == f"{tid}:0" and out["anthropic"].endswith(f"/{tid}/0")
+        assert out["cwd"] == s.reward_info["workdir"] and out["home"] != os.environ.get("HOME")
+        assert open(os.path.join(out["cwd"], "answer.txt")).read() == out["answer"]
+        assert s.reward_info["origin"] == "root"
+    assert len(recorder.turns) == 4
+    check_trajectories(samples, recorder)
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path, tokenizer):
+    pidfile = tmp_path / "child.pid"
+    script = f"import subprocess, time; p = subprocess.Popen(['sleep', '60']); " \
+             f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(60)"
+    agent = CommandAgent(CommandParams(argv=[sys.executable, "-c", script], timeout_s=1.5,
+                                       kill_grace_s=0.5), tokenizer)
+    engine = object()  # never called: the program does not reach the model
+    agent.use_router(_started_router(agent, engine))
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="none of the 1 trajectories .*'timed_out': True"):
+        asyncio.run(agent.run_group(Prompt("cmd", 0, [{"role": "user", "content": "x"}]), 1, engine, {}))
+    assert time.monotonic() - started < 30
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child), "the program's child survived the timeout"
+    agent._shared_router.stop()
+
+
+def _started_router(agent, engine):
+    from loongsage.agentflow.server import Router
+
+    router = Router([engine], agent.tokenizer, agent.router_settings())
+    router.start()
+    return router
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_empty_command_is_refused(tokenizer):
+    agent = CommandAgent(CommandParams(argv=[]), tokenizer)
+    agent.use_router(_started_router(agent, object()))
+    try:
+        with pytest.raises(ValueError, match="agent.params.argv"):
+            asyncio.run(agent.run_group(Prompt("cmd", 0, [{"role": "user", "content": "x"}]), 1,
+                                        object(), {}))
+    finally:
+        agent._shared_router.stop()
