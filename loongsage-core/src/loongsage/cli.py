@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_config_args(sub.add_parser("train", help="run RL training"))
     _add_config_args(sub.add_parser("sft", help="run the supervised warm start only"))
+    serve = sub.add_parser("serve", help="start engine(s) and the AgentFlow router; print base URLs")
+    _add_config_args(serve)
+    serve.add_argument("--engine-url", action="append", default=None,
+                       help="use this running engine instead of starting one (repeatable)")
     sub.add_parser("version", help="print the version")
     for name, (_, _, dist) in DELEGATED.items():
         delegated = sub.add_parser(name, help=f"{name} commands (from {dist})", add_help=False)
@@ -119,6 +123,13 @@ def cmd_sft(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from loongsage.agentflow.serve import run_serve
+
+    run_serve(args.config_name, args.overrides, args.config_dir, args.engine_url)
+    return 0
+
+
 def cmd_delegated(command: str, rest: Sequence[str]) -> int:
     module_name, function, dist = DELEGATED[command]
     try:
@@ -140,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "config": cmd_config,
         "train": cmd_train,
         "sft": cmd_sft,
+        "serve": cmd_serve,
         "version": lambda _: print(f"loongsage {__version__}") or 0,
     }
     try:

@@ -2,6 +2,9 @@
 
 The CLI starts the engine(s) and hands their URLs to :func:`serve`; a user then points any
 agent at the printed base URLs and inspects what was recorded under ``/v1/trajectories``.
+``run_serve`` is the command itself: ``rollout.num_engines`` embedded engines in this process
+(``model.path`` resolved, built-ins included), or the running engines given with
+``--engine-url`` (an SGLang server or a LoongSage engine), then the router.
 """
 
 from __future__ import annotations
@@ -43,3 +46,40 @@ def serve(cfg: Any, engine_urls: list[str], *, block: bool = True, out: TextIO =
         finally:
             router.stop()
     return router
+
+
+def start_embedded_engines(cfg: Any) -> list[Any]:
+    """``rollout.num_engines`` embedded rollout engines for ``cfg``, started, in this process."""
+    from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
+
+    count = int(cfg.rollout.num_engines) if "rollout" in cfg else 1
+    engines = []
+    for _ in range(max(1, count)):
+        engine = EmbeddedRolloutEngine.from_config(cfg)
+        engine.start()
+        engines.append(engine)
+    return engines
+
+
+def run_serve(config_name: str, overrides: list[str], config_dir: str | None = None,
+              engine_urls: list[str] | None = None, *, block: bool = True,
+              out: TextIO = sys.stdout) -> tuple[Router, list[Any]]:
+    """``loongsage serve``: load the recipe, start (or reach) the engines, serve the router.
+
+    Returns the router and the embedded engines it started (empty with ``engine_urls``);
+    with ``block`` it returns only after Ctrl-C, everything stopped."""
+    from loongsage.config.compose import load_config
+    from loongsage.models.resolve import resolve_model_path
+
+    cfg, _ = load_config(config_name, overrides, config_dir)
+    cfg.model.path = str(resolve_model_path(cfg.model.path))
+    engines = [] if engine_urls else start_embedded_engines(cfg)
+    urls = list(engine_urls or [e.url for e in engines])
+    print(f"engines: {', '.join(urls)}", file=out, flush=True)
+    try:
+        router = serve(cfg, urls, block=block, out=out)
+    finally:
+        if block:
+            for engine in engines:
+                engine.stop()
+    return router, engines

@@ -1,0 +1,60 @@
+"""``loongsage serve`` as a user runs it: a real subprocess starts the embedded engine and the
+router, prints base URLs; the openai and anthropic SDKs then use those URLs as printed, the
+trajectories are listed, and Ctrl-C (SIGINT) stops it."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+openai = pytest.importorskip("openai")
+anthropic = pytest.importorskip("anthropic")
+
+
+def test_serve_prints_urls_that_agents_can_use():
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loongsage.cli", "serve", "--config-name", "tiny/grpo",
+         "rollout.num_threads=1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "OPENAI_BASE_URL=" in line:
+                break
+        text = "".join(lines)
+        match = re.search(r"OPENAI_BASE_URL=(\S+) ANTHROPIC_BASE_URL=(\S+)", text)
+        assert match, text
+        openai_url, anthropic_url = match.groups()
+        assert openai_url.endswith("/demo/0/v1") and anthropic_url.endswith("/demo/0")
+        assert re.search(r"engines: http://127\.0\.0\.1:\d+", text)
+
+        reply = openai.OpenAI(base_url=openai_url, api_key="unused", max_retries=0).chat.completions.create(
+            model="whatever-the-agent-says", messages=[{"role": "user", "content": "hi"}], max_tokens=5)
+        assert 1 <= reply.usage.completion_tokens <= 5
+        msg = anthropic.Anthropic(base_url=anthropic_url.replace("/demo/", "/other/"), api_key="x",
+                                  max_retries=0).messages.create(
+            model="claude-anything", max_tokens=4, messages=[{"role": "user", "content": "hey"}])
+        assert 1 <= msg.usage.output_tokens <= 4
+        root = openai_url[: openai_url.index("/demo/")]
+        listing = httpx.get(f"{root}/v1/trajectories").json()
+        assert "demo" in str(listing) and "other" in str(listing)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
