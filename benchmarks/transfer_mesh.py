@@ -6,21 +6,22 @@ Two parameter sets shaped like real checkpoints (HF names and shapes, random val
 For each, side by side in one run, with the receiver in a separate process:
   memcpy            one flat copy of the same number of bytes into a warm buffer (the limit)
   mesh shm / gloo   TransferMesh.sync, full version, until the receiver verified it
-  mesh shm delta    TransferMesh.sync after a realistic optimizer step (Adam's first step,
+  mesh * delta      TransferMesh.sync after a realistic optimizer step (Adam's first step,
                     lr 1e-6, on an fp32 master copy; bf16 weights change only where the step
                     crosses a bf16 rounding boundary)
   per-tensor queue  torch.multiprocessing.Queue, one put per tensor, receiver copies each
   per-tensor pipe   one pickled (name, tensor) message per tensor over a multiprocessing Pipe
   per-tensor gloo   one gloo broadcast per tensor into preallocated tensors (the shape of
                     SGLang's `/update_weights_from_distributed` without flattened buckets)
-Full-sync methods run interleaved (every round runs each method once; medians reported), so
-load from other processes on a shared machine hits them alike.
   mesh cuda_ipc / nccl  on a CUDA machine (cuda_ipc: receiver on the sender's GPU; nccl: needs
                     a second GPU); on other machines the table says why they were skipped.
+Full-sync methods run interleaved (every round runs each method once; medians reported), so
+load from other processes on a shared machine hits them alike.
 The apply callback only records the version, so every row stops at "bytes are in the
 receiver's memory, verified"; the engine's own copy into its parameters is the same for all.
 
-    .venv/bin/python benchmarks/transfer_mesh.py [--models smollm2-135m] [--reps 3] [--json]
+    .venv/bin/python benchmarks/transfer_mesh.py [--models smollm2-135m] [--reps 5]
+        [--transports shm gloo baselines] [--json]
 """
 
 from __future__ import annotations
@@ -355,8 +356,8 @@ def run_model(name: str, reps: int, bucket_bytes: int, device: str, only: set[st
         for method in methods.values():
             method.close()
     rows = [{"method": m, "seconds": s, "gb_per_s": total / s / 1e9} for m, s in seconds.items()]
-    for transport in ("shm", "cuda_ipc"):
-        if transport in kwargs:
+    for transport in kwargs:
+        if transport != "nccl":
             result = delta_after_steps(weights, master, reps, **kwargs[transport])
             rows.append({"method": f"mesh {transport} delta", **result,
                          "gb_per_s": total / result["seconds"] / 1e9})
