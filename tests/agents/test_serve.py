@@ -58,3 +58,21 @@ def test_serve_prints_urls_that_agents_can_use():
         except subprocess.TimeoutExpired:
             proc.kill()
             raise
+
+
+def test_serve_uses_running_engines_when_given(engine_url):
+    import io
+
+    from loongsage.agentflow.serve import run_serve
+
+    out = io.StringIO()
+    router, engines = run_serve("tiny/grpo", [], engine_urls=[engine_url], block=False, out=out)
+    try:
+        assert engines == [] and f"engines: {engine_url}" in out.getvalue()
+        client = openai.OpenAI(base_url=router.base_urls("mine")["openai"], api_key="k", max_retries=0)
+        reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
+                                               max_tokens=3)
+        traj = httpx.get(f"{router.url}/v1/trajectories/mine").json()["attempts"][0]
+        assert sum(traj["loss_mask"]) == reply.usage.completion_tokens
+    finally:
+        router.stop()
