@@ -14,8 +14,9 @@ import subprocess
 from pathlib import Path
 from typing import Any, Iterator
 
-NPM_PACKAGES = {"codex": "@openai/codex", "claude": "@anthropic-ai/claude-code",
-                "opencode": "opencode-ai"}
+# the versions the tests were run with (REFERENCE.md §5.2 records their wire behaviour)
+NPM_PACKAGES = {"codex": "@openai/codex@0.171.0", "claude": "@anthropic-ai/claude-code@2.1.197",
+                "opencode": "opencode-ai@1.18.33"}
 
 
 def npm_prefix() -> Path:
