@@ -100,6 +100,13 @@ def answers_match(answer: str, ground_truth: Any, params: MathRewardParams | Non
     return bool(verify(gold, pred, timeout_seconds=timeout))
 
 
+def _parses(answer: str, params: MathRewardParams) -> bool:
+    """Whether the answer is a math expression at all (``\\boxed{ =}`` is not, and earns no
+    format credit: otherwise a policy learns to box junk)."""
+    parsed = parse(f"${answer}$", _EXTRACTION, parsing_timeout=_timeout(params))
+    return any(not isinstance(item, str) for item in parsed)  # a sympy object, not just the raw text
+
+
 def math_reward(
     sample_text: str, ground_truth: Any, params: MathRewardParams | None = None, **context: Any
 ) -> dict[str, Any]:
@@ -111,7 +118,7 @@ def math_reward(
     if answer is None and params.accept_answer_line:
         lines = _ANSWER_LINE.findall(sample_text)
         answer = lines[-1].strip("$* ") if lines else None
-    if answer is None or not answer.strip():
+    if answer is None or not answer.strip() or not _parses(answer.strip(), params):
         return {"score": float(params.no_answer_score), "correct": False, "boxed": False}
     correct = answers_match(answer.strip(), ground_truth, params)
     score = params.correct_score if correct else params.format_score

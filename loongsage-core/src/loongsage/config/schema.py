@@ -177,7 +177,9 @@ class TrainerConfig:
     seed: int = 0
     resume: bool = False
     run_dir: Optional[str] = None  # resume into / write to this directory
-    eval_interval: int = 0
+    eval_interval: int = 0  # steps between evaluations (0 = never); also before step 0
+    eval_prompts: int = 64  # fixed prompts per evaluation, split over the data sources
+    eval_temperature: float = 0.0  # 0 = greedy, so the eval curve is free of sampling noise
     sft: SFTConfig = field(default_factory=SFTConfig)
 
 

@@ -103,6 +103,13 @@ def _check_modes(cfg: DictConfig) -> None:
             "rollout.mask_offpolicy_in_partial_rollout",
             "only meaningful with rollout.partial=true or async.enable=true",
         )
+    filtered = bool(cfg.algorithm.filters) or any(s.get("filters") for s in cfg.data_sources)
+    if filtered and (asynchronous or cfg.rollout.partial):
+        raise ConfigError(
+            "algorithm.filters",
+            "data filters run in the synchronous scheduler only; the asynchronous runtime "
+            "(async.enable or rollout.partial) does not apply them yet",
+        )
     if cfg.opd.gkd_ratio == 1 and cfg.opd.pg_ratio > 0:
         raise ConfigError(
             "opd.pg_ratio", "a PG distillation term has no effect when opd.gkd_ratio=1 (no RL loss)"

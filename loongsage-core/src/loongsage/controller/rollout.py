@@ -81,7 +81,14 @@ class RolloutManager:
         return min(range(len(self.clients)), key=self.in_flight.__getitem__)
 
     async def generate_group(
-        self, prompt: Prompt, group_id: int, version: int, resume_from: Group | None = None
+        self,
+        prompt: Prompt,
+        group_id: int,
+        version: int,
+        resume_from: Group | None = None,
+        *,
+        n: int | None = None,
+        sampling: dict[str, Any] | None = None,
     ) -> Group:
         """Generate (or, with ``resume_from``, continue) one group; score it once complete.
 
@@ -90,13 +97,13 @@ class RolloutManager:
         ``resume_from`` and the agent continues those samples under the new weights.
         """
         source = self.sources[prompt.source]
-        params = {**self.sampling_params, **source.sampling}
+        params = {**self.sampling_params, **source.sampling, **(sampling or {})}
         engine = self._pick_engine()
         client = self.clients[engine]
         self.in_flight[engine] += 1
         try:
             if resume_from is None:
-                samples = await source.agent.run_group(prompt, self.n_samples, client, params)
+                samples = await source.agent.run_group(prompt, n or self.n_samples, client, params)
             else:
                 samples = list(
                     await asyncio.gather(*(self._resume(source, s, client, params) for s in resume_from.samples))
@@ -121,11 +128,15 @@ class RolloutManager:
         for client in self.clients:
             client.abort(abort_all=True)
 
-    def generate_groups(self, prompts: Sequence[Prompt], first_group_id: int, version: int) -> list[Group]:
+    def generate_groups(
+        self, prompts: Sequence[Prompt], first_group_id: int, version: int, **options: Any
+    ) -> list[Group]:
+        """Generate and score one group per prompt concurrently (``options``: n, sampling)."""
+
         async def all_groups() -> list[Group]:
             return list(
                 await asyncio.gather(
-                    *(self.generate_group(p, first_group_id + i, version) for i, p in enumerate(prompts))
+                    *(self.generate_group(p, first_group_id + i, version, **options) for i, p in enumerate(prompts))
                 )
             )
 

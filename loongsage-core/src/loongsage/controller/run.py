@@ -26,7 +26,7 @@ def timed(metrics: dict, key: str) -> Iterator[None]:
 
 
 def train_one_step(run: Run, step: int) -> dict[str, float]:
-    metrics: dict[str, float] = {}
+    metrics = run.evaluate() if run.eval_due(step) else {}
     with timed(metrics, "timing/step"):
         with timed(metrics, "timing/rollout"):
             groups = run.scheduler.next_batch(step)
@@ -52,6 +52,8 @@ def run_training(cfg: DictConfig, registries: Registries) -> str:
             train_one_step(run, step)
             if run.checkpoint_due(step):
                 run.save_checkpoint(step)
+        if run.eval_due(cfg.trainer.steps):
+            run.record(cfg.trainer.steps, run.evaluate(), [])
         return str(run.run_dir.path)
 
 

@@ -8,6 +8,7 @@ calls. Nothing here chooses an algorithm: every choice is a registry lookup.
 
 from __future__ import annotations
 
+import random
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,10 +18,11 @@ import ray
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from loongsage.algorithms.filters import FilterChain, FilterResult
 from loongsage.algorithms.objective import Objective
 from loongsage.config.validate import as_container
 from loongsage.controller.actors import spawn_engine, start_ray
-from loongsage.controller.batching import groups_to_batch
+from loongsage.controller.batching import groups_to_batch, rollout_metrics
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
 from loongsage.controller.trainer_ops import apply_numpy_state, train_on_rollout
@@ -77,6 +79,17 @@ class Run:
             self.cfg.train.mini_batches_per_step,
         )
         return ray.get(ref)
+
+    def eval_due(self, step: int) -> bool:
+        interval = self.cfg.trainer.eval_interval
+        return interval > 0 and (step % interval == 0 or step == self.cfg.trainer.steps)
+
+    def evaluate(self) -> dict[str, float]:
+        """Score the fixed evaluation prompts, one greedy sample each, with current weights."""
+        prompts = eval_prompts(self.sources, self.cfg.trainer.eval_prompts, self.cfg.trainer.seed)
+        sampling = {"temperature": self.cfg.trainer.eval_temperature}
+        groups = self.rollout.generate_groups(prompts, -len(prompts), self.version, n=1, sampling=sampling)
+        return {f"eval/{k.split('/', 1)[1]}": v for k, v in rollout_metrics(groups).items()}
 
     def sync_weights(self) -> int:
         """Send the trainer's weights to every rollout engine as a new version; return it."""
@@ -175,10 +188,53 @@ class Run:
             ray.kill(actor)
 
 
+def eval_prompts(sources: dict, total: int, seed: int) -> list:
+    """A fixed evaluation set: ``total`` prompts split over sources by weight, seeded."""
+    from fractions import Fraction
+
+    from loongsage.data.mixer import apportion
+
+    weights = [Fraction(s.weight).limit_denominator(10**6) for s in sources.values()]
+    counts = apportion(total, [w / sum(weights) for w in weights])
+    prompts = []
+    for source, count in zip(sources.values(), counts):
+        size = source.size()
+        rng = random.Random(f"eval:{seed}:{source.name}")
+        indices = rng.sample(range(size), min(count, size)) if size else list(range(count))
+        prompts += [source.get(i) for i in indices]
+    return prompts
+
+
+def _filters(cfg: DictConfig, registries: Registries) -> tuple[Any, int]:
+    """One chain: each source's own filters on its groups, then ``algorithm.filters``."""
+    chain = FilterChain.from_config(cfg.algorithm.filters, registries)
+    per_source = {
+        s.name: FilterChain.from_config(s.filters, registries, f"data_sources[{i}].filters")
+        for i, s in enumerate(cfg.data_sources)
+    }
+
+    def apply(groups: list) -> FilterResult:
+        metrics: dict[str, float] = {}
+        kept = []
+        for name, source_chain in per_source.items():
+            result = source_chain([g for g in groups if g.prompt.source == name])
+            kept += result.groups
+            for key, value in result.metrics.items():
+                metrics[key] = metrics.get(key, 0.0) + value
+        result = chain(sorted(kept, key=lambda g: g.group_id))
+        for key, value in result.metrics.items():
+            metrics[key] = metrics.get(key, 0.0) + value
+        return FilterResult(result.groups, metrics)
+
+    rounds = max([chain.max_rounds, *(c.max_rounds for c in per_source.values())])
+    return apply, rounds
+
+
 def _build_scheduler(cfg: DictConfig, registries: Registries, mixer: DataMixer, rollout: RolloutManager) -> Any:
     """Synchronous unless the config asks for overlap (async) or partial rollout."""
     if not (cfg["async"].enable or cfg.rollout.partial):
-        return SyncScheduler(mixer, rollout.generate_groups, cfg.rollout.prompts_per_step)
+        filters, rounds = _filters(cfg, registries)
+        return SyncScheduler(mixer, rollout.generate_groups, cfg.rollout.prompts_per_step, filters, rounds)
     return async_scheduler_from_config(
         cfg,
         prompt_source=BatchedPromptSource(mixer, cfg.rollout.prompts_per_step),
