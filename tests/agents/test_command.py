@@ -61,7 +61,8 @@ def test_timeout_kills_the_whole_process_group(tmp_path, tokenizer):
     agent = CommandAgent(CommandParams(argv=[sys.executable, "-c", script], timeout_s=1.5,
                                        kill_grace_s=0.5), tokenizer)
     engine = object()  # never called: the program does not reach the model
-    agent.use_router(_started_router(agent, engine))
+    router = _started_router(agent, engine)
+    agent.use_router(router)
     started = time.monotonic()
     with pytest.raises(RuntimeError, match="none of the 1 trajectories .*'timed_out': True"):
         asyncio.run(agent.run_group(Prompt("cmd", 0, [{"role": "user", "content": "x"}]), 1, engine, {}))
@@ -71,7 +72,7 @@ def test_timeout_kills_the_whole_process_group(tmp_path, tokenizer):
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(child), "the program's child survived the timeout"
-    agent._shared_router.stop()
+    router.stop()
 
 
 def _started_router(agent, engine):
@@ -92,10 +93,11 @@ def _alive(pid: int) -> bool:
 
 def test_empty_command_is_refused(tokenizer):
     agent = CommandAgent(CommandParams(argv=[]), tokenizer)
-    agent.use_router(_started_router(agent, object()))
+    router = _started_router(agent, object())
+    agent.use_router(router)
     try:
         with pytest.raises(ValueError, match="agent.params.argv"):
             asyncio.run(agent.run_group(Prompt("cmd", 0, [{"role": "user", "content": "x"}]), 1,
                                         object(), {}))
     finally:
-        agent._shared_router.stop()
+        router.stop()
