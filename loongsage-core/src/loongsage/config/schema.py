@@ -13,6 +13,8 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
+from loongsage.transfer.frames import TransferConfig
+
 
 @dataclass
 class ModelConfig:
@@ -195,4 +197,5 @@ SECTIONS: Dict[str, type] = {
     "logging": LoggingConfig,
     "checkpoint": CheckpointConfig,
     "trainer": TrainerConfig,
+    "transfer": TransferConfig,  # weight sync: bucket size, slots, checksum, delta
 }

@@ -25,12 +25,14 @@ from loongsage.controller.actors import spawn_engine, start_ray
 from loongsage.controller.batching import groups_to_batch, rollout_metrics
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
-from loongsage.controller.trainer_ops import apply_numpy_state, train_on_rollout
+from loongsage.controller.trainer_ops import train_on_rollout
+from loongsage.controller.weight_sync import WeightSync
 from loongsage.data.mixer import DataMixer
 from loongsage.data.sources import build_sources
 from loongsage.engines.client import EngineClient
 from loongsage.models.resolve import resolve_model_path
 from loongsage.registry import Registries
+from loongsage.transfer import TransferConfig
 from loongsage.runtime.partial import mask_offpolicy_tokens
 from loongsage.runtime.prompt_source import BatchedPromptSource
 from loongsage.runtime.scheduler import async_scheduler_from_config
@@ -52,6 +54,7 @@ class Run:
     scheduler: Any = None
     trackers: list = field(default_factory=list)
     sources: dict = field(default_factory=dict)
+    weight_sync: WeightSync | None = None
     version: int = 0
     _bar: Any = None
 
@@ -94,12 +97,8 @@ class Run:
     def sync_weights(self) -> int:
         """Send the trainer's weights to every rollout engine as a new version; return it."""
         self.version += 1
-        self._push_weights(self.version)
+        self.weight_sync.push(self.version)
         return self.version
-
-    def _push_weights(self, version: int) -> None:
-        state = self.train_actor.call.remote("state_numpy")
-        ray.get([a.run.remote(apply_numpy_state, state, version) for a in self.rollout_actors])
 
     def record(self, step: int, metrics: dict[str, float], groups: list) -> None:
         metrics["train/weight_version"] = float(self.version)
@@ -170,7 +169,7 @@ class Run:
             if hasattr(tracker, "truncate_before"):
                 tracker.truncate_before(state["step"] + 1)
         if self.rollout_actors:
-            self._push_weights(self.version)
+            self.weight_sync.push(self.version)
             self.scheduler.on_weights_updated(self.version)
         print(f"resumed from {folder.name}: continuing at step {state['step'] + 1}", flush=True)
         return state["step"] + 1
@@ -182,6 +181,8 @@ class Run:
             self.scheduler.close()
         if self.rollout is not None:
             self.rollout.close()
+        if self.weight_sync is not None:
+            self.weight_sync.close()
         if self._bar is not None:
             self._bar.close()
         for actor in [self.train_actor, *self.rollout_actors]:
@@ -292,6 +293,7 @@ def build_run(cfg: DictConfig, registries: Registries, rollout: bool = True) -> 
                 for i in range(cfg.rollout.num_engines)
             ]
             urls = ray.get([a.call.remote("start") for a in run.rollout_actors])
+            run.weight_sync = WeightSync(train_actor, run.rollout_actors, TransferConfig(**plain["transfer"]))
             clients = [EngineClient(url) for url in urls]
             run.rollout = RolloutManager(
                 {name: s.runtime for name, s in sources.items()},

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
 from loongsage.algorithms.advantages import compute_advantages
@@ -39,9 +38,3 @@ def train_on_rollout(
     )
     objective.prepare(batch)  # batch-level statistics (M2PO's mask) before any split
     return engine.train_step(batch, objective, mini_batches=mini_batches)
-
-
-def apply_numpy_state(engine: Any, state: dict[str, np.ndarray], version: int) -> int:
-    """Load a weight snapshot into a rollout engine (object-store path)."""
-    engine.apply_weights(state, version)
-    return version

@@ -265,9 +265,18 @@ class EmbeddedTrainEngine:
 
     # weights out -----------------------------------------------------------------------
 
-    def named_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """``(hf_name, tensor)`` for every entry of the HF state dict (tied ones included)."""
+    def named_tensors(self, include_tied: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+        """``(hf_name, tensor)`` for every entry of the HF state dict.
+
+        With ``include_tied=False`` a tensor sharing storage with an earlier one (the
+        ``lm_head.weight`` of a tied-embedding model) is skipped: a receiver's tied
+        parameter shares storage too, so sending it twice only costs bytes.
+        """
+        seen: set[int] = set()
         for name, tensor in self.model.state_dict().items():
+            if not include_tied and tensor.data_ptr() in seen:
+                continue
+            seen.add(tensor.data_ptr())
             yield name, tensor.detach()
 
     def state_numpy(self, include_tied: bool = False) -> dict[str, np.ndarray]:
@@ -279,11 +288,7 @@ class EmbeddedTrainEngine:
         weights (copy them if kept across a train step); bf16 is widened to fp32.
         """
         out = {}
-        seen: set[int] = set()
-        for name, tensor in self.named_tensors():
-            if not include_tied and tensor.data_ptr() in seen:
-                continue
-            seen.add(tensor.data_ptr())
+        for name, tensor in self.named_tensors(include_tied):
             if tensor.dtype == torch.bfloat16:
                 tensor = tensor.float()
             out[name] = tensor.cpu().numpy()

@@ -13,8 +13,20 @@ from loongsage.transfer.frames import (
     TransferConfig,
     WeightSyncError,
 )
-from loongsage.transfer.mesh import TransferMesh
-from loongsage.transfer.receiver import WeightReceiver
+
+
+def __getattr__(name: str):
+    """Import the torch-using halves on first use, so the config schema can import frames."""
+    if name == "TransferMesh":
+        from loongsage.transfer.mesh import TransferMesh
+
+        return TransferMesh
+    if name == "WeightReceiver":
+        from loongsage.transfer.receiver import WeightReceiver
+
+        return WeightReceiver
+    raise AttributeError(f"module 'loongsage.transfer' has no attribute {name!r}")
+
 
 __all__ = [
     "MeshAddress",

@@ -36,7 +36,7 @@ class WeightSyncError(LoongSageError):
         super().__init__(f"weight version {version} failed{where}: {problem}")
 
 
-@dataclass(frozen=True)
+@dataclass
 class TransferConfig:
     """How a TransferMesh packs and moves weights.
 
