@@ -9,6 +9,9 @@ The result is a dict, ``{"score", "correct", "boxed"}``, so training can log the
 rate and the accuracy separately from the shaped score. DAPO-Math-17k's prompts ask for a
 final ``Answer: X`` line instead of a box; ``accept_answer_line`` reads the last such line
 when there is no box (``boxed`` then means "an answer in the requested format").
+``accept_last_number`` is the flexible fallback for small models that state the result
+without the requested format: the last number in the text is checked for correctness
+(``boxed`` stays false, so the format credit still rewards learning the format).
 
 math-verify enforces its timeouts with ``SIGALRM``, which only works in a process's main
 thread; elsewhere (reward worker threads, Ray async actors) the timeouts are disabled
@@ -40,6 +43,7 @@ for _name in ("math_verify.parser", "math_verify.grader"):
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _EXTRACTION = (LatexExtractionConfig(), ExprExtractionConfig())
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _ANSWER_LINE = re.compile(r"^\s*\**Answer\**\s*:\s*(.+?)\s*$", re.MULTILINE | re.IGNORECASE)
 
 
@@ -119,6 +123,9 @@ def math_reward(
         lines = _ANSWER_LINE.findall(sample_text)
         answer = lines[-1].strip("$* ") if lines else None
     if answer is None or not answer.strip() or not _parses(answer.strip(), params):
+        numbers = _NUMBER.findall(sample_text) if params.accept_last_number else []
+        if numbers and answers_match(numbers[-1], ground_truth, params):
+            return {"score": float(params.correct_score), "correct": True, "boxed": False}
         return {"score": float(params.no_answer_score), "correct": False, "boxed": False}
     correct = answers_match(answer.strip(), ground_truth, params)
     score = params.correct_score if correct else params.format_score

@@ -13,4 +13,6 @@ class MathRewardParams:
     format_score: float = 0.0  # boxed answer present but wrong
     no_answer_score: float = 0.0  # no \boxed{} answer at all
     accept_answer_line: bool = False  # also read a last "Answer: X" line (DAPO-Math prompts ask for it)
+    accept_last_number: bool = False  # else fall back to the last number in the text (lm-eval's
+    # "flexible extract"); such an answer can be correct but never earns format credit
     timeout_seconds: int = 5  # math-verify parse/verify limit (main thread only; see rewards.math)

@@ -1,0 +1,41 @@
+"""The tiny recipe end to end: real Ray actors, real HTTP engine, TransferMesh sync, GRPO.
+
+Asserts the run learns (mean reward of the last 5 steps at least 0.1 above the first 5;
+measured 0.085 -> 0.35), that training and inference agree token for token (k3 mismatch
+below 1e-6 every step), and that the run directory holds what the README promises.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REQUIRED = [
+    "step", "rollout/reward_mean", "rollout/response_length_mean", "train/loss",
+    "train/is_approx_k3_kl", "train/grad_norm", "timing/step", "timing/rollout",
+    "timing/train", "timing/weight_sync",
+]
+
+
+def test_tiny_grpo_reward_rises(tmp_path, runs):
+    run_dir = tmp_path / "tiny"
+    result = runs.train(run_dir)
+    assert f"run directory: {run_dir}" in result.stdout
+    rows = runs.metrics(run_dir)
+    assert [r["step"] for r in rows] == list(range(20))
+    for row in rows:
+        assert set(REQUIRED) <= set(row)
+        assert row["train/is_approx_k3_kl"] < 1e-6
+    rewards = [r["rollout/reward_mean"] for r in rows]
+    first, last = statistics.mean(rewards[:5]), statistics.mean(rewards[-5:])
+    assert last >= first + 0.1, f"reward did not rise: first 5 steps {first:.3f}, last 5 {last:.3f}"
+
+    assert (run_dir / "config.yaml").read_text().startswith("model:")
+    sample = json.loads((run_dir / "samples" / "step_000019.jsonl").read_text().splitlines()[0])
+    assert sample["response_ids"] and isinstance(sample["response"], str)
+    assert (run_dir / "checkpoints" / "latest").read_text() == "step_000019"
+    assert (run_dir / "checkpoints" / "step_000019" / "trainer" / "model.safetensors").exists()
