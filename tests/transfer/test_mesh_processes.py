@@ -3,6 +3,8 @@ Ray actors receive. Every assertion compares bytes, versions and payload sizes."
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -54,6 +56,16 @@ def test_shm_and_gloo_deliver_awkward_layouts_bitwise(ray_session, engines):
         ray.get(engine.disconnect.remote(key))
 
 
+def wait_for_error(ray, engine, key, timeout_s=30.0):
+    """The receiver notices a dead sender on its own schedule (socket EOF, then cleanup)."""
+    deadline = time.monotonic() + timeout_s
+    state = ray.get(engine.state.remote(key))
+    while not state["error"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+        state = ray.get(engine.state.remote(key))
+    return state
+
+
 def test_sender_dying_mid_sync_leaves_receivers_on_previous_version(ray_session, engines,
                                                                     sender_host):
     ray, (a, b) = ray_session, engines
@@ -68,7 +80,7 @@ def test_sender_dying_mid_sync_leaves_receivers_on_previous_version(ray_session,
         ray.get(sender.sync.remote(seed=6, version=2, die_after=1000))
     v1 = make_weights(seed=5)
     for engine, key in ((a, "death-shm"), (b, "death-gloo")):
-        state = ray.get(engine.state.remote(key))
+        state = wait_for_error(ray, engine, key)
         assert state["version"] == 1
         assert [v for v, _ in state["applies"]] == [1]
         assert "weight version 2 failed at bucket" in state["error"]
