@@ -73,6 +73,8 @@ def trained_prompts(run_dir: Path, step: int) -> list[tuple[str, int]]:
 class Runs:
     """The helpers above, handed to tests as the ``runs`` fixture."""
 
+    cli = CLI
+    env = staticmethod(cli_env)
     train = staticmethod(train)
     start_train = staticmethod(start_train)
     kill_group = staticmethod(kill_group)
