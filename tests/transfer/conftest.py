@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
+import httpx
 import pytest
 import torch
 
@@ -142,6 +143,27 @@ def sender_host(ray_session):
         ray_session.kill(actor)
 
 
+def trainer_weights(model_dir, seed: int) -> dict[str, torch.Tensor]:
+    """The tiny model's HF state dict after a pretend train step (seeded noise), as
+    `EmbeddedTrainEngine.named_tensors()` yields it (tied entries included)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.01)
+    return {name: t.detach().clone() for name, t in model.state_dict().items()}
+
+
+def generate(url: str) -> dict:
+    body = {"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 4,
+                                                         "temperature": 0.0}}
+    response = httpx.post(f"{url}/generate", json=body, timeout=60)
+    response.raise_for_status()
+    return response.json()
+
+
 class RolloutHost:
     """A real `EmbeddedRolloutEngine` (tiny Qwen2, HTTP server started) whose weights a
     `WeightReceiver` swaps through `engine.apply_weights`, as the controller will wire it."""
@@ -154,6 +176,9 @@ class RolloutHost:
         self.url = self.engine.start()
         self.receiver: WeightReceiver | None = None
 
+    def http_url(self) -> str:
+        return self.url
+
     def connect(self, senders: list, host_id: str) -> str:
         self.receiver = WeightReceiver(senders, self.engine.apply_weights,
                                        receiver_id="rollout-engine", host_id=host_id,
@@ -161,13 +186,15 @@ class RolloutHost:
         return self.url
 
     def state(self) -> dict:
+        receiver = self.receiver
         return {"engine_version": self.engine.weight_version,
-                "receiver_version": self.receiver.applied_version,
-                "error": self.receiver.last_error}
+                "receiver_version": receiver.applied_version if receiver else None,
+                "error": receiver.last_error if receiver else ""}
 
     def weight_bytes(self) -> dict[str, bytes]:
         return {name: as_bytes(t) for name, t in self.engine.model.state_dict().items()}
 
     def stop(self) -> None:
-        self.receiver.close()
+        if self.receiver is not None:
+            self.receiver.close()
         self.engine.stop()

@@ -6,34 +6,12 @@ from __future__ import annotations
 
 import httpx
 import pytest
-import torch
 
 from loongsage.transfer import TransferConfig, TransferMesh, WeightSyncError
 
-from .conftest import RolloutHost, as_bytes
+from .conftest import RolloutHost, as_bytes, generate, trainer_weights
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def trainer_weights(model_dir, seed: int) -> dict[str, torch.Tensor]:
-    """The tiny model's HF state dict after a pretend train step (seeded noise), as
-    `EmbeddedTrainEngine.named_tensors()` yields it (tied entries included)."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.01)
-    return {name: t.detach().clone() for name, t in model.state_dict().items()}
-
-
-def generate(url: str) -> dict:
-    body = {"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 4,
-                                                         "temperature": 0.0}}
-    response = httpx.post(f"{url}/generate", json=body, timeout=60)
-    response.raise_for_status()
-    return response.json()
 
 
 def test_engine_weights_bitwise_equal_and_failed_version_keeps_serving(ray_session,

@@ -13,6 +13,11 @@ HTTP 400 with ``{"error": {"message": ..., "field": ...}}``. One addition to SGL
 and running requests always recompute their KV under new weights). ``/pause_generation``
 without a body uses SGLang's default mode, ``abort``; ``EngineClient`` sends ``in_place``.
 
+``/init_weights_update_group``, ``/update_weights_from_distributed`` and
+``/destroy_weights_update_group`` follow SGLang's bodies (``loongsage.transfer.sglang_receiver``);
+unlike SGLang, the requests of one weight version are buffered and applied together on the one
+with ``flush_cache=True``, so a multi-bucket update is atomic.
+
 A non-streaming request whose client disconnects is aborted (checked every second), as
 SGLang does, so abandoned requests do not keep decoding.
 """
@@ -32,6 +37,7 @@ from starlette.concurrency import run_in_threadpool
 from loongsage.engines.embedded_rollout.params import RequestError, parse_generate
 from loongsage.engines.embedded_rollout.scheduler import Request
 from loongsage.engines.embedded_rollout.weights_codec import LOAD_FORMAT, decode_named_tensors
+from loongsage.transfer.sglang_receiver import DistributedWeightUpdates, UpdateRequestError
 
 if TYPE_CHECKING:
     from loongsage.engines.embedded_rollout.engine import EmbeddedRolloutEngine
@@ -210,6 +216,33 @@ def build_app(engine: "EmbeddedRolloutEngine") -> FastAPI:
                                 status_code=400)
         return {"success": True, "message": f"updated {len(named)} tensors",
                 "weight_version": str(new)}
+
+    updates = DistributedWeightUpdates(
+        engine.apply_weights, {n: tuple(t.shape) for n, t in engine.model.state_dict().items()},
+        device=next(engine.model.parameters()).device)
+
+    async def distributed(http: HTTPRequest, handler) -> JSONResponse | dict:
+        body = await _json_body(http, required=True)
+        if body.get("abort_all_requests"):
+            await asyncio.wrap_future(sched.abort(None))
+        try:
+            return await run_in_threadpool(handler, body)
+        except UpdateRequestError as exc:
+            return JSONResponse({"success": False, "message": str(exc),
+                                 "error": {"message": str(exc), "field": exc.field}},
+                                status_code=400)
+
+    @app.post("/init_weights_update_group")
+    async def init_weights_update_group(http: HTTPRequest):
+        return await distributed(http, updates.init_group)
+
+    @app.post("/update_weights_from_distributed")
+    async def update_weights_from_distributed(http: HTTPRequest):
+        return await distributed(http, updates.update)
+
+    @app.post("/destroy_weights_update_group")
+    async def destroy_weights_update_group(http: HTTPRequest):
+        return await distributed(http, updates.destroy)
 
     @app.get("/get_model_info")
     async def get_model_info():
