@@ -54,7 +54,8 @@ class EngineHost:
         self.weights: dict[str, dict[str, torch.Tensor]] = {}
         self.applies: dict[str, list[tuple[int, list[str]]]] = {}
 
-    def connect(self, key: str, senders: list, host_id: str, timeout_s: float = 20.0) -> str:
+    def connect(self, key: str, senders: list, host_id: str, timeout_s: float = 20.0,
+                zero_copy: bool = False) -> str:
         self.weights[key], self.applies[key] = {}, []
 
         def apply(named_tensors, version: int) -> None:
@@ -64,7 +65,7 @@ class EngineHost:
             self.applies[key].append((version, [name for name, _ in items]))
 
         receiver = WeightReceiver(senders, apply, receiver_id=key, host_id=host_id,
-                                  timeout_s=timeout_s)
+                                  timeout_s=timeout_s, zero_copy=zero_copy)
         self.receivers[key] = receiver.start()
         return key
 
@@ -74,7 +75,8 @@ class EngineHost:
     def state(self, key: str) -> dict:
         r = self.receivers[key]
         return {"version": r.applied_version, "error": r.last_error,
-                "applies": self.applies[key], "transports": r.transports}
+                "applies": self.applies[key], "transports": r.transports,
+                "zero_copy_versions": r.zero_copy_versions}
 
     def weight_bytes(self, key: str) -> dict[str, bytes]:
         return {name: as_bytes(t) for name, t in self.weights[key].items()}

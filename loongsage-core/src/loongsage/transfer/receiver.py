@@ -10,6 +10,11 @@ delta against the wrong base) is never applied: the engine stays on its previous
 `last_error` names the version and bucket. The tensors passed to `apply` are the receiver's
 staging buffers, reused by the next version: an engine copies them into its parameters (as
 `load_state_dict` / SGLang's `load_weights` do) and must not keep references.
+
+`zero_copy=True` (same-host shared-memory senders only): once a full version is known to fit
+in the sender's ring, later full versions are not copied into staging; `apply` gets views of
+the shared segment (`views.py`), so the receiver makes no copy of its own before the engine's.
+The first version, delta versions and versions that outgrow the ring are copied as above.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from multiprocessing.connection import Client, Connection
 
 import torch
 
-from loongsage.transfer.bucketing import IncompleteVersion, Reassembler
+from loongsage.transfer.bucketing import ALIGN, IncompleteVersion, Reassembler
 from loongsage.transfer.channels import ReceiverChannel
 from loongsage.transfer.frames import (
     FRAME_ABORT,
@@ -37,6 +42,7 @@ from loongsage.transfer.frames import (
     WeightSyncError,
 )
 from loongsage.transfer.transports import TRANSPORTS
+from loongsage.transfer.views import ArenaAssembler
 
 ApplyFn = Callable[[Iterable[tuple[str, torch.Tensor]], int], None]
 
@@ -45,6 +51,7 @@ class _Pending:
     def __init__(self) -> None:
         self.names: set[str] = set()
         self.errors: list[str] = []
+        self.views: dict[str, torch.Tensor] = {}
         self.done: set[int] = set()
         self.finished = False
         self.ok = False
@@ -53,7 +60,8 @@ class _Pending:
 class WeightReceiver:
     def __init__(self, senders: Sequence[MeshAddress], apply: ApplyFn, *,
                  receiver_id: str | None = None, host_id: str | None = None,
-                 device: str = "cpu", address: str = "127.0.0.1", timeout_s: float = 60.0):
+                 device: str = "cpu", address: str = "127.0.0.1", timeout_s: float = 60.0,
+                 zero_copy: bool = False):
         if not senders:
             raise ValueError("WeightReceiver.senders: expected at least one MeshAddress")
         self.senders = list(senders)
@@ -61,6 +69,8 @@ class WeightReceiver:
         self.info = ReceiverInfo(receiver_id or f"receiver-{uuid.uuid4().hex[:8]}",
                                  host_id or socket.gethostname(), device, address)
         self.timeout_s = timeout_s
+        self.zero_copy = zero_copy
+        self.zero_copy_versions = 0
         self.staging: dict[str, torch.Tensor] = {}
         self.applied_version: int | None = None
         self.mirror_version: int | None = None
@@ -102,7 +112,12 @@ class WeightReceiver:
             return True
 
     def _serve(self, rank: int, conn: Connection, channel: ReceiverChannel) -> None:
-        assembler = Reassembler(self.staging, self.info.device)
+        copier = Reassembler(self.staging, self.info.device)
+        arena = getattr(channel, "arena", None)
+        viewer = None
+        if self.zero_copy and arena is not None and channel.setup["slot_bytes"] % ALIGN == 0:
+            viewer = ArenaAssembler(arena, channel.setup["num_slots"])
+        fits = False  # whether the last full version fitted in the ring
         while not self._closed:
             try:
                 message = conn.recv()
@@ -111,13 +126,19 @@ class WeightReceiver:
             if channel.on_control(message):
                 continue
             if isinstance(message, Begin):
-                if not self._receive(rank, conn, channel, assembler, message):
+                full = message.base_version is None
+                assembler = viewer if viewer is not None and fits and full else copier
+                alive, num_buckets = self._receive(rank, conn, channel, assembler, message)
+                if not alive:
                     return
+                if full and num_buckets is not None:
+                    fits = viewer is not None and num_buckets <= viewer.num_slots
 
     def _receive(self, rank: int, conn: Connection, channel: ReceiverChannel,
-                 assembler: Reassembler, begin: Begin) -> bool:
-        """One version's frames from one sender; False if the sender is gone."""
+                 assembler: Reassembler | ArenaAssembler, begin: Begin) -> tuple[bool, int | None]:
+        """One version's frames from one sender: (sender still alive, buckets it announced)."""
         version, error, bucket, alive, names = begin.version, "", None, True, []
+        num_buckets = None
         if begin.base_version is not None and begin.base_version != self.mirror_version:
             error = (f"delta against version {begin.base_version}, but this receiver holds "
                      f"{self.mirror_version}")
@@ -138,6 +159,7 @@ class WeightReceiver:
                                                 f"aborted: {meta.reason}"))
                     break
                 else:
+                    num_buckets = meta.num_buckets
                     if not error:
                         names = assembler.finish(meta.num_buckets, meta.total_bytes)
                     break
@@ -148,20 +170,23 @@ class WeightReceiver:
             error = str(WeightSyncError(version, bucket, f"lost sender rank {rank} after "
                                         f"{'no bucket' if bucket is None else 'this bucket'}: "
                                         f"{type(exc).__name__}: {exc}"))
-        pending = self._shard_done(version, rank, names, error)
+        views = assembler.named_views() if isinstance(assembler, ArenaAssembler) and names else {}
+        pending = self._shard_done(version, rank, names, error, views)
         self._wait(pending, version)
         if alive:
             try:
                 conn.send(Result(version, pending.ok, self.applied_version, self.mirror_version,
                                  "; ".join(pending.errors)))
             except (OSError, EOFError):
-                return False
-        return alive
+                return False, num_buckets
+        return alive, num_buckets
 
-    def _shard_done(self, version: int, rank: int, names: list[str], error: str) -> _Pending:
+    def _shard_done(self, version: int, rank: int, names: list[str], error: str,
+                    views: dict[str, torch.Tensor]) -> _Pending:
         with self._cond:
             pending = self._pending.setdefault(version, _Pending())
             pending.names.update(names)
+            pending.views.update(views)
             if error:
                 pending.errors.append(error)
             pending.done.add(rank)
@@ -175,8 +200,8 @@ class WeightReceiver:
         error = "; ".join(pending.errors)
         if not error:
             try:
-                self.apply([(name, self.staging[name]) for name in sorted(pending.names)],
-                           version)
+                self.apply([(name, pending.views[name] if name in pending.views
+                             else self.staging[name]) for name in sorted(pending.names)], version)
             except Exception as exc:  # the engine refused: stay on the old version
                 error = str(WeightSyncError(version, None,
                                             f"apply failed: {type(exc).__name__}: {exc}"))
@@ -185,7 +210,9 @@ class WeightReceiver:
             pending.ok = not error
             if pending.ok:
                 self.applied_version = version
-                self.mirror_version = version
+                # staging mirrors the weights only if every tensor went through it
+                self.mirror_version = None if pending.views else version
+                self.zero_copy_versions += bool(pending.views)
             else:
                 self.mirror_version = None
                 self.last_error = error

@@ -5,8 +5,14 @@ for its lifetime: REFERENCE §6.8 measured first-touch allocation of shared memo
 cost of a copy, so a sync must only ever write into warm segments. Segments are anonymous
 files: created in /dev/shm and unlinked at once, reachable by receivers through
 `/proc/<sender pid>/fd/<fd>`, so nothing leaks in /dev/shm even if the sender is killed.
-The packer writes buckets directly into these segments, so same-host delivery costs one copy on
-each side (tensor -> segment -> receiver staging), pipelined over the slots.
+The slots are consecutive views of ONE segment (the arena), so a tensor split across buckets
+is contiguous in it. Copies per same-host delivery:
+  default        tensor -> slot (sender), slot -> receiver staging (receiver): two, pipelined
+                 over the slots; then the engine's `apply` copies staging into its parameters.
+  zero-copy      (`WeightReceiver(zero_copy=True)`, when one version fits in the ring, i.e.
+                 num_slots * bucket_bytes >= version bytes): tensor -> slot (sender) only; the
+                 receiver hands `apply` views of the arena (`views.py`), and the engine's own
+                 copy into its parameters is the second and last.
 """
 
 from __future__ import annotations
@@ -35,30 +41,28 @@ def prefault(slot: torch.Tensor) -> None:
 
 
 class ShmRing:
-    """`num_slots` warm shared segments of `slot_bytes` each, owned by this process."""
+    """`num_slots` warm shared slots of `slot_bytes` each, views of one segment owned here."""
 
     def __init__(self, num_slots: int, slot_bytes: int):
-        self.slot_bytes = slot_bytes
-        self.fds: list[int] = []
-        self.slots: list[torch.Tensor] = []
-        for _ in range(num_slots):
-            fd, path = tempfile.mkstemp(prefix="loongsage-transfer-", dir=_SHM_DIR)
-            try:
-                os.ftruncate(fd, slot_bytes)
-                slot = _map(f"/proc/self/fd/{fd}", slot_bytes)
-            finally:
-                os.unlink(path)
-            slot.zero_()
-            self.fds.append(fd)
-            self.slots.append(slot)
+        self.slot_bytes, self.num_slots = slot_bytes, num_slots
+        fd, path = tempfile.mkstemp(prefix="loongsage-transfer-", dir=_SHM_DIR)
+        try:
+            os.ftruncate(fd, slot_bytes * num_slots)
+            self.arena = _map(f"/proc/self/fd/{fd}", slot_bytes * num_slots)
+        finally:
+            os.unlink(path)
+        self.arena.zero_()
+        self.fd: int | None = fd
+        self.slots = list(self.arena.split(slot_bytes))
 
     def setup(self) -> dict:
-        return {"pid": os.getpid(), "fds": list(self.fds), "slot_bytes": self.slot_bytes}
+        return {"pid": os.getpid(), "fd": self.fd, "slot_bytes": self.slot_bytes,
+                "num_slots": self.num_slots}
 
     def close(self) -> None:
-        for fd in self.fds:
-            os.close(fd)
-        self.fds = []
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 class ShmSenderChannel(SlotSenderChannel):
@@ -79,7 +83,7 @@ class ShmSenderChannel(SlotSenderChannel):
 class ShmReceiverChannel(SlotReceiverChannel):
     def __init__(self, setup: dict, conn: Connection, device: str, config_timeout_s: float):
         super().__init__(setup, conn, device, config_timeout_s)
-        pid, size = setup["pid"], setup["slot_bytes"]
-        self.slots = [_map(f"/proc/{pid}/fd/{fd}", size) for fd in setup["fds"]]
-        for slot in self.slots:
-            prefault(slot)
+        size, count = setup["slot_bytes"], setup["num_slots"]
+        self.arena = _map(f"/proc/{setup['pid']}/fd/{setup['fd']}", size * count)
+        prefault(self.arena)
+        self.slots = list(self.arena.split(size))
