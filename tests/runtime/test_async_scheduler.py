@@ -197,3 +197,21 @@ def test_built_from_a_composed_recipe() -> None:
     finally:
         sched.close()
     assert [len(b) for b in batches] == [8, 8]
+
+
+def test_colocated_partial_window_is_synchronous_plus_oversampling() -> None:
+    """Without async.enable the default async.stale_steps=1 must not widen the window."""
+    from loongsage.config.compose import load_config
+    from loongsage.runtime.scheduler import async_scheduler_from_config
+
+    cfg, registries = load_config("tiny/grpo", ["rollout.partial=true", "rollout.oversample_groups=4"])
+    assert cfg["async"].stale_steps == 1
+    source = make_source(cfg.rollout.prompts_per_step, WEIGHTS)
+    rollout = AsyncSimRollout()
+    sched = async_scheduler_from_config(cfg, prompt_source=source, rollout_group=rollout,
+                                        abort_inflight=rollout.abort_all, registries=registries)
+    try:
+        assert sched.pipeline.capacity == 8 + 4 and sched.pipeline.staleness_bound == 1
+        assert [len(b) for b in train(sched, 2)] == [8, 8]
+    finally:
+        sched.close()

@@ -4,12 +4,18 @@ Every heavy component is an ``EngineHost`` actor wrapping one engine object buil
 registered class (``from_config(cfg)``). The controller calls engine methods through
 ``call`` and ships small functions that compose several engine calls inside the actor
 through ``run`` (so tensors stay in the actor's process).
+
+Disaggregated placement on a local cluster pins each actor to its own cores
+(``split_cores``): Ray's ``num_cpus`` only books CPUs, it does not keep the trainer's and
+the engine's threads off each other's cores, and an overlapped run whose phases fight for
+the same cores measures contention, not overlap (REFERENCE §2.2b).
 """
 
 from __future__ import annotations
 
+import math
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import ray
 
@@ -39,16 +45,46 @@ def start_ray(placement: Any) -> None:
     )
 
 
-class EngineHost:
-    """A Ray actor body holding one engine."""
+def split_cores(
+    available: Sequence[int], train_cpus: float, rollout_cpus: float, engines: int
+) -> tuple[list[int], list[list[int]]]:
+    """Disjoint core sets: the trainer's, then one per rollout engine (``ceil`` of each share).
 
-    def __init__(self, engine_cls: Any, cfg: dict, num_threads: int) -> None:
+    When the machine has fewer cores than asked for, the sets wrap around and overlap
+    (Ray booked the CPUs, so this only happens with ``placement.num_cpus`` above the real count).
+    """
+    cores = sorted(available)
+    if not cores:
+        raise ValueError("split_cores: no CPU cores available")
+    need = [max(1, math.ceil(train_cpus))] + [max(1, math.ceil(rollout_cpus))] * engines
+    sets, start = [], 0
+    for count in need:
+        sets.append([cores[(start + i) % len(cores)] for i in range(count)])
+        start += count
+    return sets[0], sets[1:]
+
+
+def pin_process(cpus: Sequence[int]) -> None:
+    """Restrict every thread of this process (and the threads they start) to ``cpus``."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:  # the thread exited meanwhile
+            continue
+
+
+class EngineHost:
+    """A Ray actor body holding one engine; ``cpus`` pins it to those cores (Linux)."""
+
+    def __init__(self, engine_cls: Any, cfg: dict, num_threads: int, cpus: Sequence[int] | None = None) -> None:
         import torch
         import transformers
         from omegaconf import OmegaConf
 
+        if cpus:
+            pin_process(cpus)
         transformers.utils.logging.disable_progress_bar()
-        torch.set_num_threads(num_threads or os.cpu_count() or 1)
+        torch.set_num_threads(num_threads or (len(cpus) if cpus else os.cpu_count()) or 1)
         self.engine = engine_cls.from_config(OmegaConf.create(cfg))
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -58,7 +94,12 @@ class EngineHost:
         return fn(self.engine, *args, **kwargs)
 
 
-def spawn_engine(engine_cls: Any, cfg: dict, num_cpus: float, num_threads: int, name: str) -> Any:
-    """Start an ``EngineHost`` actor; in colocated mode several hosts share the same CPUs."""
+def spawn_engine(
+    engine_cls: Any, cfg: dict, num_cpus: float, num_threads: int, name: str, cpus: Sequence[int] | None = None
+) -> Any:
+    """Start an ``EngineHost`` actor; in colocated mode several hosts share the same CPUs.
+
+    ``cpus``: cores to pin the actor to (disaggregated placement on a local cluster), or None.
+    """
     actor = ray.remote(EngineHost).options(num_cpus=num_cpus, name=None, max_concurrency=4)
-    return actor.remote(engine_cls, cfg, num_threads)
+    return actor.remote(engine_cls, cfg, num_threads, list(cpus) if cpus else None)

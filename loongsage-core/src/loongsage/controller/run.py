@@ -27,13 +27,17 @@ def timed(metrics: dict, key: str) -> Iterator[None]:
 
 def train_one_step(run: Run, step: int) -> dict[str, float]:
     metrics = run.evaluate() if run.eval_due(step) else {}
+    colocated = run.cfg.placement.mode == "colocated"
     with timed(metrics, "timing/step"):
         with timed(metrics, "timing/rollout"):
             groups = run.scheduler.next_batch(step)
         batch, rewards, group_index = run.to_batch(groups, metrics)
+        if colocated:  # the engines hand the cores to the trainer (partial: abort, resume later)
+            run.scheduler.pause()
         with timed(metrics, "timing/train"):
             metrics.update(run.train(batch, rewards, group_index))
-        run.scheduler.pause()
+        if not colocated:  # generation overlapped training; stop it for the weight update
+            run.scheduler.pause()
         with timed(metrics, "timing/weight_sync"):
             version = run.sync_weights()
         run.scheduler.on_weights_updated(version)

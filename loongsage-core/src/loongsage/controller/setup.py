@@ -8,6 +8,7 @@ calls. Nothing here chooses an algorithm: every choice is a registry lookup.
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 from contextlib import contextmanager
@@ -21,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from loongsage.algorithms.filters import FilterChain, FilterResult
 from loongsage.algorithms.objective import Objective
 from loongsage.config.validate import as_container
-from loongsage.controller.actors import spawn_engine, start_ray
+from loongsage.controller.actors import spawn_engine, split_cores, start_ray
 from loongsage.controller.batching import groups_to_batch, rollout_metrics
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
@@ -133,7 +134,7 @@ class Run:
         losses = ray.get(self.train_actor.run.remote(train_sft, examples, sft.steps, sft.batch_size, sft.lr))
         print(f"sft warm start: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {len(losses)} steps", flush=True)
         if self.rollout_actors:
-            self.sync_weights()
+            self.scheduler.on_weights_updated(self.sync_weights())
 
     def save_model(self, folder: str) -> None:
         """Save the trainer's weights and tokenizer as a Hugging Face folder."""
@@ -265,6 +266,20 @@ def _sampling_params(cfg: DictConfig, tokenizer: Any) -> dict[str, Any]:
     }
 
 
+def _pinned_cores(cfg: DictConfig) -> tuple[list[int] | None, list[list[int]] | None]:
+    """Disaggregated on a local cluster: trainer and each engine on cores of their own.
+
+    Colocated phases take turns on every core; a remote cluster (``placement.ray_address`` /
+    ``RAY_ADDRESS``) places actors on other machines, so neither is pinned.
+    """
+    remote = cfg.placement.ray_address or os.environ.get("RAY_ADDRESS")
+    if cfg.placement.mode != "disaggregated" or remote or not hasattr(os, "sched_getaffinity"):
+        return None, None
+    return split_cores(
+        os.sched_getaffinity(0), cfg.placement.train_cpus, cfg.placement.rollout_cpus, cfg.rollout.num_engines
+    )
+
+
 @contextmanager
 def build_run(cfg: DictConfig, registries: Registries, rollout: bool = True) -> Iterator[Run]:
     """Start every component for ``cfg``; close them all on exit, also after errors."""
@@ -277,10 +292,11 @@ def build_run(cfg: DictConfig, registries: Registries, rollout: bool = True) -> 
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
     start_ray(cfg.placement)
     plain = as_container(cfg)
-    colocated = cfg.placement.mode == "colocated"
-    train_threads = cfg.train.num_threads or (0 if colocated else 1)
+    train_cores, rollout_cores = _pinned_cores(cfg)
+    train_threads = cfg.train.num_threads or (len(train_cores) if train_cores else 0)
     train_actor = spawn_engine(
-        registries.engine.get(cfg.train.backend, "train.backend"), plain, cfg.placement.train_cpus, train_threads, "train"
+        registries.engine.get(cfg.train.backend, "train.backend"), plain, cfg.placement.train_cpus, train_threads,
+        "train", train_cores,
     )
     run = Run(cfg, registries, run_dir, tokenizer, train_actor, Objective.from_config(cfg.algorithm, registries))
     try:
@@ -289,7 +305,8 @@ def build_run(cfg: DictConfig, registries: Registries, rollout: bool = True) -> 
         if rollout:
             engine_cls = registries.engine.get(cfg.rollout.backend, "rollout.backend")
             run.rollout_actors = [
-                spawn_engine(engine_cls, plain, cfg.placement.rollout_cpus, cfg.rollout.num_threads, f"rollout{i}")
+                spawn_engine(engine_cls, plain, cfg.placement.rollout_cpus, cfg.rollout.num_threads, f"rollout{i}",
+                             rollout_cores[i] if rollout_cores else None)
                 for i in range(cfg.rollout.num_engines)
             ]
             urls = ray.get([a.call.remote("start") for a in run.rollout_actors])

@@ -74,7 +74,10 @@ def async_scheduler_from_config(
 
     Reads ``async.window_policy``, ``async.stale_steps``, ``rollout.prompts_per_step``,
     ``rollout.oversample_groups`` and ``rollout.partial``; per-source quotas come from
-    ``prompt_source.quotas`` when it has them (``BatchedPromptSource``).
+    ``prompt_source.quotas`` when it has them (``BatchedPromptSource``). Without
+    ``async.enable`` (colocated + partial rollout) the window is synchronous, ``S = 0``:
+    ``async.stale_steps`` (default 1) would otherwise double what each rollout phase
+    generates; ``rollout.oversample_groups`` sets the extra groups there.
     """
     from loongsage.runtime.async_scheduler import AsyncScheduler
 
@@ -84,7 +87,7 @@ def async_scheduler_from_config(
         prompt_source,
         rollout_group,
         cfg.rollout.prompts_per_step,
-        section.stale_steps,
+        section.stale_steps if section.enable else 0,
         quotas=getattr(prompt_source, "quotas", None),
         oversample=cfg.rollout.oversample_groups,
         partial=cfg.rollout.partial,
