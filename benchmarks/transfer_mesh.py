@@ -6,6 +6,9 @@ Two parameter sets shaped like real checkpoints (HF names and shapes, random val
 For each, side by side in one run, with the receiver in a separate process:
   memcpy            one flat copy of the same number of bytes into a warm buffer (the limit)
   mesh shm / gloo   TransferMesh.sync, full version, until the receiver verified it
+  mesh shm zero-copy  the same with `WeightReceiver(zero_copy=True)` and a ring that holds a
+                    whole version: the receiver hands views of the shared segment to apply
+                    instead of copying each bucket into staging (one copy in transport, not two)
   mesh * delta      TransferMesh.sync after a realistic optimizer step (Adam's first step,
                     lr 1e-6, on an fp32 master copy; bf16 weights change only where the step
                     crosses a bf16 rounding boundary)
@@ -19,9 +22,12 @@ Full-sync methods run interleaved (every round runs each method once; medians re
 load from other processes on a shared machine hits them alike.
 The apply callback only records the version, so every row stops at "bytes are in the
 receiver's memory, verified"; the engine's own copy into its parameters is the same for all.
+`--apply-copy` makes the mesh receivers' apply copy every tensor into warm parameter tensors
+(what `EmbeddedRolloutEngine.apply_weights` does), for end-to-end figures. Copies of the bytes
+per full sync: memcpy 1; mesh shm 2 (+1 with --apply-copy); mesh shm zero-copy 1 (+1).
 
     .venv/bin/python benchmarks/transfer_mesh.py [--models smollm2-135m] [--reps 5]
-        [--transports shm gloo baselines] [--json]
+        [--transports shm gloo baselines] [--apply-copy] [--json]
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from loongsage.transfer import TransferConfig, TransferMesh, WeightReceiver
+from loongsage.transfer.bucketing import ALIGN
 from loongsage.transfer.transports import TRANSPORTS
 
 MODELS = {
@@ -102,14 +109,27 @@ def nbytes(weights: dict) -> int:
 
 # ---- receiver processes ------------------------------------------------------------------
 
-def _mesh_receiver(address, host_id: str, device: str, ready, stop) -> None:
+def _mesh_receiver(address, host_id: str, device: str, ready, stop, zero_copy: bool,
+                   apply_copy: bool) -> None:
     torch.set_num_threads(1)
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
-    receiver = WeightReceiver([address], lambda named, version: list(named), host_id=host_id,
-                              device=device, timeout_s=300).start()
+    params: dict[str, torch.Tensor] = {}
+
+    def apply(named, version) -> None:
+        for name, tensor in named:
+            if not apply_copy:
+                continue
+            if name in params:
+                params[name].copy_(tensor)
+            else:
+                params[name] = tensor.clone()
+
+    receiver = WeightReceiver([address], apply, host_id=host_id, device=device, timeout_s=300,
+                              zero_copy=zero_copy).start()
     ready.put(receiver.transports)
     stop.get()
+    ready.put(receiver.zero_copy_versions)
     receiver.close()
 
 
@@ -184,15 +204,19 @@ class MeshMethod:
     """TransferMesh.sync into a receiver process that reports (host_id, device)."""
 
     def __init__(self, weights: dict, *, transport: str, host_id: str, device: str,
-                 bucket_bytes: int, delta: bool = False):
+                 bucket_bytes: int, delta: bool = False, zero_copy: bool = False,
+                 apply_copy: bool = False):
         ctx = mp.get_context("spawn")
         self.weights, self.ready, self.stop = weights, ctx.Queue(), ctx.Queue()
         sender_device = str(next(iter(weights.values())).device)
+        # zero-copy needs one version in the ring: every tensor may add ALIGN bytes of padding
+        slots = 2 + (nbytes(weights) + ALIGN * len(weights)) // bucket_bytes if zero_copy else 2
         self.mesh = TransferMesh(TransferConfig(bucket_bytes=bucket_bytes, delta=delta,
-                                                timeout_s=300),
+                                                num_slots=slots, timeout_s=300),
                                  host_id="bench-host", device=sender_device).start()
         self.proc = ctx.Process(target=_mesh_receiver, args=(self.mesh.address, host_id,
-                                                             device, self.ready, self.stop))
+                                                             device, self.ready, self.stop,
+                                                             zero_copy, apply_copy))
         self.proc.start()
         chosen = self.ready.get(timeout=300)
         if chosen.get(0) != transport:
@@ -208,6 +232,7 @@ class MeshMethod:
 
     def close(self) -> None:
         self.stop.put("stop")
+        self.zero_copy_versions = self.ready.get(timeout=60)
         self.proc.join(60)
         self.mesh.close()
 
@@ -321,7 +346,8 @@ def delta_after_steps(weights, master, reps: int, **mesh_kwargs) -> dict:
 
 # ---- driver ------------------------------------------------------------------------------
 
-def run_model(name: str, reps: int, bucket_bytes: int, device: str, only: set[str]) -> dict:
+def run_model(name: str, reps: int, bucket_bytes: int, device: str, only: set[str],
+              apply_copy: bool = False) -> dict:
     cfg = MODELS[name]
     weights, master = make_params(cfg, device)
     total = nbytes(weights)
@@ -344,8 +370,11 @@ def run_model(name: str, reps: int, bucket_bytes: int, device: str, only: set[st
             skipped[transport] = reason
             continue
         kwargs[transport] = dict(transport=transport, host_id=host_id, device=recv_device,
-                                 bucket_bytes=bucket_bytes)
+                                 bucket_bytes=bucket_bytes, apply_copy=apply_copy)
         methods[f"mesh {transport}"] = MeshMethod(weights, **kwargs[transport])
+        if transport == "shm":
+            methods["mesh shm zero-copy"] = MeshMethod(weights, zero_copy=True,
+                                                       **kwargs[transport])
     if not cuda and "baselines" in only:
         methods["per-tensor mp.Queue"] = QueuePerTensor(weights)
         methods["per-tensor Pipe pickle"] = PipePerTensor(weights)
@@ -356,6 +385,9 @@ def run_model(name: str, reps: int, bucket_bytes: int, device: str, only: set[st
         for method in methods.values():
             method.close()
     rows = [{"method": m, "seconds": s, "gb_per_s": total / s / 1e9} for m, s in seconds.items()]
+    for row in rows:
+        if row["method"].endswith("zero-copy"):  # of 1 warm-up + reps syncs; the first copies
+            row["zero_copy_syncs"] = methods[row["method"]].zero_copy_versions
     for transport in kwargs:
         if transport != "nccl":
             result = delta_after_steps(weights, master, reps, **kwargs[transport])
@@ -378,6 +410,8 @@ def print_table(result: dict) -> None:
     print(f"  {'method':<28}{'s/sync':>9}{'GB/s':>8}{'x memcpy':>10}  note")
     for r in result["rows"]:
         note = ""
+        if "zero_copy_syncs" in r:
+            note = f"{r['zero_copy_syncs']} of the timed syncs applied from views"
         if "payload_bytes" in r:
             note = (f"{r['changed_fraction'] * 100:.1f}% elements changed, sent "
                     f"{r['payload_bytes'] / 1e6:.1f} MB")
@@ -395,18 +429,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--transports", nargs="+", default=[*TRANSPORTS, "baselines"],
                         choices=[*TRANSPORTS, "baselines"])
+    parser.add_argument("--apply-copy", action="store_true",
+                        help="mesh receivers copy into warm parameter tensors (end to end)")
     parser.add_argument("--json", action="store_true", help="print one JSON object only")
     args = parser.parse_args(argv)
     device = "cuda:0" if args.device == "cuda" else args.device
     results = [run_model(name, args.reps, args.bucket_mb << 20, device,
-                         set(args.transports)) for name in args.models]
+                         set(args.transports), args.apply_copy) for name in args.models]
     out = {"benchmark": "transfer_mesh", "device": device, "threads": torch.get_num_threads(),
+           "apply_copy": args.apply_copy,
            "bucket_mb": args.bucket_mb, "reps": args.reps, "models": results}
     if args.json:
         print(json.dumps(out))
     else:
         print(f"TransferMesh benchmark on {device}, {torch.get_num_threads()} torch threads, "
-              f"{args.bucket_mb} MiB buckets, median of {args.reps}")
+              f"{args.bucket_mb} MiB buckets, median of {args.reps}"
+              f"{', apply copies into parameters' if args.apply_copy else ''}")
         for result in results:
             print_table(result)
     return 0

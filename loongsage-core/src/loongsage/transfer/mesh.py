@@ -40,7 +40,7 @@ from loongsage.transfer.frames import (
     Welcome,
     WeightSyncError,
 )
-from loongsage.transfer.peer import Peer
+from loongsage.transfer.peer import Peer, no_delay
 from loongsage.transfer.shm import ShmRing
 from loongsage.transfer.topology import SenderPlace, choose_transport
 from loongsage.transfer.transports import TRANSPORTS, SenderContext
@@ -88,7 +88,7 @@ class TransferMesh:
     def _accept(self) -> None:
         while self._listener is not None:
             try:
-                conn = self._listener.accept()
+                conn = no_delay(self._listener.accept())
             except (OSError, EOFError):
                 if self._listener is None:
                     return

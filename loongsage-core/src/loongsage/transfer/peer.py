@@ -7,11 +7,28 @@ vanished receiver never blocks the others.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from multiprocessing.connection import Connection
 
 from loongsage.transfer.frames import Ack, ReceiverInfo, Result
+
+
+def no_delay(conn: Connection) -> Connection:
+    """Turn off Nagle's algorithm on a control connection (TCP).
+
+    Control traffic is small messages sent back to back (a bucket frame, then the end frame);
+    with Nagle on, the second waits for the receiver's delayed ACK, ~40 ms per sync on Linux,
+    which dominated same-host syncs of small versions.
+    """
+    sock = socket.socket(fileno=conn.fileno())
+    try:
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    finally:
+        sock.detach()
+    return conn
 
 
 class Peer:

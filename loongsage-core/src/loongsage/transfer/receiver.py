@@ -41,6 +41,7 @@ from loongsage.transfer.frames import (
     Welcome,
     WeightSyncError,
 )
+from loongsage.transfer.peer import no_delay
 from loongsage.transfer.transports import TRANSPORTS
 from loongsage.transfer.views import ArenaAssembler
 
@@ -84,7 +85,7 @@ class WeightReceiver:
 
     def start(self) -> WeightReceiver:
         for address in self.senders:
-            conn = Client((address.host, address.port), authkey=address.authkey)
+            conn = no_delay(Client((address.host, address.port), authkey=address.authkey))
             conn.send(Hello(self.info, self.applied_version, self.mirror_version))
             if not conn.poll(self.timeout_s):
                 raise TimeoutError(f"sender rank {address.sender_rank} sent no Welcome")
