@@ -3,7 +3,10 @@
 Sender: `TransferMesh(config, sender_rank=...).start()`, then `mesh.sync(named_tensors, version)`.
 Receiver: `WeightReceiver([mesh.address, ...], apply=engine.apply_weights).start()`.
 The transport per receiver (shared memory, gloo, CUDA IPC, NCCL) follows from where it runs;
-see `topology.py`. SGLang servers are driven through `sglang.py`.
+see `topology.py`. Same-host receivers may pass `zero_copy=True` to apply from views of the
+shared segment (`views.py`; needs `num_slots * bucket_bytes` >= one version).
+SGLang servers are driven through `sglang.py`; `sglang_receiver.py` is the server side of that
+protocol, mounted by the embedded rollout engine.
 """
 
 from loongsage.transfer.frames import (
