@@ -181,17 +181,18 @@ class RolloutHost:
     def http_url(self) -> str:
         return self.url
 
-    def connect(self, senders: list, host_id: str) -> str:
+    def connect(self, senders: list, host_id: str, zero_copy: bool = False) -> str:
         self.receiver = WeightReceiver(senders, self.engine.apply_weights,
                                        receiver_id="rollout-engine", host_id=host_id,
-                                       timeout_s=20).start()
+                                       timeout_s=20, zero_copy=zero_copy).start()
         return self.url
 
     def state(self) -> dict:
         receiver = self.receiver
         return {"engine_version": self.engine.weight_version,
                 "receiver_version": receiver.applied_version if receiver else None,
-                "error": receiver.last_error if receiver else ""}
+                "error": receiver.last_error if receiver else "",
+                "zero_copy_versions": receiver.zero_copy_versions if receiver else 0}
 
     def weight_bytes(self) -> dict[str, bytes]:
         return {name: as_bytes(t) for name, t in self.engine.model.state_dict().items()}

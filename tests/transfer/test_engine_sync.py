@@ -1,6 +1,8 @@
 """TransferMesh into the real embedded rollout engine (tiny Qwen2 in a Ray actor, HTTP
 server running): engine weights end bitwise equal to the trainer's, the engine reports the
-new version over HTTP, and a failed version leaves it serving the previous one."""
+new version over HTTP, and a failed version leaves it serving the previous one. The receiver
+runs zero-copy (the ring holds a version), so version 1 is copied and version 3 applied from
+views of the shared segment."""
 
 from __future__ import annotations
 
@@ -20,9 +22,11 @@ def test_engine_weights_bitwise_equal_and_failed_version_keeps_serving(ray_sessi
     host = ray.remote(num_cpus=0)(RolloutHost).remote(str(tiny_model_dir))
     try:
         weights = trainer_weights(tiny_model_dir, seed=1)
-        config = TransferConfig(bucket_bytes=1 << 20, checksum=True, timeout_s=30)
+        total = sum(t.numel() * t.element_size() + 64 for t in weights.values())
+        config = TransferConfig(bucket_bytes=1 << 20, num_slots=2 + total // (1 << 20),
+                                checksum=True, timeout_s=30)
         with TransferMesh(config, host_id="host-a") as mesh:
-            url = ray.get(host.connect.remote([mesh.address], "host-a"))
+            url = ray.get(host.connect.remote([mesh.address], "host-a", True))
             mesh.wait_for_receivers(1)
             report = mesh.sync(iter(weights.items()), version=1)
             assert report.applied == ["rollout-engine"] and report.transports == {
@@ -48,6 +52,12 @@ def test_engine_weights_bitwise_equal_and_failed_version_keeps_serving(ray_sessi
             assert ray.get(host.weight_bytes.remote()) == got
             after = generate(url)
             assert after["output_ids"] == before["output_ids"]
+            third = trainer_weights(tiny_model_dir, seed=3)
+            assert mesh.sync(iter(third.items()), version=3).applied == ["rollout-engine"]
+            got = ray.get(host.weight_bytes.remote())
+            assert all(got[name] == as_bytes(t) for name, t in third.items())
+            state = ray.get(host.state.remote())
+            assert state["engine_version"] == 3 and state["zero_copy_versions"] == 1
         ray.get(host.stop.remote())
     finally:
         ray.kill(host)
