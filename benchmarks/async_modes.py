@@ -1,0 +1,154 @@
+"""LoongSage's Table 4 on this machine: five execution modes of the tiny recipe, real compute.
+
+Each row runs ``loongsage train --config-name tiny/grpo`` in a subprocess (its own Ray
+cluster, real embedded engine over HTTP, TransferMesh weight sync, real GRPO updates) on one
+shared workload: the same prompts (seed 0), the same warm-started tiny model, and
+``rollout.max_new_tokens`` large enough (256) that lengths are long-tailed (after the warm
+start: median ~27 tokens, a few past 100). The policy is held still (``--lr 1e-9``: every
+forward, backward, optimizer step and weight sync still runs) so every row samples from that
+same length distribution; with a real learning rate the rows' length distributions drift
+apart as each learns (set ``--lr 2e-4`` to see it). Whether async learns as well as the
+synchronous run is tests/e2e/test_async_tiny_learns.py's question. Metrics come from each
+run's ``metrics.jsonl``.
+
+Resources are equal across rows, as in Table 4 (REFERENCE §2.2b): colocated rows run each
+phase in turn on both cores (2 torch threads); async rows pin the trainer to one core and the
+rollout engine to the other (1 thread each, ``controller.actors.split_cores``). The row
+``train s`` of a colocated and an async row is the same phase on 2 vs 1 thread: it is the
+thread scaling that decides whether an even split can win.
+
+Rows (our ``S`` is a hard bound and equals LoongSage's ``stale_steps + 1``, docs/async.md):
+  colocated                      synchronous
+  colocated + partial            O = B/2 extra groups; unfinished ones aborted before training,
+                                 continued under the new weights
+  async no_window S=2            LoongSage "no-window, stale 1", partial rollout
+  async windowed_fifo S=2        LoongSage "windowed-fifo, stale 1", partial rollout
+  async windowed_fifo S=3        LoongSage "windowed-fifo, stale 2", partial rollout
+
+``--trace`` runs the trace-driven simulator instead (``benchmarks/async_runtime.py``; every
+flag after ``--trace`` is its own): cluster-scale predictions from a response-length
+distribution, decode speed, training cost and resource split.
+
+    .venv/bin/python benchmarks/async_modes.py [--steps 8] [--json]
+    .venv/bin/python benchmarks/async_modes.py --trace [--split 0.5 --decode-ms 0.25 ...] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import async_runtime  # noqa: E402  (the trace-driven simulator and the shared row list)
+
+ROWS = async_runtime.ROWS
+
+
+def overrides(row: "async_runtime.Row", args: argparse.Namespace) -> list[str]:
+    """The config overrides of one row on the shared workload."""
+    common = [
+        f"trainer.steps={args.steps}", f"rollout.max_new_tokens={args.max_new_tokens}",
+        f"rollout.prompts_per_step={args.batch}", f"train.lr={args.lr}", "checkpoint.interval=0",
+        "trainer.eval_interval=0",
+        "logging.progress_bar=false", "logging.samples_per_step=0",
+    ]
+    if row.colocated:
+        mode = ["placement.mode=colocated"]
+    else:
+        mode = ["placement.mode=disaggregated", "async.enable=true", f"async/window_policy={row.policy}",
+                f"async.stale_steps={row.stale_steps}"]
+    partial = ["rollout.partial=true", f"rollout.oversample_groups={int(args.batch * row.oversample_frac)}"]
+    return common + mode + (partial if row.partial else [])
+
+
+def run_row(row: "async_runtime.Row", args: argparse.Namespace, root: Path) -> dict:
+    run_dir = root / row.label.replace(" ", "_").replace("+", "plus").replace("=", "")
+    cmd = [sys.executable, "-m", "loongsage.cli", "train", "--config-name", "tiny/grpo",
+           f"trainer.run_dir={run_dir}", *overrides(row, args)]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    env.setdefault("RAY_AUTH_MODE", "disabled")
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"{row.label}: loongsage train failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    from loongsage.tracking.jsonl import read_metrics
+
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    if [r["step"] for r in rows] != list(range(args.steps)):
+        raise RuntimeError(f"{row.label}: metrics for steps {[r['step'] for r in rows]}, expected 0..{args.steps - 1}")
+
+    def mean(key: str, skip: int = 0) -> float:
+        return statistics.fmean(r.get(key, 0.0) for r in rows[skip:])
+
+    return {
+        "row": row.label,
+        "step_s": mean("timing/step"),
+        "step_s_excl_first": mean("timing/step", 1),
+        "rollout_wait_s": mean("timing/rollout", 1),  # trainer blocked on data (whole phase if colocated)
+        "train_s": mean("timing/train", 1),
+        "staleness_mean": mean("async/staleness_mean"),
+        "staleness_max": max(r.get("async/staleness_max", 0.0) for r in rows),
+        "partial_ratio": mean("rollout/partial_ratio"),
+        "length_bias": rows[-1].get("rollout/length_bias", 1.0),
+        "response_length_mean": mean("rollout/response_length_mean"),
+        "reward_first3": statistics.fmean(r["rollout/reward_mean"] for r in rows[:3]),
+        "reward_last3": statistics.fmean(r["rollout/reward_mean"] for r in rows[-3:]),
+    }
+
+
+def print_table(results: list[dict], args: argparse.Namespace) -> None:
+    print(f"real compute, tiny model on this CPU: B={args.batch} prompts x 8 samples, max_new_tokens="
+          f"{args.max_new_tokens}, lr {args.lr:g}, {args.steps} steps; colocated = both cores per phase, "
+          "async = 1 core each")
+    head = (f"{'config':26s} {'step s':>7s} {'speedup':>8s} {'excl.1st':>9s} {'speedup':>8s} {'wait data':>10s} "
+            f"{'train s':>8s} {'stale':>6s} {'max':>4s} {'partial':>8s} {'len bias':>9s} {'len':>6s}")
+    print(head)
+    print("-" * len(head))
+    for r in results:
+        print(f"{r['row']:26s} {r['step_s']:7.2f} {r['speedup']:7.2f}x {r['step_s_excl_first']:9.2f} "
+              f"{r['speedup_excl_first']:7.2f}x {r['rollout_wait_s']:9.2f}s {r['train_s']:8.2f} "
+              f"{r['staleness_mean']:6.2f} {r['staleness_max']:4.0f} {r['partial_ratio']:8.2f} "
+              f"{r['length_bias']:9.3f} {r['response_length_mean']:6.1f}")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--trace" in argv:
+        argv.remove("--trace")
+        return async_runtime.main(argv)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--batch", type=int, default=8, help="prompt groups per step (B)")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--lr", type=float, default=1e-9, help="GRPO learning rate (default: policy held still)")
+    p.add_argument("--rows", default="", help="comma-separated row numbers (1-5) to run; default all")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    if args.steps < 4:
+        p.error(f"--steps: expected at least 4 (the table reports means excluding step 0), got {args.steps}")
+    picked = [ROWS[int(i) - 1] for i in args.rows.split(",")] if args.rows else list(ROWS)
+    if picked[0] is not ROWS[0]:
+        p.error("--rows: the colocated row (1) must come first: it is the baseline")
+
+    with tempfile.TemporaryDirectory(prefix="async_modes_") as tmp:
+        results = [run_row(row, args, Path(tmp)) for row in picked]
+    base = results[0]
+    for r in results:
+        r["speedup"] = base["step_s"] / r["step_s"]
+        r["speedup_excl_first"] = base["step_s_excl_first"] / r["step_s_excl_first"]
+    if args.json:
+        print(json.dumps({"benchmark": "async_modes", "simulated": False, "args": vars(args), "rows": results}))
+    else:
+        print_table(results, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
