@@ -116,6 +116,11 @@ def print_table(results: list[dict], args: argparse.Namespace) -> None:
               f"{r['speedup_excl_first']:7.2f}x {r['rollout_wait_s']:9.2f}s {r['train_s']:8.2f} "
               f"{r['staleness_mean']:6.2f} {r['staleness_max']:4.0f} {r['partial_ratio']:8.2f} "
               f"{r['length_bias']:9.3f} {r['response_length_mean']:6.1f}")
+    pinned = [r for r in results if r["row"].startswith("async")]
+    if pinned:
+        one = statistics.fmean(r["train_s"] for r in pinned)
+        print(f"thread scaling of the train phase: {results[0]['train_s']:.2f} s on 2 threads (colocated), "
+              f"{one:.2f} s on 1 pinned core (async rows), {one / results[0]['train_s']:.2f}x")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
