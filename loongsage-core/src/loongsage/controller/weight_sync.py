@@ -5,10 +5,16 @@ straight from the trainer's process to the engines' (shared memory on one host, 
 across hosts; CUDA IPC / NCCL on GPUs), never through the driver or Ray's object store.
 The functions prefixed ``actor_`` run inside an actor (shipped with ``EngineHost.run``);
 each actor process keeps its mesh endpoint in ``_ENDPOINT``.
+
+The sender's ring of shared-memory slots is sized to hold a whole version, so a receiver on
+the same host applies straight from views of the ring (one copy per sync, 1.1-1.3x memcpy
+measured) instead of staging every bucket (two copies, 2.3x); the cost is one model-sized
+shared segment on the trainer's host.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import ray
@@ -21,14 +27,18 @@ _ENDPOINT: dict[str, Any] = {}
 def actor_start_sender(engine: Any, config: TransferConfig) -> MeshAddress:
     from loongsage.transfer import TransferMesh
 
-    _ENDPOINT["mesh"] = TransferMesh(config).start()
+    version_bytes = sum(t.numel() * t.element_size() for _, t in engine.named_tensors(include_tied=False))
+    slots = max(config.num_slots, 2 + version_bytes // config.bucket_bytes)
+    _ENDPOINT["mesh"] = TransferMesh(dataclasses.replace(config, num_slots=slots)).start()
     return _ENDPOINT["mesh"].address
 
 
 def actor_start_receiver(engine: Any, senders: list[MeshAddress], timeout_s: float) -> None:
     from loongsage.transfer import WeightReceiver
 
-    _ENDPOINT["receiver"] = WeightReceiver(senders, engine.apply_weights, timeout_s=timeout_s).start()
+    _ENDPOINT["receiver"] = WeightReceiver(
+        senders, engine.apply_weights, timeout_s=timeout_s, zero_copy=True
+    ).start()
 
 
 def actor_wait_for_receivers(engine: Any, count: int, timeout_s: float) -> list[str]:
