@@ -18,6 +18,7 @@ import subprocess
 import threading
 
 from loongsage_sandbox.errors import SandboxCrashedError, SandboxError
+from loongsage_sandbox.testing import host_processes_with
 
 
 # what `ps -e -o comm=` prints, without needing procps inside the sandbox
@@ -27,19 +28,6 @@ LIST_PROCESSES = ["python3", "-c", "import os\nfor p in os.listdir('/proc'):\n  
 
 def run(coro):
     return asyncio.run(coro)
-
-
-def _host_processes_with(marker: str) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/cmdline", "rb") as f:
-                    if marker.encode() in f.read().replace(b"\0", b" "):
-                        found.append(int(name))
-            except OSError:
-                pass
-    return found
 
 
 def test_host_files_are_invisible(hostile, tmp_path):
@@ -244,7 +232,7 @@ def test_no_process_survives_a_timeout(hostile):
     assert r.timed_out
     assert r.killed_processes >= 5
     assert sorted(left.text.split()) == ["bwrap", "python3", "python3"]  # init, agent, this lister
-    assert _host_processes_with(f"sleep {tag}") == []
+    assert host_processes_with(f"sleep {tag}") == []
 
 
 def test_cannot_signal_host_processes(hostile):

@@ -18,7 +18,7 @@ from loongsage_sandbox.errors import (
     UntrustedCodeRefusedError,
 )
 from loongsage_sandbox.leftovers import state_root
-from loongsage_sandbox.testing import bwrap_unavailable_reason
+from loongsage_sandbox.testing import bwrap_unavailable_reason, host_processes_with
 
 
 BWRAP_REASON = bwrap_unavailable_reason()
@@ -26,19 +26,6 @@ BWRAP_REASON = bwrap_unavailable_reason()
 
 def run(coro):
     return asyncio.run(coro)
-
-
-def host_processes_with(marker):
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/cmdline", "rb") as f:
-                    if marker.encode() in f.read().replace(b"\0", b" "):
-                        found.append(int(name))
-            except OSError:
-                pass
-    return found
 
 
 def sandbox_class(name):

@@ -10,6 +10,7 @@ import pytest
 from loongsage.errors import ConfigError
 from loongsage.plugins import get_registries
 from loongsage_sandbox.errors import SandboxError, SandboxUnavailableError
+from loongsage_sandbox.testing import host_processes_with
 
 
 def run(coro):
@@ -103,21 +104,6 @@ def test_remote_needs_a_token_and_a_reachable_service(monkeypatch):
         run(go())
 
 
-def _host_processes_with(marker):
-    import os
-
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/cmdline", "rb") as f:
-                    if marker.encode() in f.read().replace(b"\0", b" "):
-                        found.append(int(name))
-            except OSError:
-                pass
-    return found
-
-
 def test_idle_sandboxes_expire_and_stopping_the_service_closes_the_rest(start_service):
     import time
 
@@ -134,6 +120,6 @@ def test_idle_sandboxes_expire_and_stopping_the_service_closes_the_rest(start_se
     busy = httpx.post(f"{svc.url}/sandboxes", headers=auth, json={}).json()["id"]
     started = httpx.post(f"{svc.url}/sandboxes/{busy}/exec", headers=auth,
                          json={"argv": ["sh", "-c", "sleep 6543 >/dev/null 2>&1 &"]})
-    assert started.status_code == 200 and len(_host_processes_with("sleep 6543")) == 1
+    assert started.status_code == 200 and len(host_processes_with("sleep 6543")) == 1
     svc.stop()  # SIGTERM: graceful shutdown closes every sandbox (bwrap's die-with-parent backs it up)
-    assert _host_processes_with("sleep 6543") == []
+    assert host_processes_with("sleep 6543") == []

@@ -80,3 +80,19 @@ def bwrap_unavailable_reason() -> str | None:
                 except SandboxError as err:
                     _BWRAP_REASON.append(f"bubblewrap cannot create sandboxes here: {err}")
     return _BWRAP_REASON[0]
+
+
+def host_processes_with(marker: str) -> list[int]:
+    """PIDs of host processes whose command line contains ``marker`` (for leak checks)."""
+    import os
+
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    if marker.encode() in f.read().replace(b"\0", b" "):
+                        found.append(int(name))
+            except OSError:
+                pass
+    return found
