@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from loongsage.errors import LoongSageError
+from loongsage.models.cache import build_once
 from loongsage.models.tiny import default_cache_root
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -72,16 +71,4 @@ def ensure_smollm2(cache_dir: str | Path | None = None) -> Path:
     if (final / "config.json").exists() and (final / "tokenizer.json").exists():
         return final
     gguf = find_gguf()
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".smollm2-build-", dir=root))
-    os.chmod(tmp, 0o755)
-    try:
-        _convert(gguf, tmp)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not (final / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    return build_once(final, lambda tmp: _convert(gguf, tmp))

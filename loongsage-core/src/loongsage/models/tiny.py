@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
+from loongsage.models.cache import build_once
 from loongsage.models.tiny_tokenizer import train_tokenizer
 
 TINY_ARCH = dict(
@@ -89,16 +88,4 @@ def ensure_tiny_model(cache_dir: str | Path | None = None, seed: int = 0) -> Pat
     final = root / f"tiny-qwen2-{_source_hash(seed)}"
     if (final / "config.json").exists():
         return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tiny-build-", dir=root))
-    os.chmod(tmp, 0o755)
-    try:
-        build_tiny_model(tmp, seed=seed)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not (final / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    return build_once(final, lambda tmp: build_tiny_model(tmp, seed=seed))

@@ -155,6 +155,15 @@ class IncompleteVersion(Exception):
     """Raised by the reassembler when a bucket or a version fails verification."""
 
 
+def check_arrived(buckets: set[int], num_buckets: int, payload_bytes: int, total_bytes: int) -> None:
+    """Raise ``IncompleteVersion`` unless every bucket and every announced byte arrived."""
+    missing = sorted(set(range(num_buckets)) - buckets)
+    if missing:
+        raise IncompleteVersion(f"buckets {missing[:8]} of {num_buckets} never arrived")
+    if payload_bytes != total_bytes:
+        raise IncompleteVersion(f"{payload_bytes} payload bytes arrived, sender announced {total_bytes}")
+
+
 class Reassembler:
     """Receiver-side assembly of one weight version into persistent staging tensors.
 
@@ -210,12 +219,7 @@ class Reassembler:
 
     def finish(self, num_buckets: int, total_bytes: int) -> list[str]:
         """Verify the version and patch sparse deltas in; returns the names it carried."""
-        missing = sorted(set(range(num_buckets)) - self.buckets)
-        if missing:
-            raise IncompleteVersion(f"buckets {missing[:8]} of {num_buckets} never arrived")
-        if self.payload_bytes != total_bytes:
-            raise IncompleteVersion(f"{self.payload_bytes} payload bytes arrived, "
-                                    f"sender announced {total_bytes}")
+        check_arrived(self.buckets, num_buckets, self.payload_bytes, total_bytes)
         short = [n for n, size in self.expected.items() if self.received[n] != size]
         if short:
             raise IncompleteVersion(f"tensors {short[:8]} arrived incomplete")

@@ -20,7 +20,13 @@ from __future__ import annotations
 
 import torch
 
-from loongsage.transfer.bucketing import ENCODING_DENSE, IncompleteVersion, _crc, dtype_from_name
+from loongsage.transfer.bucketing import (
+    ENCODING_DENSE,
+    IncompleteVersion,
+    _crc,
+    check_arrived,
+    dtype_from_name,
+)
 from loongsage.transfer.frames import BucketMeta
 
 
@@ -62,12 +68,7 @@ class ArenaAssembler:
             self.received[spec.name] += spec.nbytes
 
     def finish(self, num_buckets: int, total_bytes: int) -> list[str]:
-        missing = sorted(set(range(num_buckets)) - self.buckets)
-        if missing:
-            raise IncompleteVersion(f"buckets {missing[:8]} of {num_buckets} never arrived")
-        if self.payload_bytes != total_bytes:
-            raise IncompleteVersion(f"{self.payload_bytes} payload bytes arrived, "
-                                    f"sender announced {total_bytes}")
+        check_arrived(self.buckets, num_buckets, self.payload_bytes, total_bytes)
         short = [n for n, (_, _, _, size) in self.starts.items() if self.received[n] != size]
         if short:
             raise IncompleteVersion(f"tensors {short[:8]} arrived incomplete")
