@@ -3,7 +3,8 @@
 from loongsage import hookimpl
 from loongsage_agents.agents.params import SingleTurnParams
 from loongsage_agents.agents.router_params import (ChatParams, ClaudeCodeParams, CodexParams,
-                                                   CommandParams, OpenCodeParams, ToolLoopParams)
+                                                   CommandParams, MiniSweAgentParams,
+                                                   OpenCodeParams, ToolLoopParams)
 from loongsage_agents.datasets.params import FileDatasetParams, SyntheticMathParams
 from loongsage_agents.rewards.params import MathRewardParams
 from loongsage_agents.rewards.code_exec import CodeExecParams
@@ -36,6 +37,8 @@ def loongsage_register_agents(register):
     register("claude_code", "loongsage_agents.launchers.claude_code:ClaudeCodeAgent",
              params=ClaudeCodeParams)
     register("opencode", "loongsage_agents.launchers.opencode:OpenCodeAgent", params=OpenCodeParams)
+    register("mini_swe_agent", "loongsage_agents.launchers.mini_swe_agent:MiniSweAgent",
+             params=MiniSweAgentParams)
 
 
 @hookimpl

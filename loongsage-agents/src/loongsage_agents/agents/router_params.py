@@ -22,6 +22,9 @@ class RouterAgentParams:
     max_context: Optional[int] = None  # tokens; None = the tokenizer's model_max_length
     default_max_tokens: int = 1024
     concurrency: int = 0  # trajectories of a group run at once; 0 = all n
+    # the router replaces the agent's temperature/top_p/top_k with the rollout's and caps its
+    # max_tokens at rollout.max_new_tokens on trained turns
+    enforce_sampling: bool = True
 
 
 @dataclass
@@ -59,7 +62,7 @@ class CommandParams(RouterAgentParams):
 class CliAgentParams(CommandParams):
     """A real agent CLI run offline and non-interactively against the router."""
 
-    bin_dir: Optional[str] = None  # None = ~/.cache/loongsage/npm/node_modules/.bin, then PATH
+    bin_dir: Optional[str] = None  # None = the CLI's LoongSage cache (launchers.cli), then PATH
     model: str = "policy"
     max_output_tokens: int = 512  # what the CLI is told the model may write per turn
     context_window: int = 32768  # what the CLI is told the context is
@@ -88,3 +91,15 @@ class OpenCodeParams(CliAgentParams):
     prompt: Optional[str] = None  # replaces the build agent's system prompt
     tools: Dict[str, bool] = field(default_factory=dict)  # e.g. {"*": false, "bash": true}
 
+
+@dataclass
+class MiniSweAgentParams(CliAgentParams):
+    """mini-swe-agent (`mini -y`), non-streaming Chat Completions via litellm, one bash tool."""
+
+    step_limit: int = 10  # model calls; then mini stops with LimitsExceeded
+    max_consecutive_format_errors: int = 3  # replies without a tool call in a row; 0 = no limit
+    command_timeout_s: int = 30  # per bash command mini runs
+    model_retries: int = 1  # attempts per model call (mini's default 10 backs off up to 60 s)
+    system_template: Optional[str] = None  # None = mini's own (jinja, like mini's config)
+    instance_template: Optional[str] = None  # None = mini's own; must use {{task}}
+    base_config: str = "mini.yaml"  # mini's config that LoongSage's settings are merged onto
