@@ -8,8 +8,10 @@ prompts at 4–8 K tokens; max tokens are small so the random model's turns are 
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -117,3 +119,108 @@ def test_mini_swe_agent_trajectory_is_exact_and_forks_at_each_dropped_reply(
         first["messages"], tools=first["tools"], tokenize=False), add_special_tokens=False)
     assert all(s.prompt_ids[:len(head)] == head for s in samples)
     check_trajectories(samples, recorder)
+
+
+TOUCH = '<tool_call>\n{"name": "bash", "arguments": {"command": "printf hello > out.txt"}}\n</tool_call>'
+IDLE = "The file is written."  # no tool call: mini drops this reply from its history
+SUBMIT = ('<tool_call>\n{"name": "bash", "arguments": {"command": '
+          '"echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat out.txt"}}\n</tool_call>')
+
+
+@pytest.fixture
+def scripted_router(tokenizer):
+    """``scripted_router(agent, engine, run_dir) -> Recorder``: a real router with the agent's
+    settings and the turn recorder over ``engine``, persisting to ``run_dir``, handed to the
+    agent."""
+    from loongsage import hookimpl
+    from loongsage.agentflow.server import Router
+    from loongsage.plugins import load_plugins
+
+    from .conftest import Recorder
+
+    started = []
+
+    def make(agent, engine, run_dir) -> Recorder:
+        recorder = Recorder()
+
+        class Plugin:
+            @hookimpl
+            def loongsage_register_router_middlewares(self, register):
+                register("test_recorder", recorder.factory, doc="Test: record turns.")
+
+        settings = agent.router_settings()
+        settings.registries = load_plugins(extra=[(Plugin(), "agents-test-recorder-scripted")])
+        settings.middlewares = list(settings.middlewares) + ["test_recorder"]
+        settings.run_dir = str(run_dir)
+        router = Router([engine], tokenizer, settings)
+        router.start()
+        started.append(router)
+        agent.use_router(router)
+        return recorder
+
+    yield make
+    for router in started:
+        router.stop()
+
+
+def test_mini_swe_agent_completes_a_file_task_and_forks_after_a_dropped_reply(
+        mini_bin_dir, scripted_router, scripted_engine, long_context, tokenizer, tmp_path):
+    """A real task end to end: mini runs a bash tool call that writes ``out.txt`` in the
+    trajectory's work dir, then a reply without a tool call (dropped by mini, answered with a
+    "Tool call error" user turn), then submits with the file's content. The replies come from
+    ``ScriptedEngine`` (the random tiny model never calls a tool, so its logprobs are fixed,
+    not the train engine's); router, mini and its shell are real. The dropped reply makes the
+    router fork at the last sampled turn both histories share: a ``compact`` segment whose
+    first tokens are the root's up to the end of the first reply (tito.py)."""
+    from loongsage.agentflow.messages import template_messages
+
+    engine = scripted_engine([TOUCH, IDLE, SUBMIT])
+    agent = mini_agent(mini_bin_dir, long_context, step_limit=5, workdir_root=str(tmp_path),
+                       keep_workdir=True)
+    agent.tokenizer = tokenizer
+    recorder = scripted_router(agent, engine, tmp_path / "run")
+    prompt = Prompt("mini", 1, [{"role": "user", "content": "Write hello into out.txt."}])
+    samples = asyncio.run(agent.run_group(prompt, 1, engine, {}))
+    info = samples[0].reward_info
+    assert info["exit_code"] == 0 and info["mini_exit_status"] == "Submitted", info["stdout"][-3000:]
+    assert info["mini_api_calls"] == 3 and len(recorder.turns) == 3
+    assert (Path(info["workdir"]) / "out.txt").read_text() == "hello"
+    assert all(s.text == "hello" for s in samples)  # the submission: output after the marker
+    assert [[m["role"] for m in t["messages"]] for t in recorder.turns] == [
+        ["system", "user"], ["system", "user", "assistant", "tool"],
+        ["system", "user", "assistant", "tool", "user"]]
+    assert recorder.turns[2]["messages"][4]["content"].startswith("Tool call error")
+    root, fork = samples
+    assert (root.reward_info["origin"], root.reward_info["parent"]) == ("root", None)
+    assert (fork.reward_info["origin"], fork.reward_info["parent"]) == ("compact", 0)
+
+    def sampled(s):
+        return [t for t, m in zip(s.response_ids, s.loss_mask) if m]
+
+    def reply(text):
+        return tokenizer.encode(text, add_special_tokens=False) + [engine.eos]
+
+    assert sampled(root) == reply(TOUCH) + reply(IDLE) and sampled(fork) == reply(SUBMIT)
+    assert all(lp == engine.LOGPROB for s in samples
+               for lp, m in zip(s.response_logprobs, s.loss_mask) if m)
+    # the fork shares the root's tokens through the end of the first reply (the last sampled
+    # turn both histories hold), then holds the tool result again and the error turn
+    root_ids, fork_ids = root.prompt_ids + root.response_ids, fork.prompt_ids + fork.response_ids
+    shared = len(root.prompt_ids) + len(reply(TOUCH))
+    assert fork_ids[:shared] == root_ids[:shared]
+    # ... by reference: the persisted trajectory holds those tokens once
+    [stored] = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").open()]
+    fork_seg = stored["segments"][1]
+    assert fork_seg["shared_len"] == shared and fork_seg["spans"][0] == [0, shared]
+    assert len(stored["tokens"]) == len(root_ids) + len(fork_ids) - shared
+    assert tokenizer.decode(root_ids[shared:]).endswith(IDLE + "<|im_end|>")
+    tail = tokenizer.decode(fork_ids[shared:len(fork.prompt_ids)])
+    assert tail.startswith("\n<|im_start|>user\n<tool_response>") and "Tool call error" in tail
+    # each sample's tokens before its last reply decode to the request that produced it
+    for s, turn in ((root, recorder.turns[1]), (fork, recorder.turns[2])):
+        ids = s.prompt_ids + s.response_ids
+        start = len(ids) - len(reply(IDLE if s is root else SUBMIT))
+        assert turn["prompt_tokens"] == start
+        assert tokenizer.decode(ids[:start]) == tokenizer.apply_chat_template(
+            template_messages(turn["messages"]), tools=turn["tools"], tokenize=False,
+            add_generation_prompt=True)
