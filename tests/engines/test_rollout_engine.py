@@ -236,3 +236,21 @@ def test_failed_forward_aborts_its_requests_and_the_engine_recovers(client, engi
     assert client.health()
     out = client.generate(PROMPTS[0], {"max_new_tokens": 4, "ignore_eos": True})
     assert out.finish_reason == "length" and len(out.output_ids) == 4
+
+
+def test_client_gone_before_its_body_is_answered_quietly(engine, client, caplog):
+    """A request cancelled while its body is in flight (what shutdown of an async run does)
+    is not an application error: no traceback in the server log, and the engine serves on."""
+    import logging
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(engine.url)
+    with caplog.at_level(logging.ERROR):
+        with socket.create_connection((url.hostname, url.port)) as sock:
+            sock.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n{\"input_ids\": [1,")
+            time.sleep(0.2)
+        time.sleep(0.5)
+        assert client.generate(PROMPTS[1], {"max_new_tokens": 2, "ignore_eos": True}).output_ids
+    assert not [r for r in caplog.records if "Exception in ASGI application" in r.getMessage()]

@@ -19,7 +19,9 @@ unlike SGLang, the requests of one weight version are buffered and applied toget
 with ``flush_cache=True``, so a multi-bucket update is atomic.
 
 A non-streaming request whose client disconnects is aborted (checked every second), as
-SGLang does, so abandoned requests do not keep decoding.
+SGLang does, so abandoned requests do not keep decoding. A client that goes away before its
+body has arrived (a cancelled request at shutdown) is answered 499 and never reaches the
+engine, without a traceback.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request as HTTPRequest
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import ClientDisconnect
 from starlette.concurrency import run_in_threadpool
 
 from loongsage.engines.embedded_rollout.params import RequestError, parse_generate
@@ -72,6 +75,10 @@ def build_app(engine: "EmbeddedRolloutEngine") -> FastAPI:
     @app.exception_handler(RequestError)
     async def _bad_request(_: HTTPRequest, exc: RequestError) -> JSONResponse:
         return _error(exc.field, str(exc))
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_gone(_: HTTPRequest, __: ClientDisconnect) -> Response:
+        return Response(status_code=499)
 
     def render(req: Request, return_logprob: bool) -> dict[str, Any]:
         done = req.done
