@@ -102,18 +102,20 @@ class ScriptedEngine:
         self.tokenizer = tokenizer
         self.replies = list(replies)
         self.eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.sampling_seen: list[dict[str, Any]] = []  # the sampling of every request, in order
 
-    def _ids(self) -> list[int]:
+    def _ids(self, sampling_params: dict[str, Any] | None) -> list[int]:
+        self.sampling_seen.append(dict(sampling_params or {}))
         return self.tokenizer.encode(self.replies.pop(0), add_special_tokens=False) + [self.eos]
 
     async def agenerate(self, input_ids, sampling_params=None, *, return_logprob=True, rid=None):
-        ids = self._ids()
+        ids = self._ids(sampling_params)
         return GenerateOutput(ids, [self.LOGPROB] * len(ids), "stop", self.VERSION,
                               len(input_ids), rid or "")
 
     async def astream_generate(self, input_ids, sampling_params=None, *, return_logprob=True,
                                rid=None):
-        ids = self._ids()
+        ids = self._ids(sampling_params)
         for i, tok in enumerate(ids):
             last = i == len(ids) - 1
             yield StreamChunk([tok], [self.LOGPROB], "", last, "stop" if last else None,

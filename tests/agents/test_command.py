@@ -101,3 +101,36 @@ def test_empty_command_is_refused(tokenizer):
                                         object(), {}))
     finally:
         router.stop()
+
+
+SAMPLING_PROGRAM = """
+import openai
+client = openai.OpenAI(max_retries=0)
+for _ in range(2):
+    client.chat.completions.create(model="any", messages=[{"role": "user", "content": "hi"}],
+                                   temperature=0.2, top_p=0.5, max_tokens=500)
+"""
+
+
+@pytest.mark.parametrize("enforce", [True, False])
+def test_router_enforces_the_rollout_sampling_on_a_black_box_agent(enforce, scripted_engine,
+                                                                   tmp_path, tokenizer):
+    """A program asking for its own temperature/top_p/max_tokens gets the rollout's instead
+    (the engine is scripted only to see what reaches it; router and program are real)."""
+    engine = scripted_engine(["one", "two"])
+    params = CommandParams(argv=[sys.executable, "agent.py"], files={"agent.py": SAMPLING_PROGRAM},
+                           timeout_s=60, workdir_root=str(tmp_path), enforce_sampling=enforce)
+    agent = CommandAgent(params, tokenizer)
+    rollout = {"temperature": 1.0, "top_p": 0.9, "max_new_tokens": 16}
+    try:
+        samples = asyncio.run(agent.run_group(Prompt("s", 0, [{"role": "user", "content": "x"}]),
+                                              1, engine, rollout))
+    finally:
+        agent.close()
+    seen = [(s["temperature"], s["top_p"], s["max_new_tokens"]) for s in engine.sampling_seen]
+    if enforce:
+        assert seen == [(1.0, 0.9, 16)] * 2
+    else:
+        assert seen == [(0.2, 0.5, 500)] * 2
+    # two separate requests (two segments of the trajectory): the count is per trajectory
+    assert [s.reward_info["sampling_overridden_turns"] for s in samples] == [2 * enforce] * 2

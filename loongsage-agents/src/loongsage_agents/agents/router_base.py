@@ -17,6 +17,10 @@ first use, a private router over the engine client it was given in ``run_group``
 works for ``EngineClient`` and anything with its ``agenerate``/``astream_generate``/
 ``aabort``), one per distinct client, and stops them in ``close()``.
 
+The rollout's sampling parameters are enforced by the router on every trained turn
+(``params.enforce_sampling``): a CLI's own temperature never reaches the engine, so the
+trained tokens come from the distribution the algorithm assumes.
+
 Each sample's ``text`` is the agent's final answer (``Outcome.text``), so the data source's
 reward scores it; ``reward_info`` also carries ``Outcome.info`` (exit code, output, ...).
 A trajectory that recorded no sampled token (the program failed before calling the model)
@@ -112,7 +116,9 @@ class RouterAgentBase:
 
     async def _one(self, router: Any, prompt: Prompt, tid: str,
                    sampling_params: dict[str, Any]) -> tuple[list[Sample], Outcome]:
-        router.open_trajectory(tid, "0", source=prompt.source, index=prompt.index)
+        enforced = dict(sampling_params) if self.params.enforce_sampling else None
+        router.open_trajectory(tid, "0", sampling=enforced, source=prompt.source,
+                               index=prompt.index)
         try:
             outcome = await self.run_trajectory(prompt, router.base_urls(tid, "0"), f"{tid}:0",
                                                 dict(sampling_params))

@@ -40,6 +40,33 @@ class SamplingOptions:
         return out
 
 
+POLICY_FIELDS = ("temperature", "top_p", "top_k")  # what defines the sampling distribution
+
+
+def enforce_sampling(asked: dict[str, Any], rollout: dict[str, Any] | None
+                     ) -> tuple[dict[str, Any], list[str]]:
+    """Engine sampling for a trained turn of a trajectory opened with ``rollout`` sampling.
+
+    The rollout's ``temperature``/``top_p``/``top_k`` replace what the client asked for (a
+    black-box CLI sends its own, or none), so every trained token comes from the distribution
+    the algorithm assumes; its ``max_new_tokens`` caps the client's ``max_tokens``. Stop
+    strings stay the client's (they are part of how the agent reads replies). Returns the
+    sampling and the names of the fields that changed.
+    """
+    if not rollout:
+        return asked, []
+    out, changed = dict(asked), []
+    for name in POLICY_FIELDS:
+        if rollout.get(name) is not None and out.get(name) != rollout[name]:
+            out[name] = rollout[name]
+            changed.append(name)
+    cap = rollout.get("max_new_tokens")
+    if cap is not None and out["max_new_tokens"] > cap:
+        out["max_new_tokens"] = int(cap)
+        changed.append("max_new_tokens")
+    return out, changed
+
+
 @dataclass
 class ChatRequest:
     """A wire request normalised: messages, tools, sampling, streaming, and the raw body."""

@@ -99,8 +99,12 @@ class Router:
 
     # ---- trajectories -------------------------------------------------------------------
     def open_trajectory(self, trajectory_id: str, attempt_id: str = "0",
-                        **metadata: Any) -> Trajectory:
-        return self.store.open(trajectory_id, attempt_id, **metadata)
+                        sampling: dict[str, Any] | None = None, **metadata: Any) -> Trajectory:
+        """Open a trajectory; with ``sampling`` its trained turns sample with those parameters
+        (temperature, top_p, top_k; max_new_tokens as a cap), whatever the client sends."""
+        traj = self.store.open(trajectory_id, attempt_id, **metadata)
+        traj.sampling = dict(sampling) if sampling else None
+        return traj
 
     def base_urls(self, trajectory_id: str, attempt_id: str = "0") -> dict[str, str]:
         """What to give an agent: ``OPENAI_BASE_URL`` (ends in /v1) and ``ANTHROPIC_BASE_URL``."""

@@ -90,6 +90,9 @@ class Trajectory:
     error: str | None = None
     reward: float | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    # the rollout's sampling parameters; when set, trained turns use them whatever the client
+    # asks (``messages.enforce_sampling``); metadata counts the turns and fields it changed
+    sampling: dict[str, Any] | None = None
     created: float = field(default_factory=time.time)
 
     @property
@@ -198,7 +201,8 @@ class Trajectory:
                 reward=float(reward or 0.0),
                 reward_info={"trajectory_id": self.trajectory_id, "attempt_id": self.attempt_id,
                              "segment_id": seg.segment_id, "origin": seg.origin,
-                             "parent": seg.parent},
+                             "parent": seg.parent, "sampling_overridden_turns":
+                                 self.metadata.get("sampling_overridden_turns", 0)},
             ))
         return samples
 

@@ -2,8 +2,10 @@
 
 ``TurnRunner.prepare`` does everything that can refuse a request before any byte is sent
 (parse errors, unknown model, oversize context), so a refused streaming request still gets a
-plain HTTP error. ``TurnRunner.events`` then generates and yields ``StreamEvent``s; the last
-one carries the finished ``TurnResult``. A failed or abandoned turn aborts its engine
+plain HTTP error; a trajectory opened with the rollout's sampling parameters gets them on
+every trained turn, whatever the client sent (``messages.enforce_sampling``).
+``TurnRunner.events`` then generates and yields ``StreamEvent``s; the last one carries the
+finished ``TurnResult``. A failed or abandoned turn aborts its engine
 request, rolls its prompt tokens back when nothing was appended after them, and marks the
 trajectory failed (engine failure) so the collector never trains on a half turn.
 """
@@ -20,6 +22,7 @@ from loongsage.agentflow.errors import EngineError
 from loongsage.agentflow.generation import (
     Generated, TurnDecoder, abort, generate, stream_generation,
 )
+from loongsage.agentflow.messages import enforce_sampling
 from loongsage.agentflow.middleware import RouterMiddleware, TurnContext
 from loongsage.agentflow.protocols.base import StreamEvent, TurnResult
 from loongsage.agentflow.tito import ChatRenderer, TurnPlan, plan_turn, record_generation
@@ -53,6 +56,14 @@ class TurnRunner:
             await mw.on_request(ctx)
         traj = ctx.trajectory
         sampling = ctx.request.sampling.to_engine(self.default_max_tokens)
+        if ctx.trainable:
+            sampling, changed = enforce_sampling(sampling, traj.sampling)
+            if changed:
+                meta = traj.metadata
+                meta["sampling_overridden_turns"] = meta.get("sampling_overridden_turns", 0) + 1
+                counts = meta.setdefault("sampling_overridden", {})
+                for name in changed:
+                    counts[name] = counts.get(name, 0) + 1
         busy = self._busy.setdefault(traj.key, set())
         plan = plan_turn(traj, ctx.request, self.renderer, subagent=ctx.subagent,
                          trainable=ctx.trainable, busy=busy,
