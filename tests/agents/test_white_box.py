@@ -81,3 +81,34 @@ def test_tool_loop_runs_the_calculator_in_a_registry_sandbox(scripted_engine, to
 def test_tool_loop_refuses_unknown_tools(tokenizer):
     with pytest.raises(ValueError, match=r"agent.params.tools: unknown tool\(s\) \['web'\]"):
         ToolLoopAgent(ToolLoopParams(tools=["calculator", "web"]), tokenizer)
+
+
+def test_sft_demonstration_tokens_equal_the_rollout_of_the_same_conversation(scripted_engine,
+                                                                             tokenizer):
+    """The warm start trains on exactly the tokens a rollout records: a synthetic_math tool
+    demonstration, encoded by SFT, equals the router's trajectory when the engine samples the
+    demonstration's assistant turns and the real calculator answers in a sandbox."""
+    from loongsage.agentflow.tito import ChatRenderer
+    from loongsage.models.sft import Demonstration, encode_demonstration
+
+    from loongsage_agents.datasets.params import SyntheticMathParams
+    from loongsage_agents.datasets.synthetic_math import SyntheticMathDataset
+
+    data = SyntheticMathDataset(SyntheticMathParams(max_operand=999, tool_demonstrations=1.0))
+    prompt = data.get(7)
+    agent = ToolLoopAgent(ToolLoopParams(sandbox="process", max_turns=3,
+                                         sandbox_params={"allow_untrusted_code": True}), tokenizer)
+    demo = Demonstration(prompt.messages, prompt.metadata["demonstration"], agent.tool_schemas())
+    renderer, history, replies = ChatRenderer(tokenizer), list(demo.messages), []
+    for message in demo.completion:
+        if message["role"] == "assistant":
+            replies.append(renderer.assistant_text(history, message, demo.tools))
+        history.append(message)
+    try:
+        [sample] = asyncio.run(agent.run_group(prompt, 1, scripted_engine(replies), {}))
+    finally:
+        agent.close()
+    assert sample.reward_info["tool_calls"] == 1 and sample.text == f"\\boxed{{{prompt.ground_truth}}}"
+    ids, mask = encode_demonstration(tokenizer, demo)
+    assert sample.prompt_ids + sample.response_ids == ids
+    assert [0] * len(sample.prompt_ids) + sample.loss_mask == mask

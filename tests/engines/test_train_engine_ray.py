@@ -9,7 +9,7 @@ import torch
 
 from loongsage.config.schema import ModelConfig, TrainConfig
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
-from loongsage.models.sft import sft_batch, token_mean_nll
+from loongsage.models.sft import Demonstration, sft_batch, token_mean_nll
 
 
 @pytest.mark.slow
@@ -24,7 +24,8 @@ def test_engine_runs_in_a_ray_actor(tiny_model_dir):
     try:
         local = EmbeddedTrainEngine(model, train, device="cpu")
         messages = [{"role": "user", "content": "What is 2 + 3?"}]
-        batch = sft_batch(local.tokenizer, [(messages, "\\boxed{5}")] * 3)
+        demo = Demonstration(messages, [{"role": "assistant", "content": "\\boxed{5}"}])
+        batch = sft_batch(local.tokenizer, [demo] * 3)
         remote_metrics = ray.get(actor.train_step.remote(batch, token_mean_nll))
         local_metrics = local.train_step(batch, token_mean_nll)
         assert remote_metrics["train/loss"] == pytest.approx(local_metrics["train/loss"], rel=1e-6)

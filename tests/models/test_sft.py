@@ -1,4 +1,5 @@
-"""Supervised warm start through the train engine: answer-only loss, loss goes down."""
+"""Supervised warm start through the train engine: loss only on the model's turns, loss goes
+down, demonstrations drawn from sources with their agents' tools."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import torch
 from loongsage.config.schema import ModelConfig, TrainConfig
 from loongsage.data.types import Prompt
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
-from loongsage.models.sft import run_sft, sft_batch, sft_examples, train_sft
+from loongsage.models.sft import Demonstration, run_sft, sft_batch, sft_examples, train_sft
 
 
 def examples(n=12):
@@ -15,7 +16,8 @@ def examples(n=12):
     for i in range(n):
         a, b = i % 7 + 1, (3 * i) % 5 + 2
         msgs = [{"role": "user", "content": f"What is {a} + {b}?"}]
-        out.append((msgs, f"{a} + {b} = {a + b}. The answer is \\boxed{{{a + b}}}."))
+        answer = f"{a} + {b} = {a + b}. The answer is \\boxed{{{a + b}}}."
+        out.append(Demonstration(msgs, [{"role": "assistant", "content": answer}]))
     return out
 
 
@@ -24,7 +26,8 @@ def test_loss_mask_covers_exactly_answer_and_eos(tiny_model_dir):
     tok = engine.tokenizer
     ex = examples(3)
     batch = sft_batch(tok, ex)
-    for row, (msgs, answer) in enumerate(ex):
+    for row, demo in enumerate(ex):
+        msgs, answer = demo.messages, demo.completion[0]["content"]
         trained = batch.input_ids[row][batch.loss_mask[row] > 0].tolist()
         assert tok.decode(trained) == answer + "<|im_end|>"
         n = int(batch.attention_mask[row].sum())
@@ -50,6 +53,10 @@ def test_sft_lowers_answer_loss_and_restores_optimizer(tiny_model_dir):
     assert train_sft(engine, data, 1, 2, 1e-3)[0] < losses[0]  # same loop, engine's tokenizer
 
 
+TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "Evaluate.",
+                                           "parameters": {"type": "object"}}}]
+
+
 class _Source:
     def __init__(self, name, size):
         self.name, self._size = name, size
@@ -62,15 +69,60 @@ class _Source:
         messages = [{"role": "user", "content": f"{self.name}{index}"}]
         return Prompt(self.name, index, messages, str(index), meta)
 
+    def tool_schemas(self):
+        return TOOLS if self.name == "b" else []
+
 
 def test_sft_examples_alternate_sources_and_use_solutions():
     sources = {"a": _Source("a", 50), "b": _Source("b", None)}
     ex = sft_examples(sources, 6, seed=3)
     assert ex == sft_examples(sources, 6, seed=3)
-    assert [m[0]["content"][0] for m, _ in ex] == ["a", "b"] * 3
-    for messages, answer in ex:
-        index = messages[0]["content"][1:]
-        from_a = messages[0]["content"][0] == "a"
-        assert answer == (f"sol {index}" if from_a else f"\\boxed{{{index}}}")
-    assert [m[0]["content"] for m, _ in ex[1::2]] == ["b0", "b1", "b2"]
-    assert torch.tensor([int(m[0]["content"][1:]) for m, _ in ex[::2]]).lt(50).all()
+    assert [d.messages[0]["content"][0] for d in ex] == ["a", "b"] * 3
+    for demo in ex:
+        index = demo.messages[0]["content"][1:]
+        from_a = demo.messages[0]["content"][0] == "a"
+        [turn] = demo.completion
+        assert turn == {"role": "assistant",
+                        "content": f"sol {index}" if from_a else f"\\boxed{{{index}}}"}
+        assert demo.tools == ([] if from_a else TOOLS)
+    assert [d.messages[0]["content"] for d in ex[1::2]] == ["b0", "b1", "b2"]
+    assert torch.tensor([int(d.messages[0]["content"][1:]) for d in ex[::2]]).lt(50).all()
+
+
+def test_tool_demonstration_trains_both_assistant_turns_and_nothing_else(tiny_model_dir):
+    from loongsage_agents.agents.tools import get_tools
+    from loongsage_agents.datasets.params import SyntheticMathParams
+    from loongsage_agents.datasets.synthetic_math import SyntheticMathDataset
+
+    tok = EmbeddedTrainEngine(ModelConfig(path=str(tiny_model_dir)), TrainConfig(),
+                              device="cpu").tokenizer
+    data = SyntheticMathDataset(SyntheticMathParams(max_operand=999, tool_demonstrations=0.5), seed=1)
+    prompts = [data.get(i) for i in range(40)]
+    with_demo = [p for p in prompts if "demonstration" in p.metadata]
+    assert 10 <= len(with_demo) <= 30  # about half, by a seeded draw per problem
+    plain = SyntheticMathDataset(SyntheticMathParams(max_operand=999), seed=1)
+    assert [p.messages for p in prompts] == [plain.get(i).messages for i in range(40)]
+    tools = [t.schema() for t in get_tools(["calculator"])]
+    prompt = with_demo[0]
+    answer, expr = prompt.ground_truth, prompt.metadata["expression"]
+    demo = Demonstration(prompt.messages, prompt.metadata["demonstration"], tools)
+    batch = sft_batch(tok, [demo])
+    n = int(batch.attention_mask[0].sum())
+    ids, mask = batch.input_ids[0, :n].tolist(), batch.loss_mask[0, :n].tolist()
+    trained_runs, run = [], []
+    for tid, m in zip(ids, mask):
+        if m:
+            run.append(tid)
+        elif run:
+            trained_runs.append(tok.decode(run))
+            run = []
+    if run:
+        trained_runs.append(tok.decode(run))
+    call = f'<tool_call>\n{{"name": "calculator", "arguments": {{"expression": "{expr}"}}}}\n</tool_call>'
+    assert trained_runs == [call + "<|im_end|>", f"\\boxed{{{answer}}}<|im_end|>"]
+    full = tok.apply_chat_template(demo.messages + [
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "calculator", "arguments": {"expression": expr}}}]},
+        {"role": "tool", "content": answer}, {"role": "assistant", "content": f"\\boxed{{{answer}}}"}],
+        tools=tools, tokenize=False)
+    assert tok.decode(ids) + "\n" == full  # the template's newline after the last stop is not trained

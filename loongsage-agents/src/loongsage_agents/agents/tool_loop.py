@@ -4,7 +4,8 @@ Each trajectory opens one sandbox (``params.sandbox``, any ``sandbox`` plugin fr
 registry) and loops: send the conversation with the tools' schemas (openai SDK, Chat
 Completions), run every tool call the model makes inside the sandbox, append the results as
 ``tool`` messages, and stop when the model answers without a tool call or after
-``max_turns`` model turns. The router records the tokens (TITO): the model's turns are in
+``max_turns`` model turns. A tool's output loses its trailing newlines (the template frames
+it). The router records the tokens (TITO): the model's turns are in
 the loss mask, tool results and template text are not. The answer is the last reply's text.
 """
 
@@ -32,7 +33,7 @@ async def run_tool(sandbox: Any, tool: Tool, arguments_json: str, timeout: float
     except (json.JSONDecodeError, ToolArgumentError) as err:
         return f"error: bad arguments for {tool.name}: {err}"
     result = await sandbox.exec(argv, timeout=timeout)
-    out = (result.stdout + result.stderr).decode("utf-8", "replace")
+    out = (result.stdout + result.stderr).decode("utf-8", "replace").rstrip("\n")
     if result.timed_out:
         out += f"\n[timed out after {timeout:g} s]"
     return out[:max_chars]
@@ -49,6 +50,10 @@ class ToolLoopAgent(RouterAgentBase):
         if self.params.max_turns < 1:
             raise ValueError(f"agent.params.max_turns must be >= 1, got {self.params.max_turns}")
 
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The Chat Completions ``tools`` this agent offers (SFT renders demonstrations with them)."""
+        return [t.schema() for t in self.tools.values()]
+
     def _sandbox(self, key: str) -> Any:
         from loongsage.plugins import get_registries
 
@@ -59,7 +64,7 @@ class ToolLoopAgent(RouterAgentBase):
                              sampling_params: dict[str, Any]) -> Outcome:
         p = self.params
         messages = [dict(m) for m in prompt.messages]
-        schemas = [t.schema() for t in self.tools.values()]
+        schemas = self.tool_schemas()
         calls = turns = 0
         finish = None
         async with openai_client(urls, key) as client, \

@@ -19,6 +19,9 @@ class SyntheticMathParams:
     num_operands: int = 2  # terms per problem (>= 2)
     allow_negative: bool = False  # False: subtractions never go below zero
     instruction: str = "Put your final answer in \\boxed{}."  # appended to every question
+    # share of problems whose SFT demonstration calls the `calculator` tool (tool_loop agent)
+    # with the expression, reads its result and boxes it; the rest show the worked solution
+    tool_demonstrations: float = 0.0
 
 
 @dataclass

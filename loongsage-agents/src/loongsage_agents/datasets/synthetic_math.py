@@ -8,11 +8,17 @@ problem, imperative) and asks for the answer in ``\\boxed{}``. ``max_operand`` s
 difficulty: 9 gives single-digit problems, 99 two-digit ones.
 
 ``metadata["solution"]`` holds a short worked answer ending in the boxed result, which the
-SFT warm start can use as a target to teach the answer format.
+SFT warm start can use as a target to teach the answer format. With ``tool_demonstrations``
+> 0 that share of problems (chosen by its own seeded draw, so the problems themselves do not
+change) carries a ``metadata["demonstration"]`` instead: an assistant turn that calls the
+``calculator`` tool of the ``tool_loop`` agent with the expression, the tool's result, and
+the boxed answer. A warm start on a mix of both teaches the tool-call format without
+deciding for the model when to use it; RL has to find out that the tool pays.
 """
 
 from __future__ import annotations
 
+import json
 import random
 
 from loongsage.errors import ConfigError
@@ -44,6 +50,9 @@ def _check(params: SyntheticMathParams) -> None:
             "dataset.max_operand",
             f"{params.max_operand} is below dataset.min_operand={params.min_operand}",
         )
+    if not 0.0 <= params.tool_demonstrations <= 1.0:
+        raise ConfigError("dataset.tool_demonstrations",
+                          f"must be a share in [0, 1], got {params.tool_demonstrations}")
     if params.min_operand < 0:
         raise ConfigError("dataset.min_operand", f"must be >= 0, got {params.min_operand}")
     if params.num_operands < 2:
@@ -98,10 +107,23 @@ class SyntheticMathDataset:
             expr=expr, a=terms[0], b=terms[-1], name=rng.choice(_NAMES), obj=rng.choice(_OBJECTS)
         )
         content = f"{question}\n{self.params.instruction}" if self.params.instruction else question
+        metadata = {"expression": expr, "solution": f"{expr} = {answer}. The answer is \\boxed{{{answer}}}."}
+        demo_draw = random.Random(f"synthetic_math-demo:{self.seed}:{index}").random()
+        if demo_draw < self.params.tool_demonstrations:
+            metadata["demonstration"] = calculator_demonstration(expr, answer)
         return Prompt(
             source=self.format,
             index=index,
             messages=[{"role": "user", "content": content}],
             ground_truth=str(answer),
-            metadata={"expression": expr, "solution": f"{expr} = {answer}. The answer is \\boxed{{{answer}}}."},
+            metadata=metadata,
         )
+
+
+def calculator_demonstration(expression: str, answer: int) -> list[dict]:
+    """Call the calculator with ``expression``, read ``answer`` back, box it."""
+    call = {"id": "call_0", "type": "function",
+            "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})}}
+    return [{"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_0", "content": str(answer)},
+            {"role": "assistant", "content": f"\\boxed{{{answer}}}"}]

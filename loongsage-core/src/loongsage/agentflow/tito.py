@@ -55,6 +55,20 @@ class ChatRenderer:
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
+    def assistant_text(self, history: list[dict[str, Any]], message: dict[str, Any],
+                       tools: list[dict[str, Any]]) -> str:
+        """The text a model writes for assistant ``message`` after ``history``, without its stop
+        token: what the template puts between the generation prompt and the end of turn (tool
+        calls in the template's own syntax, which the matching tool parser reads back)."""
+        prompt = self.render(history, tools, True)
+        full = self.render(history + [message], tools, False)
+        if not full.startswith(prompt):
+            raise RequestError("messages: the chat template renders the assistant turn "
+                               "differently from its generation prompt; cannot recover its text")
+        body = full[len(prompt):]
+        at = body.rfind(self.eos_text) if self.eos_text else -1
+        return body[:at] if at >= 0 else body
+
     def turn_close(self, rendered_prefix: str, stop_text: str) -> str:
         """Text the template puts after a sampled turn that is not yet in the stored tokens."""
         marker = stop_text or self.eos_text

@@ -68,6 +68,11 @@ class DataSource:
             messages = [{"role": "system", "content": self.system_prompt}, *messages]
         return dataclasses.replace(prompt, source=self.name, index=index, messages=messages)
 
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The tools this source's agent offers the model (``[]`` for agents without tools)."""
+        offered = getattr(self.agent, "tool_schemas", None)
+        return list(offered()) if offered is not None else []
+
     def score(self, text: str, ground_truth: Any, **context: Any) -> dict[str, Any]:
         """The reward as a dict with a float ``score`` (a bare float becomes ``{"score": x}``)."""
         result = self.reward(text, ground_truth, self.reward_params, **context)

@@ -1,18 +1,27 @@
-"""Supervised warm start: teach a model a task's answer format before RL.
+"""Supervised warm start: teach a model a task's answer format (or tool use) before RL.
 
-Cross-entropy on the assistant answer tokens only (plus the end-of-turn token, so the
-model learns to stop), run through the train engine's ``train_step`` with a token-mean
-closure, so SFT and RL share one optimizer loop, one checkpoint format and one weight
-sync path. The prompt is rendered with the tokenizer's chat template and the answer is
-tokenised on its own and appended: exactly the token split a rollout produces, where the
-engine generates ids after the templated prompt. SFT gets a fresh AdamW at its own
-learning rate; the engine's optimizer is reset to ``train.lr`` afterwards, so RL does not
-inherit SFT's moment estimates.
+Cross-entropy on the model's own turns only (each assistant turn plus the end-of-turn token
+that stops it), run through the train engine's ``train_step`` with a token-mean closure, so
+SFT and RL share one optimizer loop, one checkpoint format and one weight sync path.
+
+A ``Demonstration`` is a prompt, the turns that follow it (assistant turns, and for a
+multi-turn tool task the tool results between them) and the tools the agent offers. It is
+tokenised exactly the way the AgentFlow router builds a rollout (``agentflow.tito``): the
+prompt and every tool result are rendered with the chat template as the text new since the
+last turn, each assistant turn is tokenised on its own and closed with the stop token, and
+the template's text after a stop token is prompt, not target. So a warm-started model sees
+at training time the very token split it will produce at rollout time. A prompt without a
+``metadata["demonstration"]`` becomes one assistant turn: its ``metadata["solution"]`` when
+the dataset provides a worked one, else ``\\boxed{ground_truth}``.
+
+SFT gets a fresh AdamW at its own learning rate; the engine's optimizer is reset to
+``train.lr`` afterwards, so RL does not inherit SFT's moment estimates.
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -20,52 +29,84 @@ import torch
 from loongsage.engines.batch import LossContext, TrainBatch
 from loongsage.errors import LoongSageError
 
-Example = tuple[list[dict[str, Any]], str]
+
+@dataclass
+class Demonstration:
+    """A prompt and the turns that should follow it; its assistant turns are the targets."""
+
+    messages: list[dict[str, Any]]
+    completion: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = field(default_factory=list)
 
 
-def sft_examples(sources: Mapping[str, Any], n: int, seed: int = 0) -> list[Example]:
-    """``n`` (messages, answer) pairs drawn round-robin from data sources' prompts.
+def demonstration_of(prompt: Any, tools: list[dict[str, Any]]) -> Demonstration:
+    """The demonstration a dataset's prompt carries, or its answer as one assistant turn."""
+    completion = prompt.metadata.get("demonstration")
+    if not completion:
+        answer = prompt.metadata.get("solution") or f"\\boxed{{{prompt.ground_truth}}}"
+        completion = [{"role": "assistant", "content": answer}]
+    return Demonstration(list(prompt.messages), [dict(m) for m in completion], list(tools))
 
-    The answer is the prompt's ``metadata["solution"]`` when the dataset provides a worked
-    one, else ``\\boxed{ground_truth}``. Indices are drawn with a seeded RNG from each
-    source's range (the first ``n`` indices for unbounded sources).
+
+def sft_examples(sources: Mapping[str, Any], n: int, seed: int = 0) -> list[Demonstration]:
+    """``n`` demonstrations drawn round-robin from data sources' prompts.
+
+    Indices are drawn with a seeded RNG from each source's range (the first ``n`` indices
+    for unbounded sources); each source's agent names the tools its prompts are shown with.
     """
     if not sources:
         raise LoongSageError("sft: no data sources to draw examples from")
     rng = random.Random(f"sft:{seed}")
     names = list(sources)
-    out: list[Example] = []
+    tools = {name: source.tool_schemas() for name, source in sources.items()}
+    out: list[Demonstration] = []
     for i in range(n):
-        source = sources[names[i % len(names)]]
-        size = source.size()
-        prompt = source.get(rng.randrange(size) if size else i // len(names))
-        answer = prompt.metadata.get("solution") or f"\\boxed{{{prompt.ground_truth}}}"
-        out.append((prompt.messages, answer))
+        name = names[i % len(names)]
+        size = sources[name].size()
+        prompt = sources[name].get(rng.randrange(size) if size else i // len(names))
+        out.append(demonstration_of(prompt, tools[name]))
     return out
 
 
-def encode_example(
-    tokenizer: Any, messages: list[dict[str, Any]], answer: str
-) -> tuple[list[int], int]:
-    """Token ids of prompt + answer + eos, and the index where the answer starts."""
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-    return prompt_ids + answer_ids, len(prompt_ids)
+def encode_demonstration(tokenizer: Any, demo: Demonstration) -> tuple[list[int], list[int]]:
+    """Token ids of the whole conversation and a loss mask that is 1 on the model's turns."""
+    from loongsage.agentflow.messages import ChatRequest
+    from loongsage.agentflow.store import Trajectory
+    from loongsage.agentflow.tito import ChatRenderer, plan_turn, record_generation
+
+    renderer = ChatRenderer(tokenizer)
+    traj = Trajectory("sft", "0")
+    history = [dict(m) for m in demo.messages]
+    for message in demo.completion:
+        if message.get("role") == "assistant":
+            plan = plan_turn(traj, ChatRequest("openai_chat", "sft", list(history), demo.tools),
+                             renderer)
+            text = renderer.assistant_text(history, message, demo.tools)
+            ids = renderer.encode(text) + [tokenizer.eos_token_id]
+            record_generation(traj, plan.segment, ids, [0.0] * len(ids), [0] * len(ids), "stop",
+                              message, renderer.eos_text)
+        history.append(dict(message))
+    samples = traj.to_samples()
+    if len(samples) != 1:
+        raise LoongSageError(f"sft: a demonstration needs at least one assistant turn and one "
+                             f"conversation, got completion {demo.completion!r}")
+    sample = samples[0]
+    return (sample.prompt_ids + sample.response_ids,
+            [0] * len(sample.prompt_ids) + list(sample.loss_mask))
 
 
-def sft_batch(tokenizer: Any, examples: Sequence[Example]) -> TrainBatch:
-    """Right-padded batch whose loss mask covers each answer (and its eos) only."""
-    encoded = [encode_example(tokenizer, m, a) for m, a in examples]
+def sft_batch(tokenizer: Any, examples: Sequence[Demonstration]) -> TrainBatch:
+    """Right-padded batch whose loss mask covers the model's turns (and their stop tokens)."""
+    encoded = [encode_demonstration(tokenizer, demo) for demo in examples]
     length = max(len(ids) for ids, _ in encoded)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     input_ids = torch.full((len(encoded), length), pad, dtype=torch.long)
     attention = torch.zeros((len(encoded), length), dtype=torch.long)
     loss_mask = torch.zeros((len(encoded), length), dtype=torch.float32)
-    for row, (ids, start) in enumerate(encoded):
+    for row, (ids, mask) in enumerate(encoded):
         input_ids[row, : len(ids)] = torch.tensor(ids)
         attention[row, : len(ids)] = 1
-        loss_mask[row, start : len(ids)] = 1.0
+        loss_mask[row, : len(ids)] = torch.tensor(mask, dtype=torch.float32)
     return TrainBatch(input_ids, attention, loss_mask)
 
 
@@ -76,7 +117,7 @@ def token_mean_nll(ctx: LossContext) -> torch.Tensor:
 
 def run_sft(
     engine: Any,
-    examples: Sequence[Example],
+    examples: Sequence[Demonstration],
     tokenizer: Any,
     steps: int,
     batch_size: int,
@@ -104,7 +145,7 @@ def run_sft(
 
 
 def train_sft(
-    engine: Any, examples: Sequence[Example], steps: int, batch_size: int, lr: float
+    engine: Any, examples: Sequence[Demonstration], steps: int, batch_size: int, lr: float
 ) -> list[float]:
     """``run_sft`` with the engine's own tokenizer (shipped into the train actor)."""
     return run_sft(engine, examples, engine.tokenizer, steps, batch_size, lr)
