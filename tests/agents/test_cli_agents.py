@@ -224,3 +224,22 @@ def test_mini_swe_agent_completes_a_file_task_and_forks_after_a_dropped_reply(
         assert tokenizer.decode(ids[:start]) == tokenizer.apply_chat_template(
             template_messages(turn["messages"]), tools=turn["tools"], tokenize=False,
             add_generation_prompt=True)
+
+
+def test_mini_swe_agent_refuses_what_would_break_its_run(tmp_path, monkeypatch):
+    """Bad parameters fail before mini starts, naming the field; a missing ``mini`` names how
+    to install it (its own venv in the cache)."""
+    urls = {"openai": "http://127.0.0.1:1/t/0/v1", "anthropic": "http://127.0.0.1:1/t/0"}
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    bad = {"step_limit": 0, "files": {"mini.yaml": "agent: {}"}}
+    for field, value in bad.items():
+        agent = MiniSweAgent(MiniSweAgentParams(**{field: value}), None)
+        with pytest.raises(ValueError, match=f"agent.params.{field}"):
+            agent.prepare("task", urls, "t:0", work, home)
+    monkeypatch.setenv("LOONGSAGE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"venvs/mini-swe-agent/bin/pip install "
+                                                r"mini-swe-agent==2\.4\.6"):
+        MiniSweAgent(MiniSweAgentParams(), None).prepare("task", urls, "t:0", work, home)
