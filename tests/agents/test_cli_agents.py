@@ -179,7 +179,8 @@ def test_mini_swe_agent_completes_a_file_task_and_forks_after_a_dropped_reply(
                        keep_workdir=True)
     agent.tokenizer = tokenizer
     recorder = scripted_router(agent, engine, tmp_path / "run")
-    prompt = Prompt("mini", 1, [{"role": "user", "content": "Write hello into out.txt."}])
+    task = "-Write hello into out.txt."  # a leading '-' must not read as an option
+    prompt = Prompt("mini", 1, [{"role": "user", "content": task}])
     samples = asyncio.run(agent.run_group(prompt, 1, engine, {}))
     info = samples[0].reward_info
     assert info["exit_code"] == 0 and info["mini_exit_status"] == "Submitted", info["stdout"][-3000:]
@@ -190,6 +191,7 @@ def test_mini_swe_agent_completes_a_file_task_and_forks_after_a_dropped_reply(
         ["system", "user"], ["system", "user", "assistant", "tool"],
         ["system", "user", "assistant", "tool", "user"]]
     assert recorder.turns[2]["messages"][4]["content"].startswith("Tool call error")
+    assert task in recorder.turns[0]["messages"][1]["content"]
     root, fork = samples
     assert (root.reward_info["origin"], root.reward_info["parent"]) == ("root", None)
     assert (fork.reward_info["origin"], fork.reward_info["parent"]) == ("compact", 0)

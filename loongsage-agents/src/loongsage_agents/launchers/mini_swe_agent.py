@@ -5,7 +5,7 @@ Per REFERENCE.md §5.2, checked against the installed 2.4.6 source (``minisweage
 
 * mini is installed in a venv of its own (``launchers.cli.ensure_mini_swe_agent``): it pulls
   litellm and many dependencies that must not meet the project's pinned ones.
-* ``mini -y -m openai/MODEL -t TASK -c BASE -c HOME/mini.yaml -o HOME/traj.json
+* ``mini -y -m openai/MODEL --task=TASK -c BASE -c HOME/mini.yaml -o HOME/traj.json
   --exit-immediately``: ``-y`` = yolo mode (no confirmations), ``--exit-immediately`` =
   ``agent.confirm_exit: false``. Any ``-c`` drops mini's default config, so ``params.base_config``
   (mini's own ``mini.yaml``, found by name) comes first and LoongSage's settings are merged onto
@@ -66,7 +66,7 @@ class MiniSweAgent(CommandAgent):
             agent["instance_template"] = p.instance_template
         return {
             "agent": agent,
-            "model": {"model_name": f"openai/{p.model}", "cost_tracking": "ignore_errors",
+            "model": {"model_name": f"openai/{p.model}",
                       "model_kwargs": {"api_base": urls["openai"], "api_key": key,
                                        "max_tokens": int(p.max_output_tokens)}},
             "environment": {"cwd": str(workdir), "timeout": int(p.command_timeout_s)},
@@ -86,7 +86,8 @@ class MiniSweAgent(CommandAgent):
         path = home / "mini.yaml"
         if "=" in str(path):
             raise ValueError(f"agent.params.workdir_root: mini reads a '-c' argument holding '=' "
-                             f"as key=value, so its config path {path} must not contain '='")
+                             f"as key=value, so its config path {path} (work dir root and "
+                             "trajectory id) must not contain '='")
         path.write_text(yaml.safe_dump(self.config(urls, key, workdir), sort_keys=False))
         env = router_env(urls, key, home, task)
         env.update({
@@ -96,7 +97,7 @@ class MiniSweAgent(CommandAgent):
             "MSWEA_SILENT_STARTUP": "1", "PYTHONUNBUFFERED": "1",
         })
         env.update(p.env)
-        argv = [find_binary("mini", p.bin_dir), "-y", "-m", f"openai/{p.model}", "-t", task,
+        argv = [find_binary("mini", p.bin_dir), "-y", "-m", f"openai/{p.model}", f"--task={task}",
                 "-c", p.base_config, "-c", str(path), "-o", str(home / TRAJ_FILE),
                 "--exit-immediately", *p.extra_args]
         return argv, env
