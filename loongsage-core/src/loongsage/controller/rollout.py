@@ -47,13 +47,14 @@ class EventLoopThread:
 
 
 def score(sample: Sample, reward: Callable[..., Any], params: Any, prompt: Prompt) -> None:
-    """Fill ``sample.reward`` (and ``reward_info``) from a reward returning a float or a dict."""
+    """Fill ``sample.reward`` from a reward returning a float or a dict; a dict's other fields
+    join ``reward_info`` next to what the agent reported (turns, tool calls, exit code)."""
     result = reward(sample.text, prompt.ground_truth, params, prompt=prompt, sample=sample)
     if isinstance(result, dict):
         if "score" not in result:
             raise ValueError(f"reward for source '{prompt.source}' returned a dict without 'score': {result}")
         sample.reward = float(result["score"])
-        sample.reward_info = {k: v for k, v in result.items() if k != "score"}
+        sample.reward_info = {**sample.reward_info, **{k: v for k, v in result.items() if k != "score"}}
     else:
         sample.reward = float(result)
 

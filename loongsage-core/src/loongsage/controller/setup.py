@@ -23,6 +23,7 @@ from loongsage.algorithms.filters import FilterChain, FilterResult
 from loongsage.algorithms.objective import Objective
 from loongsage.config.validate import as_container
 from loongsage.controller.actors import spawn_engine, split_cores, start_ray
+from loongsage.controller.agent_routers import AgentRouters
 from loongsage.controller.batching import groups_to_batch, rollout_metrics
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
@@ -56,6 +57,7 @@ class Run:
     trackers: list = field(default_factory=list)
     sources: dict = field(default_factory=dict)
     weight_sync: WeightSync | None = None
+    agent_routers: AgentRouters | None = None
     version: int = 0
     _bar: Any = None
 
@@ -182,6 +184,8 @@ class Run:
             self.scheduler.close()
         if self.rollout is not None:
             self.rollout.close()
+        if self.agent_routers is not None:
+            self.agent_routers.close()
         if self.weight_sync is not None:
             self.weight_sync.close()
         if self._bar is not None:
@@ -312,6 +316,9 @@ def build_run(cfg: DictConfig, registries: Registries, rollout: bool = True) -> 
             urls = ray.get([a.call.remote("start") for a in run.rollout_actors])
             run.weight_sync = WeightSync(train_actor, run.rollout_actors, TransferConfig(**plain["transfer"]))
             clients = [EngineClient(url) for url in urls]
+            run.agent_routers = AgentRouters(sources, clients, tokenizer, run_dir.path)
+            for name, url in run.agent_routers.urls().items():
+                print(f"agentflow router for data source {name!r}: {url}", flush=True)
             run.rollout = RolloutManager(
                 {name: s.runtime for name, s in sources.items()},
                 clients,

@@ -1,0 +1,67 @@
+"""The controller's routers for router-based agents: one per data source over every engine
+client, built with the agent's own settings, persisting each finished trajectory to the run
+directory. A scripted engine stands in for the rollout engine (the reply text is fixed so the
+persisted tokens can be checked); router, agent and files are real."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+
+import httpx
+import pytest
+
+from loongsage.controller.agent_routers import AgentRouters
+from loongsage.data.types import Prompt
+
+from loongsage_agents.agents.chat import ChatAgent
+from loongsage_agents.agents.router_params import ChatParams
+from loongsage_agents.agents.single_turn import SingleTurnAgent
+
+
+class SlowEngine:
+    """A scripted engine whose replies take a moment, so concurrent trajectories overlap."""
+
+    def __init__(self, engine):
+        self.engine, self.sampling_seen = engine, engine.sampling_seen
+
+    async def agenerate(self, *args, **kwargs):
+        await asyncio.sleep(0.3)
+        return await self.engine.agenerate(*args, **kwargs)
+
+    def astream_generate(self, *args, **kwargs):
+        return self.engine.astream_generate(*args, **kwargs)
+
+    async def aabort(self, *args, **kwargs):
+        return None
+
+
+def test_each_router_agent_gets_a_router_that_persists_its_trajectories(scripted_engine,
+                                                                         tokenizer, tmp_path):
+    engines = [SlowEngine(scripted_engine(["Four."] * 2)) for _ in range(2)]
+    agent = ChatAgent(ChatParams(), tokenizer)
+    sources = {"chat_src": SimpleNamespace(agent=agent),
+               "plain_src": SimpleNamespace(agent=SingleTurnAgent(None, tokenizer))}
+    routers = AgentRouters(sources, engines, tokenizer, tmp_path)
+    try:
+        assert list(routers.urls()) == ["chat_src"]  # single_turn talks to the engine itself
+        url = routers.urls()["chat_src"]
+        prompt = Prompt("chat_src", 4, [{"role": "user", "content": "2 + 2?"}])
+        samples = asyncio.run(agent.run_group(prompt, 2, engines[0], {"temperature": 1.0}))
+        assert httpx.get(url + "/health").status_code == 200
+    finally:
+        routers.close()
+    with pytest.raises(httpx.TransportError):
+        httpx.get(url + "/health", timeout=2)
+    # the two trajectories went to the two replicas (least-loaded), not both to the one passed
+    assert [len(e.sampling_seen) for e in engines] == [1, 1]
+    lines = (tmp_path / "trajectories" / "chat_src" / "trajectories.jsonl").read_text().splitlines()
+    stored = {row["trajectory_id"]: row for row in map(json.loads, lines)}
+    assert len(stored) == 2
+    for s in samples:
+        row = stored[s.reward_info["trajectory_id"]]
+        assert row["status"] == "finished"
+        assert row["tokens"] == s.prompt_ids + s.response_ids
+        assert row["loss_mask"] == [0] * len(s.prompt_ids) + s.loss_mask
+        assert tokenizer.decode(s.response_ids) == "Four.<|im_end|>"
