@@ -23,9 +23,10 @@ def cli_env() -> dict[str, str]:
     return env
 
 
-def train(run_dir: Path, *overrides: str, timeout: float = 900) -> subprocess.CompletedProcess:
+def train(run_dir: Path, *overrides: str, timeout: float = 900,
+          config: str = "tiny/grpo") -> subprocess.CompletedProcess:
     """Run ``loongsage train`` to completion; fail the test with its output if it fails."""
-    args = [*CLI, "train", "--config-name", "tiny/grpo", f"trainer.run_dir={run_dir}",
+    args = [*CLI, "train", "--config-name", config, f"trainer.run_dir={run_dir}",
             "logging.progress_bar=false", *overrides]
     result = subprocess.run(args, capture_output=True, text=True, env=cli_env(), timeout=timeout)
     if result.returncode != 0:
