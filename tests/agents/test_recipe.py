@@ -18,3 +18,15 @@ def test_tool_calculator_recipe_builds_a_tool_loop_agent():
     assert (params.sandbox, params.tools, params.max_turns) == ("bwrap", ["calculator"], 3)
     agent = entry.obj(params, None)
     assert isinstance(agent, ToolLoopAgent) and list(agent.tools) == ["calculator"]
+
+
+def test_partial_rollout_is_refused_for_router_agents_only():
+    import pytest
+
+    from loongsage.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^data_sources\[0\]\.agent: agent 'tool_loop' cannot "
+                                          r"continue a sample aborted"):
+        load_config("tiny/tool_calculator", ["rollout.partial=true"])
+    cfg, _ = load_config("tiny/grpo", ["rollout.partial=true"])  # single_turn continues samples
+    assert cfg.rollout.partial

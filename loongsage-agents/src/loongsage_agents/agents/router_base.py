@@ -161,11 +161,3 @@ class RouterAgentBase:
                                f"{prompt.source}#{prompt.index} called the model; first outcome: "
                                f"{asdict(results[0][1])}")
         return samples
-
-    async def continue_sample(self, sample: Sample, client: Any,
-                              sampling_params: dict[str, Any]) -> Sample:
-        """Partial rollout cannot resume a router trajectory: its agent process is gone."""
-        raise NotImplementedError(
-            f"{type(self).__name__}: a trajectory aborted at a weight update cannot be continued "
-            "(the agent that drove it has exited); use a window policy without partial rollout "
-            "for router-based agents")

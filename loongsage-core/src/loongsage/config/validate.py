@@ -189,6 +189,22 @@ def _check_data_sources(cfg: DictConfig) -> None:
             raise ConfigError(f"data_sources[{i}].weight", f"expected a positive proportion, got {source.weight}")
 
 
+def _check_agents(cfg: DictConfig, registries: Registries) -> None:
+    """Partial rollout needs agents that can continue an aborted sample (``continue_sample``)."""
+    if not cfg.rollout.partial:
+        return
+    for i, source in enumerate(cfg.data_sources):
+        name = source.agent["name"]
+        if not hasattr(registries.agent.get(name), "continue_sample"):
+            raise ConfigError(
+                f"data_sources[{i}].agent",
+                f"agent {name!r} cannot continue a sample aborted at a weight update (it has no "
+                "continue_sample: a router-based agent's program has exited by then), which "
+                "rollout.partial=true needs; set rollout.partial=false (async runs without "
+                "partial rollout let in-flight trajectories finish instead)",
+            )
+
+
 def _algorithm_rules(cfg: DictConfig, registries: Registries) -> None:
     """Cross-field algorithm rules live with the algorithms (M2PO vs IS correction, ...)."""
     try:
@@ -210,6 +226,7 @@ def validate_config(cfg: DictConfig, registries: Registries) -> DictConfig:
     _check_modes(cfg)
     _check_data_sources(cfg)
     _resolve_plugins(cfg, registries)
+    _check_agents(cfg, registries)
     _algorithm_rules(cfg, registries)
     return cfg
 
