@@ -153,17 +153,19 @@ class Recorder:
 
 
 @pytest.fixture
-def recording_router(engine_url, tokenizer):
-    """``recording_router(agent) -> Recorder``: start a router with the agent's own settings
-    plus the recorder, over the real embedded engine, and hand it to the agent
-    (``use_router``, the controller's path)."""
+def recording_router(request, tokenizer):
+    """``recording_router(agent, engine=None, run_dir=None) -> Recorder``: start a router with
+    the agent's own settings plus the recorder, over ``engine`` (default: the real embedded
+    engine, started on first use), persisting to ``run_dir`` when given, and hand it to the
+    agent (``use_router``, the controller's path)."""
     from loongsage import hookimpl
     from loongsage.agentflow.server import Router
+    from loongsage.engines.client import EngineClient
     from loongsage.plugins import load_plugins
 
     started = []
 
-    def make(agent: Any) -> Recorder:
+    def make(agent: Any, engine: Any = None, run_dir: Any = None) -> Recorder:
         recorder = Recorder()
 
         class Plugin:
@@ -174,13 +176,14 @@ def recording_router(engine_url, tokenizer):
         settings = agent.router_settings()
         settings.registries = load_plugins(extra=[(Plugin(), "agents-test-recorder")])
         settings.middlewares = list(settings.middlewares) + ["test_recorder"]
-        router = Router([EngineClient(engine_url)], tokenizer, settings)
+        settings.run_dir = str(run_dir) if run_dir is not None else None
+        if engine is None:
+            engine = EngineClient(request.getfixturevalue("engine_url"))
+        router = Router([engine], tokenizer, settings)
         router.start()
         started.append(router)
         agent.use_router(router)
         return recorder
-
-    from loongsage.engines.client import EngineClient
 
     yield make
     for router in started:

@@ -127,44 +127,8 @@ SUBMIT = ('<tool_call>\n{"name": "bash", "arguments": {"command": '
           '"echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat out.txt"}}\n</tool_call>')
 
 
-@pytest.fixture
-def scripted_router(tokenizer):
-    """``scripted_router(agent, engine, run_dir) -> Recorder``: a real router with the agent's
-    settings and the turn recorder over ``engine``, persisting to ``run_dir``, handed to the
-    agent."""
-    from loongsage import hookimpl
-    from loongsage.agentflow.server import Router
-    from loongsage.plugins import load_plugins
-
-    from .conftest import Recorder
-
-    started = []
-
-    def make(agent, engine, run_dir) -> Recorder:
-        recorder = Recorder()
-
-        class Plugin:
-            @hookimpl
-            def loongsage_register_router_middlewares(self, register):
-                register("test_recorder", recorder.factory, doc="Test: record turns.")
-
-        settings = agent.router_settings()
-        settings.registries = load_plugins(extra=[(Plugin(), "agents-test-recorder-scripted")])
-        settings.middlewares = list(settings.middlewares) + ["test_recorder"]
-        settings.run_dir = str(run_dir)
-        router = Router([engine], tokenizer, settings)
-        router.start()
-        started.append(router)
-        agent.use_router(router)
-        return recorder
-
-    yield make
-    for router in started:
-        router.stop()
-
-
 def test_mini_swe_agent_completes_a_file_task_and_forks_after_a_dropped_reply(
-        mini_bin_dir, scripted_router, scripted_engine, long_context, tokenizer, tmp_path):
+        mini_bin_dir, recording_router, scripted_engine, long_context, tokenizer, tmp_path):
     """A real task end to end: mini runs a bash tool call that writes ``out.txt`` in the
     trajectory's work dir, then a reply without a tool call (dropped by mini, answered with a
     "Tool call error" user turn), then submits with the file's content. The replies come from
@@ -178,7 +142,7 @@ def test_mini_swe_agent_completes_a_file_task_and_forks_after_a_dropped_reply(
     agent = mini_agent(mini_bin_dir, long_context, step_limit=5, workdir_root=str(tmp_path),
                        keep_workdir=True)
     agent.tokenizer = tokenizer
-    recorder = scripted_router(agent, engine, tmp_path / "run")
+    recorder = recording_router(agent, engine, tmp_path / "run")
     task = "-Write hello into out.txt."  # a leading '-' must not read as an option
     prompt = Prompt("mini", 1, [{"role": "user", "content": task}])
     samples = asyncio.run(agent.run_group(prompt, 1, engine, {}))
