@@ -93,6 +93,7 @@ def test_sft_demonstration_tokens_equal_the_rollout_of_the_same_conversation(scr
 
     from loongsage_agents.datasets.params import SyntheticMathParams
     from loongsage_agents.datasets.synthetic_math import SyntheticMathDataset
+    from loongsage_agents.tool_parsers.hermes import HermesToolParser
 
     data = SyntheticMathDataset(SyntheticMathParams(max_operand=999, tool_demonstrations=1.0))
     prompt = data.get(7)
@@ -102,7 +103,7 @@ def test_sft_demonstration_tokens_equal_the_rollout_of_the_same_conversation(scr
     renderer, history, replies = ChatRenderer(tokenizer), list(demo.messages), []
     for message in demo.completion:
         if message["role"] == "assistant":
-            replies.append(renderer.assistant_text(history, message, demo.tools))
+            replies.append(renderer.assistant_text(history, message, demo.tools, HermesToolParser()))
         history.append(message)
     try:
         [sample] = asyncio.run(agent.run_group(prompt, 1, scripted_engine(replies), {}))

@@ -72,6 +72,9 @@ class _Source:
     def tool_schemas(self):
         return TOOLS if self.name == "b" else []
 
+    def tool_parser(self):
+        return "qwen3_xml" if self.name == "b" else "hermes"
+
 
 def test_sft_examples_alternate_sources_and_use_solutions():
     sources = {"a": _Source("a", 50), "b": _Source("b", None)}
@@ -84,7 +87,7 @@ def test_sft_examples_alternate_sources_and_use_solutions():
         [turn] = demo.completion
         assert turn == {"role": "assistant",
                         "content": f"sol {index}" if from_a else f"\\boxed{{{index}}}"}
-        assert demo.tools == ([] if from_a else TOOLS)
+        assert (demo.tools, demo.tool_parser) == (([], "hermes") if from_a else (TOOLS, "qwen3_xml"))
     assert [d.messages[0]["content"] for d in ex[1::2]] == ["b0", "b1", "b2"]
     assert torch.tensor([int(d.messages[0]["content"][1:]) for d in ex[::2]]).lt(50).all()
 
@@ -126,3 +129,35 @@ def test_tool_demonstration_trains_both_assistant_turns_and_nothing_else(tiny_mo
         {"role": "tool", "content": answer}, {"role": "assistant", "content": f"\\boxed{{{answer}}}"}],
         tools=tools, tokenize=False)
     assert tok.decode(ids) + "\n" == full  # the template's newline after the last stop is not trained
+
+
+def test_template_without_tool_support_gets_the_parsers_tool_call_text():
+    """SmolLM2's template drops tool calls: the demonstration's call is written by the source's
+    tool parser instead, so the warm-started model writes what the router will parse."""
+    from transformers import AutoTokenizer
+
+    from loongsage.agentflow.tool_calls import ToolCall
+    from loongsage.models.resolve import resolve_model_path
+    from loongsage.models.sft import encode_demonstration
+    from loongsage.plugins import get_registries
+
+    tok = AutoTokenizer.from_pretrained(resolve_model_path("builtin:smollm2"))
+    call = {"id": "c", "type": "function",
+            "function": {"name": "calculator", "arguments": '{"expression": "345 + 678"}'}}
+    completion = [{"role": "assistant", "content": "", "tool_calls": [call]},
+                  {"role": "tool", "tool_call_id": "c", "content": "1023"},
+                  {"role": "assistant", "content": "\\boxed{1023}"}]
+    for name in ("hermes", "qwen3_xml"):
+        demo = Demonstration([{"role": "user", "content": "345 + 678?"}], completion, TOOLS, name)
+        ids, mask = encode_demonstration(tok, demo)
+        runs, run = [], []
+        for tid, m in zip(ids, mask):
+            if m:
+                run.append(tid)
+            elif run:
+                runs, run = runs + [run], []
+        first, second = (tok.decode(r) for r in runs + [run] if r)
+        parser = get_registries().tool_parser.get(name)()
+        expected = parser.render([ToolCall.from_args("calculator", {"expression": "345 + 678"})])
+        assert first == expected + "<|im_end|>" and second == "\\boxed{1023}<|im_end|>"
+        assert "<|im_start|>tool\n1023<|im_end|>" in tok.decode(ids)  # the template's tool turn

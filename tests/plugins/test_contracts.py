@@ -88,11 +88,20 @@ def test_sandbox_contract(entry):
 
 @pytest.mark.parametrize("entry", entries("tool_parser"))
 def test_tool_parser_contract(entry):
-    """loongsage_register_tool_parsers: plain text parses to itself with no tool calls."""
+    """loongsage_register_tool_parsers: plain text parses to itself with no tool calls, and
+    rendered calls parse back to the same calls."""
+    from loongsage.agentflow.tool_calls import ToolCall
+
     parser = entry.obj()
     assert isinstance(parser.start_marker, str) and parser.start_marker
     parsed = parser.parse("The answer is 4.")
     assert (parsed.content, parsed.tool_calls) == ("The answer is 4.", [])
+    calls = [ToolCall.from_args("calculator", {"expression": "345 + 678"}),
+             ToolCall.from_args("bash", {"command": "ls -la\necho 'x'", "timeout": 5})]
+    parsed = parser.parse(parser.render(calls))
+    assert parsed.content == ""
+    assert [(c.name, c.args_object()) for c in parsed.tool_calls] == \
+        [(c.name, c.args_object()) for c in calls]
 
 
 @pytest.mark.parametrize("entry", entries("router_middleware"))

@@ -36,3 +36,9 @@ class HermesToolParser:
 
     def parse(self, text: str) -> ParsedOutput:
         return split_blocks(text, _call)
+
+    def render(self, calls: list[ToolCall]) -> str:
+        """Qwen2.5's template layout: one block per call, JSON with spaces after separators."""
+        return "\n".join(
+            f'<tool_call>\n{json.dumps({"name": c.name, "arguments": c.args_object()}, ensure_ascii=False)}'
+            "\n</tool_call>" for c in calls)

@@ -52,3 +52,14 @@ class XMLToolParser:
 
     def parse(self, text: str) -> ParsedOutput:
         return split_blocks(text, _call)
+
+    def render(self, calls: list[ToolCall]) -> str:
+        """Qwen3-Coder's layout; string values verbatim, others as JSON."""
+        blocks = []
+        for call in calls:
+            args = call.args_object()
+            params = "".join(
+                f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}\n</parameter>\n"
+                for k, v in (args.items() if isinstance(args, dict) else []))
+            blocks.append(f"<tool_call>\n<function={call.name}>\n{params}</function>\n</tool_call>")
+        return "\n".join(blocks)

@@ -107,7 +107,8 @@ def content_text(content: Any, where: str) -> str:
                        f"got {type(content).__name__}")
 
 
-def _parsed_args(arguments: Any) -> Any:
+def parsed_arguments(arguments: Any) -> Any:
+    """Tool-call arguments as an object when they are JSON text, else the stripped text."""
     if isinstance(arguments, str):
         try:
             return json.loads(arguments)
@@ -122,7 +123,7 @@ def canonical(message: dict[str, Any]) -> tuple:
     if role == "developer":
         role = "system"
     functions = [c.get("function", c) for c in message.get("tool_calls") or ()]
-    calls = tuple((f.get("name"), json.dumps(_parsed_args(f.get("arguments")), sort_keys=True))
+    calls = tuple((f.get("name"), json.dumps(parsed_arguments(f.get("arguments")), sort_keys=True))
                   for f in functions)
     return (role, (message.get("content") or "").strip(), calls)
 
@@ -139,7 +140,7 @@ def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if m2.get("tool_calls"):
             m2["tool_calls"] = [
                 {**c, "function": {**c["function"],
-                                   "arguments": _parsed_args(c["function"]["arguments"])}}
+                                   "arguments": parsed_arguments(c["function"]["arguments"])}}
                 for c in m2["tool_calls"]
             ]
         out.append(m2)

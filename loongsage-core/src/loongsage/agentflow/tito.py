@@ -23,8 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from loongsage.agentflow.errors import RequestError
-from loongsage.agentflow.messages import ChatRequest, canonical, canonical_tools, template_messages
+from loongsage.agentflow.messages import (
+    ChatRequest, canonical, canonical_tools, parsed_arguments, template_messages,
+)
 from loongsage.agentflow.store import Segment, Trajectory
+from loongsage.agentflow.tool_calls import ToolCall
 
 
 BASE = [{"role": "user", "content": "."}, {"role": "assistant", "content": "."}]
@@ -56,10 +59,14 @@ class ChatRenderer:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def assistant_text(self, history: list[dict[str, Any]], message: dict[str, Any],
-                       tools: list[dict[str, Any]]) -> str:
+                       tools: list[dict[str, Any]], parser: Any = None) -> str:
         """The text a model writes for assistant ``message`` after ``history``, without its stop
-        token: what the template puts between the generation prompt and the end of turn (tool
-        calls in the template's own syntax, which the matching tool parser reads back)."""
+        token: what the template puts between the generation prompt and the end of turn.
+
+        Tool calls come in the template's own syntax when it writes them (Qwen's templates);
+        a template without tool support (SmolLM2's) drops them, and then ``parser`` (the tool
+        parser the router will read the model's text with) writes them after the content.
+        """
         prompt = self.render(history, tools, True)
         full = self.render(history + [message], tools, False)
         if not full.startswith(prompt):
@@ -67,7 +74,17 @@ class ChatRenderer:
                                "differently from its generation prompt; cannot recover its text")
         body = full[len(prompt):]
         at = body.rfind(self.eos_text) if self.eos_text else -1
-        return body[:at] if at >= 0 else body
+        body = body[:at] if at >= 0 else body
+        calls = [ToolCall.from_args(c["function"]["name"], parsed_arguments(c["function"]["arguments"]))
+                 for c in message.get("tool_calls") or ()]
+        if not calls:
+            return body
+        if parser is None:
+            raise RequestError("messages: an assistant turn with tool calls needs the tool "
+                               "parser that will read them (to check or write their text)")
+        if _same_calls(parser.parse(body).tool_calls, calls):
+            return body
+        return f"{body}\n{parser.render(calls)}" if body else parser.render(calls)
 
     def turn_close(self, rendered_prefix: str, stop_text: str) -> str:
         """Text the template puts after a sampled turn that is not yet in the stored tokens."""
@@ -100,6 +117,10 @@ class ChatRenderer:
         stop = prefix[-1].get("_stop")
         close = self.turn_close(prev, stop) if stop is not None else ""
         return close + full[prev_len:]
+
+
+def _same_calls(got: list[ToolCall], want: list[ToolCall]) -> bool:
+    return [(c.name, c.args_object()) for c in got] == [(c.name, c.args_object()) for c in want]
 
 
 @dataclass

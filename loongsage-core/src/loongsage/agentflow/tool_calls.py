@@ -1,8 +1,10 @@
 """The tool-parser contract and a streaming splitter built on it.
 
 A tool parser (plugin kind ``tool_parser``) is a class whose instances have
-``start_marker: str`` (the text that opens a tool call) and
-``parse(text: str) -> ParsedOutput``. The router streams text up to a possible
+``start_marker: str`` (the text that opens a tool call),
+``parse(text: str) -> ParsedOutput`` and its inverse ``render(calls) -> str`` (the text a
+model writes for those calls; SFT demonstrations use it for chat templates that do not
+render tool calls themselves). The router streams text up to a possible
 ``start_marker`` and holds back the rest until the generation ends, so streamed and
 non-streamed replies carry the same content and tool calls.
 """
@@ -52,6 +54,8 @@ class ToolParser(Protocol):
     start_marker: str
 
     def parse(self, text: str) -> ParsedOutput: ...
+
+    def render(self, calls: list[ToolCall]) -> str: ...
 
 
 class PlainParser:

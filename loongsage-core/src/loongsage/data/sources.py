@@ -73,6 +73,11 @@ class DataSource:
         offered = getattr(self.agent, "tool_schemas", None)
         return list(offered()) if offered is not None else []
 
+    def tool_parser(self) -> str:
+        """The tool parser this source's agent reads tool calls with (``hermes`` by default)."""
+        settings = getattr(self.agent, "router_settings", None)
+        return settings().tool_parser if settings is not None else "hermes"
+
     def score(self, text: str, ground_truth: Any, **context: Any) -> dict[str, Any]:
         """The reward as a dict with a float ``score`` (a bare float becomes ``{"score": x}``)."""
         result = self.reward(text, ground_truth, self.reward_params, **context)

@@ -10,7 +10,9 @@ tokenised exactly the way the AgentFlow router builds a rollout (``agentflow.tit
 prompt and every tool result are rendered with the chat template as the text new since the
 last turn, each assistant turn is tokenised on its own and closed with the stop token, and
 the template's text after a stop token is prompt, not target. So a warm-started model sees
-at training time the very token split it will produce at rollout time. A prompt without a
+at training time the very token split it will produce at rollout time. Tool calls are
+written the way the chat template writes them, or, for templates without tool support
+(SmolLM2's), by the source's tool parser, so the router reads them back at rollout. A prompt without a
 ``metadata["demonstration"]`` becomes one assistant turn: its ``metadata["solution"]`` when
 the dataset provides a worked one, else ``\\boxed{ground_truth}``.
 
@@ -37,15 +39,18 @@ class Demonstration:
     messages: list[dict[str, Any]]
     completion: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_parser: str = "hermes"  # writes tool calls the chat template leaves out
 
 
-def demonstration_of(prompt: Any, tools: list[dict[str, Any]]) -> Demonstration:
+def demonstration_of(prompt: Any, tools: list[dict[str, Any]],
+                     tool_parser: str = "hermes") -> Demonstration:
     """The demonstration a dataset's prompt carries, or its answer as one assistant turn."""
     completion = prompt.metadata.get("demonstration")
     if not completion:
         answer = prompt.metadata.get("solution") or f"\\boxed{{{prompt.ground_truth}}}"
         completion = [{"role": "assistant", "content": answer}]
-    return Demonstration(list(prompt.messages), [dict(m) for m in completion], list(tools))
+    return Demonstration(list(prompt.messages), [dict(m) for m in completion], list(tools),
+                         tool_parser)
 
 
 def sft_examples(sources: Mapping[str, Any], n: int, seed: int = 0) -> list[Demonstration]:
@@ -58,13 +63,13 @@ def sft_examples(sources: Mapping[str, Any], n: int, seed: int = 0) -> list[Demo
         raise LoongSageError("sft: no data sources to draw examples from")
     rng = random.Random(f"sft:{seed}")
     names = list(sources)
-    tools = {name: source.tool_schemas() for name, source in sources.items()}
+    tools = {name: (source.tool_schemas(), source.tool_parser()) for name, source in sources.items()}
     out: list[Demonstration] = []
     for i in range(n):
         name = names[i % len(names)]
         size = sources[name].size()
         prompt = sources[name].get(rng.randrange(size) if size else i // len(names))
-        out.append(demonstration_of(prompt, tools[name]))
+        out.append(demonstration_of(prompt, *tools[name]))
     return out
 
 
@@ -74,14 +79,17 @@ def encode_demonstration(tokenizer: Any, demo: Demonstration) -> tuple[list[int]
     from loongsage.agentflow.store import Trajectory
     from loongsage.agentflow.tito import ChatRenderer, plan_turn, record_generation
 
+    from loongsage.plugins import get_registries
+
     renderer = ChatRenderer(tokenizer)
+    parser = get_registries().tool_parser.get(demo.tool_parser, key="sft tool_parser")()
     traj = Trajectory("sft", "0")
     history = [dict(m) for m in demo.messages]
     for message in demo.completion:
         if message.get("role") == "assistant":
             plan = plan_turn(traj, ChatRequest("openai_chat", "sft", list(history), demo.tools),
                              renderer)
-            text = renderer.assistant_text(history, message, demo.tools)
+            text = renderer.assistant_text(history, message, demo.tools, parser)
             ids = renderer.encode(text) + [tokenizer.eos_token_id]
             record_generation(traj, plan.segment, ids, [0.0] * len(ids), [0] * len(ids), "stop",
                               message, renderer.eos_text)
