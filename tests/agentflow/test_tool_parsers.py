@@ -64,3 +64,20 @@ def test_streaming_any_chunking_matches_the_full_parse(cuts, which):
     assert streamed + rest == full.content
     assert "<tool_call>" not in streamed and "<tool_" not in streamed[-7:]
     assert [(c.name, c.arguments) for c in parsed.tool_calls] == [(c.name, c.arguments) for c in full.tool_calls]
+
+
+def test_hermes_writes_calls_exactly_as_the_qwen_template_does(parsers, tokenizer):
+    """What SFT writes for a template without tool support is what Qwen-style templates write
+    (the tiny model's template is Qwen2.5's layout), byte for byte."""
+    from loongsage.agentflow.tool_calls import ToolCall
+
+    calls = [ToolCall.from_args("calculator", {"expression": "345 + 678"}),
+             ToolCall.from_args("bash", {"command": "ls", "all": True})]
+    message = {"role": "assistant", "content": "",
+               "tool_calls": [{"type": "function", "function": {"name": c.name,
+                                                                "arguments": c.args_object()}}
+                              for c in calls]}
+    prompt = [{"role": "user", "content": "go"}]
+    full = tokenizer.apply_chat_template(prompt + [message], tokenize=False)
+    head = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    assert full == head + parsers["hermes"].render(calls) + "<|im_end|>\n"
