@@ -105,7 +105,7 @@ def test_reserialised_tool_call_json_and_new_ids_keep_the_prefix(tokenizer, rend
     assert renderer.decode(traj.tokens) == template(tokenizer, as_sampled, tools=TOOLS, generation=True)
 
 
-def test_dropped_assistant_turn_forks_at_the_last_shared_sampled_turn(tokenizer, renderer):
+def test_dropped_assistant_turn_forks_after_the_last_shared_message(tokenizer, renderer):
     traj = Trajectory("t", "0")
     u1, a1 = {"role": "user", "content": "first"}, {"role": "assistant", "content": "one"}
     u2, a2 = {"role": "user", "content": "second"}, {"role": "assistant", "content": "two"}
@@ -120,7 +120,11 @@ def test_dropped_assistant_turn_forks_at_the_last_shared_sampled_turn(tokenizer,
     plan3 = plan_turn(traj, ChatRequest("openai_chat", "m", conv), renderer)
     fork = plan3.segment
     assert (fork.origin, fork.parent, plan3.forked) == ("compact", 0, True)
-    assert fork.spans[0] == [0, a1_end] and fork.shared_len == a1_end  # shared by index, not copied
+    # shared by index, not copied: everything up to the end of u2 (its rendering is an exact
+    # token prefix of what the root holds), past the last shared sampled turn a1
+    u2_end = len(tokenizer.encode(template(tokenizer, conv[:4]), add_special_tokens=False))
+    assert a1_end < u2_end < len(traj.tokens)
+    assert fork.spans[0] == [0, u2_end] and fork.shared_len == u2_end
     assert renderer.decode(traj.segment_tokens(fork)) == template(tokenizer, conv, generation=True)
     sample(traj, plan3, tokenizer, tokenizer.encode("three", add_special_tokens=False),
            {"role": "assistant", "content": "three"})
@@ -128,11 +132,12 @@ def test_dropped_assistant_turn_forks_at_the_last_shared_sampled_turn(tokenizer,
     assert len(samples) == 2
     # the fork's sample trains only its own reply; the shared "one" is in its prompt
     assert sum(samples[1].loss_mask) == len(tokenizer.encode("three", add_special_tokens=False)) + 1
-    assert samples[1].prompt_ids[: a1_end] == traj.tokens[:a1_end]
+    assert samples[1].prompt_ids[: u2_end] == traj.tokens[:u2_end]
     assert sum(samples[0].loss_mask) == len(first) + len(tokenizer.encode("two", add_special_tokens=False)) + 1
 
 
-def test_divergent_history_opens_a_fresh_compact_segment(tokenizer, renderer):
+def test_divergent_history_opens_a_compact_segment_sharing_only_the_system_prompt(tokenizer,
+                                                                                 renderer):
     traj = Trajectory("t", "0")
     msgs = [SYSTEM, {"role": "user", "content": "a long task"}]
     plan = plan_turn(traj, ChatRequest("openai_chat", "m", msgs), renderer)
@@ -141,7 +146,8 @@ def test_divergent_history_opens_a_fresh_compact_segment(tokenizer, renderer):
     compacted = [SYSTEM, {"role": "user", "content": "Summary of the work so far: working"}]
     plan2 = plan_turn(traj, ChatRequest("openai_chat", "m", compacted), renderer)
     seg = plan2.segment
-    assert (seg.origin, seg.parent, seg.shared_len) == ("compact", 0, 0)
+    system_len = len(tokenizer.encode(template(tokenizer, [SYSTEM]), add_special_tokens=False))
+    assert (seg.origin, seg.parent, seg.shared_len) == ("compact", 0, system_len)
     assert traj.active_segment == seg.segment_id
     assert renderer.decode(traj.segment_tokens(seg)) == template(tokenizer, compacted, generation=True)
 

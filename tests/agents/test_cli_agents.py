@@ -134,8 +134,8 @@ def test_mini_swe_agent_completes_a_file_task_and_forks_after_a_dropped_reply(
     "Tool call error" user turn), then submits with the file's content. The replies come from
     ``ScriptedEngine`` (the random tiny model never calls a tool, so its logprobs are fixed,
     not the train engine's); router, mini and its shell are real. The dropped reply makes the
-    router fork at the last sampled turn both histories share: a ``compact`` segment whose
-    first tokens are the root's up to the end of the first reply (tito.py)."""
+    router fork where both histories stop agreeing: a ``compact`` segment whose first tokens
+    are the root's up to the end of the tool result, held once (tito.py)."""
     from loongsage.agentflow.messages import template_messages
 
     engine = scripted_engine([TOUCH, IDLE, SUBMIT])
@@ -169,19 +169,23 @@ def test_mini_swe_agent_completes_a_file_task_and_forks_after_a_dropped_reply(
     assert sampled(root) == reply(TOUCH) + reply(IDLE) and sampled(fork) == reply(SUBMIT)
     assert all(lp == engine.LOGPROB for s in samples
                for lp, m in zip(s.response_logprobs, s.loss_mask) if m)
-    # the fork shares the root's tokens through the end of the first reply (the last sampled
-    # turn both histories hold), then holds the tool result again and the error turn
+    # the fork shares the root's tokens through the end of the tool result (the messages both
+    # histories hold, past the first reply), then holds only the error turn
     root_ids, fork_ids = root.prompt_ids + root.response_ids, fork.prompt_ids + fork.response_ids
-    shared = len(root.prompt_ids) + len(reply(TOUCH))
+    both = recorder.turns[1]
+    shared = len(tokenizer.encode(tokenizer.apply_chat_template(
+        template_messages(both["messages"]), tools=both["tools"], tokenize=False),
+        add_special_tokens=False))
+    assert shared > len(root.prompt_ids) + len(reply(TOUCH))
     assert fork_ids[:shared] == root_ids[:shared]
     # ... by reference: the persisted trajectory holds those tokens once
     [stored] = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").open()]
     fork_seg = stored["segments"][1]
     assert fork_seg["shared_len"] == shared and fork_seg["spans"][0] == [0, shared]
     assert len(stored["tokens"]) == len(root_ids) + len(fork_ids) - shared
-    assert tokenizer.decode(root_ids[shared:]).endswith(IDLE + "<|im_end|>")
+    assert tokenizer.decode(root_ids[shared:]) == "<|im_start|>assistant\n" + IDLE + "<|im_end|>"
     tail = tokenizer.decode(fork_ids[shared:len(fork.prompt_ids)])
-    assert tail.startswith("\n<|im_start|>user\n<tool_response>") and "Tool call error" in tail
+    assert tail.startswith("<|im_start|>user\nTool call error") and "<tool_response>" not in tail
     # each sample's tokens before its last reply decode to the request that produced it
     for s, turn in ((root, recorder.turns[1]), (fork, recorder.turns[2])):
         ids = s.prompt_ids + s.response_ids

@@ -11,10 +11,13 @@ never re-tokenized, so a conversation whose full re-tokenisation would differ ke
 sampled tokens exactly. Templates that re-render old turns when new ones arrive (Qwen3 strips
 old reasoning) get the new messages rendered after a neutral stand-in conversation instead.
 
-When the history diverges, the router forks at the last sampled assistant turn both still
-share (a new ``compact`` segment whose first span points at the shared tokens); with no
-shared turn it opens a fresh ``compact`` segment. mini-swe-agent's dropped tool-less reply
-is that fork case. LS-ref only appends or starts a fresh segment.
+When the history diverges, the router forks at the longest prefix both still share that ends
+on a token boundary: after the last shared sampled assistant turn, or later, after a shared
+message whose rendering is an exact token prefix of the held tokens (the system prompt and
+task before a dropped first reply). The fork is a new ``compact`` segment whose first span
+points at the shared tokens; with nothing shared it is a fresh ``compact`` segment.
+mini-swe-agent's dropped tool-less reply is that fork case. LS-ref only appends or starts a
+fresh segment.
 """
 
 from __future__ import annotations
@@ -153,6 +156,19 @@ def _fork_point(seg: Segment, k: int) -> int:
     return 0
 
 
+def _aligned_prefix(traj: Trajectory, seg: Segment, k: int, renderer: ChatRenderer,
+                    tools: list[dict[str, Any]]) -> int | None:
+    """Token count of ``seg``'s first ``k`` messages when they end on a token boundary.
+
+    A message that was not sampled has no recorded end, but its rendering (without the
+    generation prompt) may still be an exact token prefix of what the segment holds: then a
+    fork can share it (mini-swe-agent dropping a first reply keeps the whole task prompt).
+    """
+    ids = renderer.encode(renderer.render(seg.messages[:k], tools, False))
+    held = traj.segment_tokens(seg)
+    return len(ids) if ids and held[:len(ids)] == ids else None
+
+
 def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
               subagent: bool = False, trainable: bool = True,
               busy: set[int] | frozenset = frozenset(),
@@ -179,21 +195,32 @@ def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
             candidates.remove(active)
             candidates.insert(0, active)
 
-    best, best_k, full_match = None, 0, False
+    best, best_k, full_match, shared_tokens = None, 0, False, None
+    common: list[tuple[int, Segment]] = []
     for seg in candidates:
         k = _common_prefix(seg, canon)
         if k == len(seg.messages) and (k > 0 or len(seg) == 0):  # extends it, or it is empty
             best, best_k, full_match = seg, k, True
             break
+        common.append((k, seg))
         j = _fork_point(seg, k)
         if j > best_k:
             best, best_k = seg, j
+    if not full_match:  # a longer shared prefix that ends after a message the model did not write
+        for k, seg in sorted(common, key=lambda c: -c[0]):
+            if k <= best_k:
+                break
+            aligned = _aligned_prefix(traj, seg, k, renderer, request.tools)
+            if aligned is not None:
+                best, best_k, shared_tokens = seg, k, aligned
+                break
 
     forked = False
     if full_match:
         seg = best
     elif best is not None:
-        shared = traj.prefix_span_at(best, best.message_ends[best_k - 1])
+        shared = traj.prefix_span_at(best, shared_tokens if shared_tokens is not None
+                                     else best.message_ends[best_k - 1])
         seg = traj.new_segment(origin_wanted or "compact", parent=best.segment_id,
                                trainable=trainable)
         seg.spans = [list(s) for s in shared]
