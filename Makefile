@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SOURCES := requirements-dev.txt constraints.txt $(wildcard */pyproject.toml)
 
-.PHONY: setup test test-fast train train-tiny
+.PHONY: setup test test-fast train train-tiny train-tools
 
 setup: $(STAMP)
 
@@ -29,3 +29,6 @@ train: setup
 
 train-tiny: setup
 	$(BIN)/loongsage train --config-name tiny/grpo
+
+train-tools: setup
+	$(BIN)/loongsage train --config-name smollm2/tool_calculator

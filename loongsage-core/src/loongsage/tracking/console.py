@@ -14,6 +14,8 @@ DEFAULT_KEYS = [
     "train/grad_norm",
     "train/is_approx_k3_kl",
     "timing/step",
+    "eval/reward_mean",
+    "eval/correct_mean",
 ]
 
 
@@ -36,5 +38,6 @@ class ConsoleTracker(Tracker):
         parts = [f"step {step}"]
         for key in self.params.keys:
             if key in metrics:
-                parts.append(f"{key.split('/', 1)[-1]} {metrics[key]:.4g}")
+                name = key if key.startswith("eval/") else key.split("/", 1)[-1]
+                parts.append(f"{name} {metrics[key]:.4g}")
         tqdm.write(" | ".join(parts))
