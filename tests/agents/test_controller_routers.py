@@ -1,6 +1,6 @@
 """The controller's routers for router-based agents: one per data source over every engine
-client, built with the agent's own settings, persisting each finished trajectory to the run
-directory. A scripted engine stands in for the rollout engine (the reply text is fixed so the
+client, built with the agent's own settings, persisting each finished trajectory (and, once
+scored, its reward) to the run directory. A scripted engine stands in for the rollout engine (the reply text is fixed so the
 persisted tokens can be checked); router, agent and files are real."""
 
 from __future__ import annotations
@@ -50,6 +50,10 @@ def test_each_router_agent_gets_a_router_that_persists_its_trajectories(scripted
         prompt = Prompt("chat_src", 4, [{"role": "user", "content": "2 + 2?"}])
         samples = asyncio.run(agent.run_group(prompt, 2, engines[0], {"temperature": 1.0}))
         assert httpx.get(url + "/health").status_code == 200
+        for s in samples:
+            s.reward = 0.5 + samples.index(s)
+            s.reward_info["correct"] = True
+        agent.record_rewards(samples)
     finally:
         routers.close()
     with pytest.raises(httpx.TransportError):
@@ -65,3 +69,8 @@ def test_each_router_agent_gets_a_router_that_persists_its_trajectories(scripted
         assert row["tokens"] == s.prompt_ids + s.response_ids
         assert row["loss_mask"] == [0] * len(s.prompt_ids) + s.loss_mask
         assert tokenizer.decode(s.response_ids) == "Four.<|im_end|>"
+    rewards = [json.loads(line) for line in
+               (tmp_path / "trajectories" / "chat_src" / "rewards.jsonl").read_text().splitlines()]
+    assert sorted((r["trajectory_id"], r["reward"], r["info"]["correct"]) for r in rewards) == \
+        sorted((s.reward_info["trajectory_id"], s.reward, True) for s in samples)
+    assert all("messages" not in r["info"] for r in rewards)  # numeric fields only

@@ -43,6 +43,9 @@ def test_tool_loop_run_persists_trajectories_and_logs_tool_use(tmp_path, runs):
         assert len(traj["loss_mask"]) == len(traj["logprobs"]) == len(traj["versions"]) == n
         sampled = [i for i, m in enumerate(traj["loss_mask"]) if m]
         assert sampled and all(traj["versions"][i] >= 1 for i in sampled)  # after the warm start
+    rewards = [json.loads(line) for line in
+               (run_dir / "trajectories" / "arithmetic" / "rewards.jsonl").read_text().splitlines()]
+    assert sorted(r["trajectory_id"] for r in rewards) == sorted(t["trajectory_id"] for t in trajectories)
     saved = [json.loads(line) for line in (run_dir / "samples" / "step_000001.jsonl").read_text().splitlines()]
     by_id = {t["trajectory_id"]: t for t in trajectories}
     for sample in saved:
@@ -51,3 +54,5 @@ def test_tool_loop_run_persists_trajectories_and_logs_tool_use(tmp_path, runs):
         [segment] = [g for g in traj["segments"] if g["segment_id"] == info["segment_id"]]
         tokens = [traj["tokens"][i] for start, end in segment["spans"] for i in range(start, end)]
         assert sample["prompt_ids"] + sample["response_ids"] == tokens
+        [reward] = [r for r in rewards if r["trajectory_id"] == info["trajectory_id"]]
+        assert reward["reward"] == sample["reward"]

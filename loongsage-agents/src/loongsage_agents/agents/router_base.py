@@ -72,6 +72,7 @@ class RouterAgentBase:
         self.tokenizer = tokenizer
         self._shared_router: Any = None
         self._routers: dict[int, Any] = {}
+        self._finished_on: dict[str, Any] = {}  # trajectory id -> its router, until scored
 
     # ---- routers ------------------------------------------------------------------------
     def use_router(self, router: Any) -> None:
@@ -126,6 +127,8 @@ class RouterAgentBase:
             router.finish_trajectory(tid, "0")
             raise
         samples = router.finish_trajectory(tid, "0")
+        if samples:
+            self._finished_on[tid] = router
         for sample in samples:
             sample.text = outcome.text
             sample.reward_info.update(outcome.info)
@@ -161,3 +164,13 @@ class RouterAgentBase:
                                f"{prompt.source}#{prompt.index} called the model; first outcome: "
                                f"{asdict(results[0][1])}")
         return samples
+
+    def record_rewards(self, samples: list[Sample]) -> None:
+        """Persist scored samples' rewards next to their trajectories (one row per trajectory)."""
+        for sample in samples:  # a trajectory's other segments find it popped already
+            tid = sample.reward_info.get("trajectory_id")
+            router = self._finished_on.pop(tid, None)
+            if router is None:
+                continue
+            router.store.record_reward(tid, sample.reward_info.get("attempt_id", "0"),
+                                       sample.reward, sample.reward_info)

@@ -272,3 +272,20 @@ class TrajectoryStore:
         if drop:
             del self._items[key]
         return traj.to_samples()
+
+    def record_reward(self, trajectory_id: str, attempt_id: str, reward: float,
+                      info: dict[str, Any] | None = None) -> None:
+        """Append a finished trajectory's reward to ``run_dir/rewards.jsonl``.
+
+        Trajectories are persisted the moment they finish, so none is lost if scoring fails;
+        their rewards come later (the reward runs on the agent's final answer) and are joined
+        on ``(trajectory_id, attempt_id)``. ``info`` keeps the reward's numeric fields.
+        """
+        if self.run_dir is None:
+            return
+        row = {"trajectory_id": str(trajectory_id), "attempt_id": str(attempt_id),
+               "reward": float(reward),
+               "info": {k: v for k, v in (info or {}).items() if isinstance(v, (bool, int, float))}}
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.run_dir / "rewards.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")

@@ -115,6 +115,9 @@ class RolloutManager:
             await asyncio.gather(
                 *(asyncio.to_thread(score, s, source.reward, source.reward_params, prompt) for s in samples)
             )
+            record = getattr(source.agent, "record_rewards", None)
+            if record is not None:  # router-based agents keep rewards with their trajectories
+                record(samples)
         dispatched = version if resume_from is None else resume_from.dispatch_version
         return Group(group_id=group_id, prompt=prompt, samples=samples, dispatch_version=dispatched)
 

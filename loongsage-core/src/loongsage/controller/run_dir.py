@@ -6,6 +6,7 @@ Layout::
     <run_dir>/metrics.jsonl          one JSON object per step (jsonl tracker)
     <run_dir>/samples/step_000003.jsonl   decoded trajectories + token ids
     <run_dir>/trajectories/<source>/trajectories.jsonl   every AgentFlow trajectory, token-exact
+    <run_dir>/trajectories/<source>/rewards.jsonl        their rewards, written once scored
     <run_dir>/checkpoints/step_000003/    trainer state + controller state (state.json)
     <run_dir>/checkpoints/latest          name of the newest complete checkpoint
 
