@@ -172,6 +172,42 @@ def test_registry_entries_build_typed_params():
 
 
 @pytest.mark.parametrize("backend", LOCAL)
+@pytest.mark.parametrize("yields", [1, 2, 3])
+def test_a_cancelled_close_still_kills_and_leaves_nothing_to_the_garbage_collector(
+        backend, yields, monkeypatch):
+    """An async run stopping with tool calls in flight cancels sandboxes mid-close: the
+    supervisor must still be killed and our pipe to it closed on the loop (garbage collection
+    after the loop is gone raised 'Event loop is closed')."""
+    import gc
+    import sys
+
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+
+    async def go():
+        sb = await make(backend).start()
+        await sb.exec(["true"])
+        pid = sb._proc.pid
+        closing = asyncio.ensure_future(sb.close())
+        for _ in range(yields):  # into the graceful shutdown's awaits
+            await asyncio.sleep(0)
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        return sb, pid
+
+    loop = asyncio.new_event_loop()
+    sb, pid = loop.run_until_complete(go())
+    loop.close()
+    state = state_root() / sb.state.id
+    del sb
+    gc.collect()
+    assert [repr(u.exc_value) for u in unraisable] == []
+    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    assert not state.exists()
+
+
+@pytest.mark.parametrize("backend", LOCAL)
 def test_cancelling_an_exec_tears_the_sandbox_down(backend):
     async def go():
         sb = await make(backend).start()

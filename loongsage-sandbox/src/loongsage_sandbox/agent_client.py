@@ -79,6 +79,9 @@ class AgentSandbox(Sandbox):
         self.agent_pid = hello.get("pid")
 
     async def _close(self) -> None:
+        """Ask the supervisor to shut down, then kill and reap it whatever happened; a close that
+        is itself cancelled (an async run stopping with tool calls in flight) still kills the
+        group and closes our pipe before the cancellation goes on, so nothing outlives the loop."""
         proc = self._proc
         try:
             if proc is not None and proc.returncode is None:
@@ -88,25 +91,35 @@ class AgentSandbox(Sandbox):
                     await asyncio.wait_for(proc.stdout.readline(), 2.0)
                 except (ConnectionError, asyncio.TimeoutError, OSError):
                     pass
-            self._kill_group()
-            if proc is not None:
-                try:
-                    await asyncio.wait_for(proc.wait(), 5.0)
-                except asyncio.TimeoutError:
-                    pass
-            await self._after_close()
         finally:
-            _LIVE.discard(self)
-            if self.state is not None:
-                self.state.remove()
+            self._kill_group()
+            self._close_stdin()
+            try:
+                if proc is not None:
+                    try:
+                        await asyncio.wait_for(proc.wait(), 5.0)
+                    except asyncio.TimeoutError:
+                        pass
+                await self._after_close()
+            finally:
+                _LIVE.discard(self)
+                if self.state is not None:
+                    self.state.remove()
 
     def _abandon(self) -> None:
         """Synchronous teardown for a cancelled request: kill everything, drop the state."""
         self._state.closed = True
         _kill_everything([self])
+        self._close_stdin()
         _LIVE.discard(self)
         if self.state is not None:
             self.state.remove()
+
+    def _close_stdin(self) -> None:
+        """Close our end of the supervisor's stdin now, on the running loop (garbage
+        collection would close it after the loop is gone, which asyncio reports as an error)."""
+        if self._proc is not None and self._proc.stdin is not None:
+            self._proc.stdin.close()
 
     def _kill_group(self) -> None:
         if self._proc is not None and self._proc.returncode is None:
