@@ -96,10 +96,7 @@ class AgentSandbox(Sandbox):
             self._close_stdin()
             try:
                 if proc is not None:
-                    try:
-                        await asyncio.wait_for(proc.wait(), 5.0)
-                    except asyncio.TimeoutError:
-                        pass
+                    await self._reap(proc)
                 await self._after_close()
             finally:
                 _LIVE.discard(self)
@@ -114,6 +111,14 @@ class AgentSandbox(Sandbox):
         _LIVE.discard(self)
         if self.state is not None:
             self.state.remove()
+
+    @staticmethod
+    async def _reap(proc: Any) -> None:
+        """Wait (briefly) for a killed supervisor to exit and its pipes to reach EOF."""
+        try:
+            await asyncio.wait_for(proc.wait(), 5.0)
+        except asyncio.TimeoutError:
+            pass
 
     def _close_stdin(self) -> None:
         """Close our end of the supervisor's stdin now, on the running loop (garbage
@@ -142,6 +147,7 @@ class AgentSandbox(Sandbox):
                 reply = await self._read_reply(wait_s, payload.get("op", "?"))
             except asyncio.CancelledError:
                 self._abandon()  # its reply would be read as the next one's: never reuse it
+                await self._reap(proc)  # its pipes close on this loop, not in GC after it
                 raise
         if not reply.get("ok"):
             raise SandboxError(f"{self.backend} sandbox: {reply.get('message')}", reply.get("error", "error"))

@@ -155,8 +155,14 @@ class RouterAgentBase:
         try:
             results = await asyncio.gather(*tasks)
         except BaseException:
+            # gather gives up at the first failed or cancelled trajectory; the others must be
+            # cancelled *and* unwound (sandboxes closed, trajectories finished) before this
+            # group reports, or they outlive it, and at shutdown outlive the event loop. A task
+            # already being cancelled is left to finish its cleanup, not interrupted again.
             for task in tasks:
-                task.cancel()
+                if not task.done() and not task.cancelling():
+                    task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             raise
         samples = [s for got, _ in results for s in got]
         if not samples:

@@ -1,0 +1,55 @@
+"""RouterAgentBase.run_group's structured concurrency: when one trajectory of a group fails
+(or the group is cancelled), the others are cancelled and fully unwound (their sandboxes and
+trajectories closed) before the group reports. Left running, they outlived the group, and at
+the end of an async run outlived the event loop (pending tasks destroyed, pipes closed by GC).
+The engine is scripted but never called; the router is real."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from loongsage.data.types import Prompt
+
+from loongsage_agents.agents.router_base import Outcome, RouterAgentBase
+
+
+class Flaky(RouterAgentBase):
+    """Trajectory 0 fails at once; the others wait, then need a moment to clean up."""
+
+    def __init__(self, tokenizer):
+        super().__init__(None, tokenizer)
+        self.cleaned: list[str] = []
+
+    async def run_trajectory(self, prompt, urls, key, sampling_params) -> Outcome:
+        if key.split(":")[0].endswith("-0"):
+            await asyncio.sleep(0.05)
+            raise ValueError("trajectory 0 failed")
+        try:
+            await asyncio.sleep(30)
+        finally:
+            await asyncio.sleep(0.1)  # e.g. a sandbox being shut down
+            self.cleaned.append(key)
+        return Outcome()
+
+
+@pytest.mark.parametrize("how", ["failure", "cancel"])
+def test_a_group_reports_only_after_every_trajectory_unwound(how, scripted_engine, tokenizer):
+    agent = Flaky(tokenizer)
+    prompt = Prompt("p", 0, [{"role": "user", "content": "x"}])
+
+    async def go():
+        group = asyncio.ensure_future(agent.run_group(prompt, 3, scripted_engine([]), {}))
+        if how == "cancel":
+            await asyncio.sleep(0.02)  # before trajectory 0 fails
+            group.cancel()
+        with pytest.raises(asyncio.CancelledError if how == "cancel" else ValueError):
+            await group
+        return len(agent.cleaned), len(asyncio.all_tasks()) - 1
+
+    try:
+        cleaned, still_running = asyncio.run(go())
+    finally:
+        agent.close()
+    assert cleaned == 2 and still_running == 0  # trajectory 0 has nothing to clean up
