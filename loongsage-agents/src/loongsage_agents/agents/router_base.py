@@ -39,6 +39,7 @@ from typing import Any
 from loongsage.data.types import Prompt, Sample
 
 from loongsage_agents.agents.router_params import RouterAgentParams
+from loongsage_agents.agents.tasks import gather_all
 
 log = logging.getLogger(__name__)
 
@@ -152,18 +153,7 @@ class RouterAgentBase:
                                        sampling_params)
 
         tasks = [asyncio.ensure_future(bounded(i)) for i in range(n)]
-        try:
-            results = await asyncio.gather(*tasks)
-        except BaseException:
-            # gather gives up at the first failed or cancelled trajectory; the others must be
-            # cancelled *and* unwound (sandboxes closed, trajectories finished) before this
-            # group reports, or they outlive it, and at shutdown outlive the event loop. A task
-            # already being cancelled is left to finish its cleanup, not interrupted again.
-            for task in tasks:
-                if not task.done() and not task.cancelling():
-                    task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
+        results = await gather_all(tasks)
         samples = [s for got, _ in results for s in got]
         if not samples:
             raise RuntimeError(f"{type(self).__name__}: none of the {n} trajectories of prompt "

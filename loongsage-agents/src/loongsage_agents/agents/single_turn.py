@@ -25,6 +25,7 @@ from typing import Any
 from loongsage.data.types import Prompt, Sample
 
 from loongsage_agents.agents.params import SingleTurnParams
+from loongsage_agents.agents.tasks import gather_all
 
 
 class SingleTurnAgent:
@@ -82,12 +83,7 @@ class SingleTurnAgent:
             )
             for i in range(n)
         ]
-        try:
-            outputs = await asyncio.gather(*tasks)
-        except BaseException:
-            for task in tasks:
-                task.cancel()
-            raise
+        outputs = await gather_all(tasks)
         return [self._sample(prompt_ids, out) for out in outputs]
 
     async def continue_sample(self, sample: Sample, client: Any, sampling_params: dict[str, Any]) -> Sample:
