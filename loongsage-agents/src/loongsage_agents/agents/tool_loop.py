@@ -51,7 +51,8 @@ class ToolLoopAgent(RouterAgentBase):
             raise ValueError(f"agent.params.max_turns must be >= 1, got {self.params.max_turns}")
 
     def tool_schemas(self) -> list[dict[str, Any]]:
-        """The Chat Completions ``tools`` this agent offers (SFT renders demonstrations with them)."""
+        """The Chat Completions ``tools`` this agent offers (SFT renders demonstrations with
+        them, so warm-start prompts show the same tools as rollouts)."""
         return [t.schema() for t in self.tools.values()]
 
     def _sandbox(self, key: str) -> Any:

@@ -107,7 +107,8 @@ class SyntheticMathDataset:
             expr=expr, a=terms[0], b=terms[-1], name=rng.choice(_NAMES), obj=rng.choice(_OBJECTS)
         )
         content = f"{question}\n{self.params.instruction}" if self.params.instruction else question
-        metadata = {"expression": expr, "solution": f"{expr} = {answer}. The answer is \\boxed{{{answer}}}."}
+        solution = f"{expr} = {answer}. The answer is \\boxed{{{answer}}}."
+        metadata = {"expression": expr, "solution": solution}
         demo_draw = random.Random(f"synthetic_math-demo:{self.seed}:{index}").random()
         if demo_draw < self.params.tool_demonstrations:
             metadata["demonstration"] = calculator_demonstration(expr, answer)

@@ -12,9 +12,11 @@ last turn, each assistant turn is tokenised on its own and closed with the stop 
 the template's text after a stop token is prompt, not target. So a warm-started model sees
 at training time the very token split it will produce at rollout time. Tool calls are
 written the way the chat template writes them, or, for templates without tool support
-(SmolLM2's), by the source's tool parser, so the router reads them back at rollout. A prompt without a
-``metadata["demonstration"]`` becomes one assistant turn: its ``metadata["solution"]`` when
-the dataset provides a worked one, else ``\\boxed{ground_truth}``.
+(SmolLM2's), by the source's tool parser, so the router reads them back at rollout.
+
+A prompt without a ``metadata["demonstration"]`` becomes one assistant turn: its
+``metadata["solution"]`` when the dataset provides a worked one, else
+``\\boxed{ground_truth}``.
 
 SFT gets a fresh AdamW at its own learning rate; the engine's optimizer is reset to
 ``train.lr`` afterwards, so RL does not inherit SFT's moment estimates.
