@@ -64,6 +64,12 @@ def metrics(run_dir: Path) -> list[dict]:
     return read_metrics(run_dir / "metrics.jsonl")
 
 
+def latest_step(run_dir: Path) -> int:
+    """The step of the newest complete checkpoint, -1 before the first."""
+    marker = run_dir / "checkpoints" / "latest"
+    return int(marker.read_text().split("_")[-1]) if marker.exists() else -1
+
+
 def trained_prompts(run_dir: Path, step: int) -> list[tuple[str, int]]:
     """(source, prompt index) of every sample saved for ``step``, in order."""
     path = run_dir / "samples" / f"step_{step:06d}.jsonl"
@@ -82,6 +88,7 @@ class Runs:
     wait_for = staticmethod(wait_for)
     metrics = staticmethod(metrics)
     trained_prompts = staticmethod(trained_prompts)
+    latest_step = staticmethod(latest_step)
 
 
 @pytest.fixture

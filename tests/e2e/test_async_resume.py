@@ -33,11 +33,6 @@ COMMON = (
 )
 
 
-def latest_step(run_dir) -> int:
-    marker = run_dir / "checkpoints" / "latest"
-    return int(marker.read_text().split("_")[-1]) if marker.exists() else -1
-
-
 def trained_groups(run_dir, step: int) -> dict[int, tuple[str, int]]:
     rows = [json.loads(line) for line in (run_dir / "samples" / f"step_{step:06d}.jsonl").read_text().splitlines()]
     assert len(rows) == 8, f"step {step}: {len(rows)} samples saved, expected all 8"
@@ -47,9 +42,9 @@ def trained_groups(run_dir, step: int) -> dict[int, tuple[str, int]]:
 def test_killed_async_run_resumes_without_losing_or_repeating_groups(tmp_path, runs):
     run_dir = tmp_path / "crashed"
     proc = runs.start_train(run_dir, *COMMON)
-    runs.wait_for(lambda: latest_step(run_dir) >= 1, timeout=600, proc=proc)
+    runs.wait_for(lambda: runs.latest_step(run_dir) >= 1, timeout=600, proc=proc)
     runs.kill_group(proc)
-    last = latest_step(run_dir)
+    last = runs.latest_step(run_dir)
     assert 1 <= last < STEPS - 1, "the kill must land before the run finished"
 
     resumed = runs.train(run_dir, *COMMON, "trainer.resume=true")

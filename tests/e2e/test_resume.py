@@ -23,19 +23,14 @@ COMMON = (
 )
 
 
-def latest_step(run_dir) -> int:
-    marker = run_dir / "checkpoints" / "latest"
-    return int(marker.read_text().split("_")[-1]) if marker.exists() else -1
-
-
 def test_killed_run_resumes_at_next_step_with_the_same_data(tmp_path, runs):
     reference, crashed = tmp_path / "reference", tmp_path / "crashed"
     runs.train(reference, *COMMON)
 
     proc = runs.start_train(crashed, *COMMON)
-    runs.wait_for(lambda: latest_step(crashed) >= 1, timeout=600, proc=proc)
+    runs.wait_for(lambda: runs.latest_step(crashed) >= 1, timeout=600, proc=proc)
     runs.kill_group(proc)
-    last = latest_step(crashed)
+    last = runs.latest_step(crashed)
     assert 1 <= last < STEPS - 1, "the kill must land before the run finished"
 
     resumed = runs.train(crashed, *COMMON, "trainer.resume=true")

@@ -155,13 +155,31 @@ class IncompleteVersion(Exception):
     """Raised by the reassembler when a bucket or a version fails verification."""
 
 
-def check_arrived(buckets: set[int], num_buckets: int, payload_bytes: int, total_bytes: int) -> None:
-    """Raise ``IncompleteVersion`` unless every bucket and every announced byte arrived."""
-    missing = sorted(set(range(num_buckets)) - buckets)
-    if missing:
-        raise IncompleteVersion(f"buckets {missing[:8]} of {num_buckets} never arrived")
-    if payload_bytes != total_bytes:
-        raise IncompleteVersion(f"{payload_bytes} payload bytes arrived, sender announced {total_bytes}")
+class Arrivals:
+    """Which buckets of one version arrived and how many payload bytes: both reassemblers'
+    per-bucket verification (no duplicates, checksum) and end-of-version completeness."""
+
+    def __init__(self) -> None:
+        self.buckets: set[int] = set()
+        self.payload_bytes = 0
+
+    def accept(self, meta: BucketMeta, payload: torch.Tensor) -> None:
+        """Record one bucket; ``IncompleteVersion`` if it came twice or fails its checksum."""
+        if meta.index in self.buckets:
+            raise IncompleteVersion(f"bucket {meta.index} arrived twice")
+        if meta.checksum is not None and _crc(payload[:meta.nbytes]) != meta.checksum:
+            raise IncompleteVersion(f"bucket {meta.index} checksum mismatch")
+        self.buckets.add(meta.index)
+        self.payload_bytes += meta.nbytes
+
+    def check_complete(self, num_buckets: int, total_bytes: int) -> None:
+        """``IncompleteVersion`` unless every bucket and every announced byte arrived."""
+        missing = sorted(set(range(num_buckets)) - self.buckets)
+        if missing:
+            raise IncompleteVersion(f"buckets {missing[:8]} of {num_buckets} never arrived")
+        if self.payload_bytes != total_bytes:
+            raise IncompleteVersion(f"{self.payload_bytes} payload bytes arrived, sender "
+                                    f"announced {total_bytes}")
 
 
 class Reassembler:
@@ -181,8 +199,7 @@ class Reassembler:
         self.received: dict[str, int] = {}
         self.expected: dict[str, int] = {}
         self.sparse: dict[str, tuple[TensorSpec, torch.Tensor]] = {}
-        self.buckets: set[int] = set()
-        self.payload_bytes = 0
+        self.arrivals = Arrivals()
 
     def _target(self, spec: TensorSpec) -> torch.Tensor:
         dtype = dtype_from_name(spec.dtype)
@@ -193,12 +210,7 @@ class Reassembler:
         return current.view(-1).view(torch.uint8)
 
     def write(self, meta: BucketMeta, payload: torch.Tensor) -> None:
-        if meta.index in self.buckets:
-            raise IncompleteVersion(f"bucket {meta.index} arrived twice")
-        if meta.checksum is not None and _crc(payload[:meta.nbytes]) != meta.checksum:
-            raise IncompleteVersion(f"bucket {meta.index} checksum mismatch")
-        self.buckets.add(meta.index)
-        self.payload_bytes += meta.nbytes
+        self.arrivals.accept(meta, payload)
         for spec in meta.specs:
             piece = payload[spec.offset:spec.offset + spec.nbytes]
             if spec.encoding in SPARSE_INDEX:
@@ -219,7 +231,7 @@ class Reassembler:
 
     def finish(self, num_buckets: int, total_bytes: int) -> list[str]:
         """Verify the version and patch sparse deltas in; returns the names it carried."""
-        check_arrived(self.buckets, num_buckets, self.payload_bytes, total_bytes)
+        self.arrivals.check_complete(num_buckets, total_bytes)
         short = [n for n, size in self.expected.items() if self.received[n] != size]
         if short:
             raise IncompleteVersion(f"tensors {short[:8]} arrived incomplete")

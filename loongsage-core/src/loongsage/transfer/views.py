@@ -22,9 +22,8 @@ import torch
 
 from loongsage.transfer.bucketing import (
     ENCODING_DENSE,
+    Arrivals,
     IncompleteVersion,
-    _crc,
-    check_arrived,
     dtype_from_name,
 )
 from loongsage.transfer.frames import BucketMeta
@@ -38,20 +37,14 @@ class ArenaAssembler:
     def reset(self) -> None:
         self.starts: dict[str, tuple[int, str, tuple[int, ...], int]] = {}
         self.received: dict[str, int] = {}
-        self.buckets: set[int] = set()
-        self.payload_bytes = 0
+        self.arrivals = Arrivals()
 
     def write(self, meta: BucketMeta, payload: torch.Tensor) -> None:
         if meta.index >= self.num_slots:
             raise IncompleteVersion(f"bucket {meta.index} reuses a slot of this version: the "
                                     f"version outgrew the {self.num_slots}-slot shared-memory "
                                     f"ring that zero-copy receive needs")
-        if meta.index in self.buckets:
-            raise IncompleteVersion(f"bucket {meta.index} arrived twice")
-        if meta.checksum is not None and _crc(payload[:meta.nbytes]) != meta.checksum:
-            raise IncompleteVersion(f"bucket {meta.index} checksum mismatch")
-        self.buckets.add(meta.index)
-        self.payload_bytes += meta.nbytes
+        self.arrivals.accept(meta, payload)
         base = payload.data_ptr() - self.arena.data_ptr()
         for spec in meta.specs:
             if spec.encoding != ENCODING_DENSE:
@@ -68,7 +61,7 @@ class ArenaAssembler:
             self.received[spec.name] += spec.nbytes
 
     def finish(self, num_buckets: int, total_bytes: int) -> list[str]:
-        check_arrived(self.buckets, num_buckets, self.payload_bytes, total_bytes)
+        self.arrivals.check_complete(num_buckets, total_bytes)
         short = [n for n, (_, _, _, size) in self.starts.items() if self.received[n] != size]
         if short:
             raise IncompleteVersion(f"tensors {short[:8]} arrived incomplete")
