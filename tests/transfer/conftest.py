@@ -76,7 +76,8 @@ class EngineHost:
         r = self.receivers[key]
         return {"version": r.applied_version, "error": r.last_error,
                 "applies": self.applies[key], "transports": r.transports,
-                "zero_copy_versions": r.zero_copy_versions}
+                "zero_copy_versions": r.zero_copy_versions,
+                "staging_bytes": sum(t.numel() * t.element_size() for t in r.staging.values())}
 
     def weight_bytes(self, key: str) -> dict[str, bytes]:
         return {name: as_bytes(t) for name, t in self.weights[key].items()}

@@ -14,7 +14,9 @@ staging buffers, reused by the next version: an engine copies them into its para
 `zero_copy=True` (same-host shared-memory senders only): once a full version is known to fit
 in the sender's ring, later full versions are not copied into staging; `apply` gets views of
 the shared segment (`views.py`), so the receiver makes no copy of its own before the engine's.
-The first version, delta versions and versions that outgrow the ring are copied as above.
+The first version, delta versions and versions that outgrow the ring are copied as above; once
+a version arrived as views the staging tensors are freed (they no longer mirror the weights,
+and keeping them cost a second model-sized copy in every engine: 538 MB for SmolLM2).
 """
 
 from __future__ import annotations
@@ -214,6 +216,8 @@ class WeightReceiver:
                 # staging mirrors the weights only if every tensor went through it
                 self.mirror_version = None if pending.views else version
                 self.zero_copy_versions += bool(pending.views)
+                if pending.views:  # no longer a mirror: a model-sized copy nobody reads again
+                    self.staging.clear()
             else:
                 self.mirror_version = None
                 self.last_error = error
