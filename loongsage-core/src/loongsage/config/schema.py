@@ -41,6 +41,7 @@ class TrainConfig:
     mini_batches_per_step: int = 1  # optimizer steps per rollout batch
     num_threads: int = 0  # torch threads in the trainer (0 = torch default)
     gradient_checkpointing: bool = False
+    logprob_chunk_tokens: int = 512  # positions per fp32 LM-head + log-softmax chunk ([tokens, vocab] logits)
 
 
 @dataclass

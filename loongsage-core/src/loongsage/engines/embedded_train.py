@@ -82,6 +82,10 @@ class EmbeddedTrainEngine:
             raise ConfigError(
                 "train.micro_batch_size", f"must be >= 1, got {train.micro_batch_size}"
             )
+        if train.logprob_chunk_tokens < 1:
+            raise ConfigError(
+                "train.logprob_chunk_tokens", f"must be >= 1, got {train.logprob_chunk_tokens}"
+            )
         from transformers import AutoTokenizer
 
         self.model_cfg, self.train_cfg = model, train
@@ -146,6 +150,7 @@ class EmbeddedTrainEngine:
             batch.attention_mask.to(self.device),
             fp32_lm_head=self.model_cfg.fp32_lm_head,
             with_entropy=with_entropy,
+            chunk_tokens=self.train_cfg.logprob_chunk_tokens,
         )
 
     @torch.no_grad()

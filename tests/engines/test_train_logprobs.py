@@ -1,0 +1,87 @@
+"""Chunked LM head + log-softmax (``embedded_train_logprobs``) on the tiny Qwen2.
+
+The chunked computation must give the same log-probabilities, entropies and gradients as
+the whole-batch one, whatever the chunk size, and never hold the fp32 logits of more
+positions than one chunk: the test counts the largest ``[tokens, vocab]`` tensor autograd
+saves for the backward.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from loongsage.engines.embedded_train import load_causal_lm
+from loongsage.engines.embedded_train_logprobs import token_logprobs
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_dir):
+    return load_causal_lm(tiny_model_dir, "float32")
+
+
+def ragged(n=4, length=24, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 500, (n, length), generator=g)
+    attention = torch.zeros(n, length, dtype=torch.long)
+    for row in range(n):
+        attention[row, : length - 5 * row] = 1
+    return ids, attention
+
+
+def whole_batch(model, ids, attention):
+    """The unchunked reference: logits of every position at once."""
+    hidden = model.base_model(input_ids=ids, attention_mask=attention,
+                              position_ids=(attention.cumsum(-1) - 1).clamp(min=0)).last_hidden_state
+    logp = torch.log_softmax(model.get_output_embeddings()(hidden[:, :-1]).float(), -1)
+    picked = logp.gather(-1, ids[:, 1:, None])[..., 0]
+    entropy = -(logp.exp() * logp).sum(-1)
+    keep = attention[:, 1:].float()
+    pad = torch.zeros(ids.shape[0], 1)
+    return torch.cat([pad, picked * keep], 1), torch.cat([pad, entropy * keep], 1)
+
+
+def grads_of(model, loss):
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 10_000])
+def test_chunked_values_and_gradients_match_the_whole_batch(model, chunk):
+    ids, attention = ragged()
+    weights = torch.linspace(-1, 1, ids.numel()).view(ids.shape)  # a per-token loss closure
+    lp_ref, ent_ref = whole_batch(model, ids, attention)
+    ref = grads_of(model, (lp_ref * weights).sum() + ent_ref.sum())
+    lp, ent = token_logprobs(model, ids, attention, with_entropy=True, chunk_tokens=chunk)
+    torch.testing.assert_close(lp, lp_ref, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ent, ent_ref, atol=1e-5, rtol=0)
+    got = grads_of(model, (lp * weights).sum() + ent.sum())
+    assert got.keys() == ref.keys()
+    for name in ref:
+        torch.testing.assert_close(got[name], ref[name], atol=1e-5, rtol=1e-4)
+
+
+def test_padding_positions_are_zero(model):
+    ids, attention = ragged()
+    lp, ent = token_logprobs(model, ids, attention, with_entropy=True, chunk_tokens=5)
+    padded = attention == 0
+    assert padded.any() and (lp[padded] == 0).all() and (ent[padded] == 0).all()
+    assert (lp[attention.bool()][1:] < 0).any()
+
+
+def test_backward_keeps_no_logits_beyond_one_chunk(model):
+    ids, attention = ragged(n=4, length=40)
+    vocab = model.config.vocab_size
+    kept = []  # positions of every [..., vocab] tensor autograd saves for the backward
+
+    def pack(tensor):
+        if tensor.dim() and tensor.shape[-1] == vocab:
+            kept.append(tensor.numel() // vocab)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        lp, _ = token_logprobs(model, ids, attention, chunk_tokens=16)
+    assert max(kept, default=0) <= 16, f"logits of {max(kept)} positions kept for the backward"
+    lp.sum().backward()
+    assert model.get_output_embeddings().weight.grad.abs().sum() > 0
