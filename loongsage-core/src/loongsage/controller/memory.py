@@ -1,0 +1,211 @@
+"""Memory of a run's processes: RSS and PSS read from /proc, per-step figures and peaks.
+
+RSS counts every page a process maps, so pages shared between processes (the weight-sync
+ring, torch's libraries) count once per process and a sum of RSS over-counts; PSS divides
+each shared page among the processes that map it, so summed PSS is what the run really
+takes from the machine. Per-actor figures are RSS (what Ray's memory monitor and ``top``
+show); the run total is the summed PSS of the driver and every process below it (a local
+Ray cluster's raylet, workers and actors are all children of the driver).
+
+Peaks come from a ``PeakSampler`` thread (RSS of its own process every 50 ms in each
+actor, the run's summed PSS every second in the driver), so a peak that lasts a fraction
+of a step is still seen. Figures are bytes; metrics are GB (1e9 bytes).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+GB = 1e9
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def rss_bytes(pid: int | str = "self") -> int:
+    """Resident set size of ``pid`` (0 when the process is gone or /proc is missing)."""
+    try:
+        with open(f"/proc/{pid}/statm", encoding="ascii") as handle:
+            return int(handle.read().split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def pss_bytes(pid: int | str = "self") -> int:
+    """Proportional set size of ``pid`` from ``smaps_rollup`` (0 when unreadable)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        return 0
+    return 0
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and every live process below it."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    tree, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        tree.append(pid)
+        stack.extend(children.get(pid, []))
+    return tree
+
+
+def tree_pss_bytes(root: int) -> int:
+    """Summed PSS of ``root`` and its descendants: what the process tree takes from the machine."""
+    return sum(pss_bytes(pid) for pid in process_tree(root))
+
+
+def machine_memory() -> tuple[int, int]:
+    """``(total, available)`` bytes of this machine, capped by a cgroup v2 limit when set."""
+    fields = {}
+    with open("/proc/meminfo", encoding="ascii") as handle:
+        for line in handle:
+            name, value = line.split(":", 1)
+            fields[name] = int(value.split()[0]) * 1024
+    total, available = fields["MemTotal"], fields.get("MemAvailable", fields["MemFree"])
+    try:
+        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as handle:
+            limit = handle.read().strip()
+        with open("/sys/fs/cgroup/memory.current", encoding="ascii") as handle:
+            used = int(handle.read().strip())
+    except OSError:
+        return total, available
+    if limit.isdigit() and int(limit) < total:
+        return int(limit), min(available, int(limit) - used)
+    return total, available
+
+
+class PeakSampler:
+    """Samples ``read()`` every ``interval_s`` on a daemon thread and keeps the maximum.
+
+    ``take()`` returns the peak since the previous ``take()`` (including the value now) and
+    starts a new window; ``overall`` is the peak since the sampler started.
+    """
+
+    def __init__(self, read: Callable[[], int], interval_s: float) -> None:
+        self._read = read
+        self._interval = interval_s
+        self._lock = threading.Lock()
+        self._window = self.overall = read()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="loongsage-memory", daemon=True)
+        self._thread.start()
+
+    def _note(self, value: int) -> None:
+        with self._lock:
+            self._window = max(self._window, value)
+            self.overall = max(self.overall, value)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._note(self._read())
+
+    def take(self) -> int:
+        now = self._read()
+        self._note(now)
+        with self._lock:
+            peak, self._window = self._window, now
+        return peak
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+@dataclass
+class ActorMemory:
+    """One actor's memory, as its host reports it (``EngineHost.memory``)."""
+
+    pid: int
+    rss: int  # now
+    peak_rss: int  # since the previous report
+
+
+@dataclass
+class RunMemory:
+    """The driver's view: per-step memory metrics of every actor and the run's peaks.
+
+    ``actors`` maps a role name (``train``, ``rollout0``...) to its actor handle; ``local``
+    says whether the actors are processes below the driver (a local cluster), which is when
+    the run's summed PSS can be measured.
+    """
+
+    actors: dict[str, Any]
+    local: bool
+    peaks: dict[str, float] = field(default_factory=dict)
+    last: dict[str, ActorMemory] = field(default_factory=dict)
+    _run: PeakSampler | None = None
+
+    def __post_init__(self) -> None:
+        if self.local:
+            root = os.getpid()
+            self._run = PeakSampler(lambda: tree_pss_bytes(root), interval_s=1.0)
+
+    def pids(self) -> dict[str, int]:
+        """Role -> process id of every reachable actor."""
+        return {role: report.pid for role, report in self._reports().items()}
+
+    def _reports(self) -> dict[str, ActorMemory]:
+        import ray
+
+        roles = list(self.actors)
+        values = ray.get([self.actors[r].memory.remote() for r in roles], timeout=60)
+        self.last = {role: ActorMemory(**value) for role, value in zip(roles, values)}
+        return self.last
+
+    def step_metrics(self) -> dict[str, float]:
+        """``perf/*_gb`` for the step that just ended; peaks are since the previous call.
+
+        ``perf/train_rss_gb`` is the train actor's RSS at the end of the step and
+        ``perf/train_rss_peak_gb`` its peak during the step; the rollout figures are the
+        largest engine's; ``perf/run_pss_peak_gb`` is the whole run's summed PSS at its peak
+        during the step (local clusters only).
+        """
+        reports = self._reports()
+        rollout = [r for role, r in reports.items() if role != "train"]
+        metrics = {}
+        if "train" in reports:
+            metrics["perf/train_rss_gb"] = reports["train"].rss / GB
+            metrics["perf/train_rss_peak_gb"] = reports["train"].peak_rss / GB
+        if rollout:
+            metrics["perf/rollout_rss_gb"] = max(r.rss for r in rollout) / GB
+            metrics["perf/rollout_rss_peak_gb"] = max(r.peak_rss for r in rollout) / GB
+        if self._run is not None:
+            metrics["perf/run_pss_peak_gb"] = self._run.take() / GB
+        for key, value in metrics.items():
+            if key.endswith("_peak_gb"):
+                self.peaks[key] = max(self.peaks.get(key, 0.0), value)
+        return metrics
+
+    def summary(self) -> dict[str, float]:
+        """The run's peaks so far (GB): train actor, largest rollout engine, whole run."""
+        out = dict(self.peaks)
+        if self._run is not None:
+            out["perf/run_pss_peak_gb"] = max(out.get("perf/run_pss_peak_gb", 0.0), self._run.overall / GB)
+        return out
+
+    def summary_line(self) -> str:
+        peaks = self.summary()
+        names = [("perf/train_rss_peak_gb", "train actor RSS"), ("perf/rollout_rss_peak_gb", "rollout engine RSS"),
+                 ("perf/run_pss_peak_gb", "whole run PSS")]
+        parts = [f"{label} {peaks[key]:.2f} GB" for key, label in names if key in peaks]
+        total, _ = machine_memory()
+        return f"memory peak: {', '.join(parts)} (machine {total / GB:.1f} GB)"
+
+    def close(self) -> None:
+        if self._run is not None:
+            self._run.close()

@@ -1,0 +1,69 @@
+"""``EngineHost`` (``loongsage.controller.actors``) in a real Ray actor hosting the tiny train engine.
+
+Every engine call must run on the host's one compute thread: Ray hands successive calls of a
+threaded actor to successive pool threads, and a train step on another thread cannot reuse
+the memory the previous step freed in that thread's malloc arena (the train actor grew by
+about a step's activations per pool thread). ``memory`` must answer while a call runs, and
+its peak must see an allocation that is already freed again when the call returns.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+import torch
+
+from loongsage.controller.actors import spawn_engine
+from loongsage.engines.embedded_train import EmbeddedTrainEngine
+
+MB = 1 << 20
+
+
+def thread_of_call(engine) -> int:
+    return threading.get_ident()
+
+
+def hold_memory(engine, megabytes: int, seconds: float) -> int:
+    block = torch.ones(megabytes * MB // 4)  # written, so resident
+    time.sleep(seconds)
+    del block
+    return threading.get_ident()
+
+
+@pytest.fixture(scope="module")
+def host(tiny_model_dir):
+    ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 28)
+    cfg = {"model": {"path": str(tiny_model_dir)}, "train": {"micro_batch_size": 2}}
+    actor = spawn_engine(EmbeddedTrainEngine, cfg, num_cpus=0, num_threads=1, name="train")
+    yield ray, actor
+    ray.kill(actor)
+    if started:
+        ray.shutdown()
+
+
+def test_every_call_runs_on_one_compute_thread(host):
+    ray, actor = host
+    threads = {ray.get(actor.run.remote(thread_of_call)) for _ in range(8)}
+    threads.add(ray.get(actor.run.remote(hold_memory, 1, 0.0)))
+    assert len(threads) == 1
+
+
+def test_memory_answers_during_a_call_and_sees_its_peak(host):
+    ray, actor = host
+    before = ray.get(actor.memory.remote())
+    running = actor.run.remote(hold_memory, 300, 2.0)
+    time.sleep(0.5)
+    during = ray.get(actor.memory.remote(), timeout=1.0)  # the call is still holding its block
+    assert not ray.wait([running], timeout=0)[0]
+    ray.get(running)
+    after = ray.get(actor.memory.remote())
+    assert before["pid"] == during["pid"] == after["pid"] != os.getpid()
+    assert during["rss"] >= before["rss"] + 250 * MB
+    assert max(during["peak_rss"], after["peak_rss"]) >= before["rss"] + 250 * MB
