@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import ray
 
-from loongsage.controller.memory import PeakSampler, rss_bytes
+from loongsage.controller.memory import PeakSampler, release_free_memory, rss_bytes
 
 
 # OpenMP threads that spin while waiting starve colocated actors sharing the same cores
@@ -119,8 +119,14 @@ class EngineHost:
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return self._on_compute(fn, self.engine, *args, **kwargs)
 
-    def memory(self) -> dict[str, int]:
-        """``{"pid", "rss", "peak_rss"}``: RSS now and at its peak since the previous call."""
+    def memory(self, release: bool = False) -> dict[str, int]:
+        """``{"pid", "rss", "peak_rss"}``: RSS now and at its peak since the previous call.
+
+        ``release`` first hands freed heap memory back to the OS (``release_free_memory``),
+        so ``rss`` is what the process holds rather than what its allocator kept.
+        """
+        if release:
+            release_free_memory()
         return {"pid": os.getpid(), "rss": rss_bytes(), "peak_rss": self._memory.take()}
 
 

@@ -14,6 +14,7 @@ of a step is still seen. Figures are bytes; metrics are GB (1e9 bytes).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 from dataclasses import dataclass, field
@@ -42,6 +43,22 @@ def pss_bytes(pid: int | str = "self") -> int:
     except (OSError, IndexError, ValueError):
         return 0
     return 0
+
+
+def release_free_memory() -> None:
+    """Hand the heap's free pages back to the OS (glibc ``malloc_trim``; elsewhere a no-op).
+
+    glibc keeps what a train step freed inside its heap, in amounts that depend on the
+    step's allocation pattern: measured on SmolLM2, 3.3-3.6 GB RSS after a step holding
+    2.1 GB, 0.05-0.1 s per trim. After a trim RSS is what the process really holds, so a
+    per-step figure shows growth instead of allocator noise, and an idle actor (the trainer
+    while the engines generate) does not sit on a step's worth of freed memory.
+    """
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return
+    trim(0)
 
 
 def process_tree(root: int) -> list[int]:
@@ -155,6 +172,16 @@ class RunMemory:
             root = os.getpid()
             self._run = PeakSampler(lambda: tree_pss_bytes(root), interval_s=1.0)
 
+    @classmethod
+    def for_run(cls, cfg: Any, train_actor: Any, rollout_actors: list) -> "RunMemory":
+        """The run's train actor and rollout engines; prints their process ids (for ``top``)."""
+        remote = cfg.placement.ray_address or os.environ.get("RAY_ADDRESS")
+        actors = {"train": train_actor, **{f"rollout{i}": a for i, a in enumerate(rollout_actors)}}
+        memory = cls(actors, local=not remote)
+        pids = ", ".join(f"{role} {pid}" for role, pid in memory.pids().items())
+        print(f"actor processes: {pids}", flush=True)
+        return memory
+
     def pids(self) -> dict[str, int]:
         """Role -> process id of every reachable actor."""
         return {role: report.pid for role, report in self._reports().items()}
@@ -163,14 +190,15 @@ class RunMemory:
         import ray
 
         roles = list(self.actors)
-        values = ray.get([self.actors[r].memory.remote() for r in roles], timeout=60)
+        values = ray.get([self.actors[r].memory.remote(release=True) for r in roles], timeout=60)
         self.last = {role: ActorMemory(**value) for role, value in zip(roles, values)}
         return self.last
 
     def step_metrics(self) -> dict[str, float]:
         """``perf/*_gb`` for the step that just ended; peaks are since the previous call.
 
-        ``perf/train_rss_gb`` is the train actor's RSS at the end of the step and
+        ``perf/train_rss_gb`` is the train actor's RSS at the end of the step (after handing
+        freed heap memory back, ``release_free_memory``) and
         ``perf/train_rss_peak_gb`` its peak during the step; the rollout figures are the
         largest engine's; ``perf/run_pss_peak_gb`` is the whole run's summed PSS at its peak
         during the step (local clusters only).

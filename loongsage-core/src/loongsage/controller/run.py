@@ -58,6 +58,7 @@ def run_training(cfg: DictConfig, registries: Registries) -> str:
                 run.save_checkpoint(step)
         if run.eval_due(cfg.trainer.steps):
             run.record(cfg.trainer.steps, run.evaluate(), [])
+        print(run.memory.summary_line(), flush=True)
         return str(run.run_dir.path)
 
 

@@ -25,6 +25,7 @@ from loongsage.config.validate import as_container
 from loongsage.controller.actors import spawn_engine, split_cores, start_ray
 from loongsage.controller.agent_routers import AgentRouters
 from loongsage.controller.batching import groups_to_batch, rollout_metrics
+from loongsage.controller.memory import RunMemory
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
 from loongsage.controller.trainer_ops import train_on_rollout
@@ -58,6 +59,7 @@ class Run:
     sources: dict = field(default_factory=dict)
     weight_sync: WeightSync | None = None
     agent_routers: AgentRouters | None = None
+    memory: RunMemory | None = None
     version: int = 0
     _bar: Any = None
 
@@ -105,6 +107,8 @@ class Run:
 
     def record(self, step: int, metrics: dict[str, float], groups: list) -> None:
         metrics["train/weight_version"] = float(self.version)
+        if self.memory is not None:
+            metrics.update(self.memory.step_metrics())
         for tracker in self.trackers:
             tracker.log(metrics, step)
         self.run_dir.write_samples(step, groups, self.tokenizer, self.cfg.logging.samples_per_step)
@@ -134,7 +138,9 @@ class Run:
             return
         examples = sft_examples(self.sources, sft.examples, seed=self.cfg.trainer.seed)
         losses = ray.get(self.train_actor.run.remote(train_sft, examples, sft.steps, sft.batch_size, sft.lr))
-        print(f"sft warm start: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {len(losses)} steps", flush=True)
+        peak = self.memory.step_metrics().get("perf/train_rss_peak_gb", 0.0) if self.memory else 0.0
+        print(f"sft warm start: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {len(losses)} steps "
+              f"(train actor RSS peak {peak:.2f} GB)", flush=True)
         if self.rollout_actors:
             self.scheduler.on_weights_updated(self.sync_weights())
 
@@ -180,6 +186,8 @@ class Run:
     def close(self) -> None:
         for tracker in self.trackers:
             tracker.close()
+        if self.memory is not None:
+            self.memory.close()
         if self.scheduler is not None:
             self.scheduler.close()
         if self.rollout is not None:
@@ -327,6 +335,7 @@ def build_run(cfg: DictConfig, registries: Registries, rollout: bool = True) -> 
             )
             mixer = DataMixer.from_sources(sources, cfg.trainer.seed, batch_size=cfg.rollout.prompts_per_step)
             run.scheduler = _build_scheduler(cfg, registries, mixer, run.rollout)
+        run.memory = RunMemory.for_run(cfg, train_actor, run.rollout_actors)
         run.trackers = _trackers(cfg, registries, run_dir)
         yield run
     finally:
