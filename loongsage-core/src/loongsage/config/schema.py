@@ -105,6 +105,7 @@ class PlacementConfig:
     train_cpus: float = 1.0
     rollout_cpus: float = 1.0
     object_store_memory: int = 1 << 30
+    memory_check: str = "refuse"  # refuse | warn | off, when the start-up memory estimate exceeds free memory
 
 
 @dataclass

@@ -26,6 +26,7 @@ from loongsage.controller.actors import spawn_engine, split_cores, start_ray
 from loongsage.controller.agent_routers import AgentRouters
 from loongsage.controller.batching import groups_to_batch, rollout_metrics
 from loongsage.controller.memory import RunMemory
+from loongsage.controller.memory_budget import check_run_memory
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
 from loongsage.controller.trainer_ops import train_on_rollout
@@ -314,6 +315,9 @@ def build_run(cfg: DictConfig, registries: Registries, rollout: bool = True) -> 
     try:
         sources = build_sources(cfg, registries, tokenizer)
         run.sources = sources
+        estimate = check_run_memory(cfg, sources, tokenizer)
+        if estimate:
+            print(estimate, flush=True)
         if rollout:
             engine_cls = registries.engine.get(cfg.rollout.backend, "rollout.backend")
             run.rollout_actors = [

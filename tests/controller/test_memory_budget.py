@@ -1,0 +1,75 @@
+"""Start-up memory estimate (``loongsage.controller.memory_budget``) on the tiny Qwen2.
+
+The activation term is checked against what autograd really keeps for a micro-batch of the
+real model; the check against the machine refuses (naming the settings to lower), warns,
+or passes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from loongsage.config.compose import load_config
+from loongsage.controller.memory import GB
+from loongsage.controller.memory_budget import Estimate, ModelShape, check_estimate, estimate_run
+from loongsage.engines.embedded_train import load_causal_lm
+from loongsage.engines.embedded_train_logprobs import token_logprobs
+from loongsage.errors import ConfigError
+
+
+def tiny_cfg(tiny_model_dir, *overrides):
+    cfg, _ = load_config("tiny/grpo", [f"model.path={tiny_model_dir}", *overrides], None)
+    return cfg
+
+
+def test_shape_counts_the_real_parameters(tiny_model_dir):
+    shape = ModelShape.from_folder(str(tiny_model_dir))
+    model = load_causal_lm(tiny_model_dir, "float32")
+    assert shape.parameters == sum(p.numel() for p in model.parameters())
+    assert (shape.hidden, shape.layers, shape.vocab) == (
+        model.config.hidden_size, model.config.num_hidden_layers, model.config.vocab_size)
+
+
+def test_activation_term_matches_what_autograd_keeps(tiny_model_dir):
+    """Saved activations of one micro-batch vs the estimate's per-token term (1.5x is in flight)."""
+    model = load_causal_lm(tiny_model_dir, "float32")
+    rows, tokens = 8, 96
+    ids = torch.randint(3, 500, (rows, tokens))
+    params = {p.data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(tensor):
+        if tensor.data_ptr() not in params:
+            saved[tensor.data_ptr()] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        token_logprobs(model, ids, torch.ones_like(ids))
+    cfg = tiny_cfg(tiny_model_dir, f"train.micro_batch_size={rows}")
+    shape = ModelShape.from_folder(str(tiny_model_dir))
+    est = estimate_run(cfg, shape, tokens)
+    kept = rows * tokens * shape.layers * (10 * shape.hidden + 4 * shape.intermediate) * 4
+    assert 0.75 * kept <= sum(saved.values()) <= 1.25 * kept
+    assert est.parts["train actor"] >= 1.5 * kept + 4 * shape.parameters * 4
+
+
+def test_refuses_warns_or_passes_against_the_room():
+    est = Estimate({"train actor": int(6 * GB), "rollout engines": int(2 * GB), "driver and Ray": int(1 * GB)})
+    assert check_estimate(est, "refuse", room=int(20 * GB), total=int(24 * GB)).startswith("memory estimate 9.0 GB")
+    assert check_estimate(est, "refuse", room=int(10 * GB), total=int(24 * GB)).startswith("warning:")
+    assert check_estimate(est, "warn", room=int(5 * GB), total=int(24 * GB)).startswith("warning:")
+    with pytest.raises(ConfigError, match=r"^train\.micro_batch_size: the run needs about memory estimate 9\.0 GB") as err:
+        check_estimate(est, "refuse", room=int(5 * GB), total=int(24 * GB))
+    assert "rollout.max_running_requests" in str(err.value) and "placement.memory_check=warn" in str(err.value)
+
+
+def test_estimate_grows_with_the_settings_it_names(tiny_model_dir):
+    shape = ModelShape.from_folder(str(tiny_model_dir))
+    base = estimate_run(tiny_cfg(tiny_model_dir), shape, 100)
+    bigger_micro = estimate_run(tiny_cfg(tiny_model_dir, "train.micro_batch_size=64"), shape, 100)
+    checkpointed = estimate_run(tiny_cfg(tiny_model_dir, "train.gradient_checkpointing=true"), shape, 100)
+    assert bigger_micro.parts["train actor"] > base.parts["train actor"] > checkpointed.parts["train actor"]
+    more_requests = estimate_run(tiny_cfg(tiny_model_dir, "rollout.n_samples_per_prompt=32",
+                                          "rollout.max_running_requests=256"), shape, 100)
+    assert more_requests.parts["rollout engines"] > base.parts["rollout engines"]
