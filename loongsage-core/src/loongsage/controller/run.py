@@ -14,6 +14,7 @@ from typing import Iterator
 from omegaconf import DictConfig
 
 from loongsage.controller.batching import rollout_metrics
+from loongsage.controller.failures import FailureGuard
 from loongsage.controller.setup import Run, build_run
 from loongsage.registry import Registries
 
@@ -52,10 +53,12 @@ def run_training(cfg: DictConfig, registries: Registries) -> str:
     with build_run(cfg, registries) as run:
         print(f"run directory: {run.run_dir.path}", flush=True)
         first_step = run.resume_or_warm_start()
-        for step in run.progress(range(first_step, cfg.trainer.steps)):
-            train_one_step(run, step)
-            if run.checkpoint_due(step):
-                run.save_checkpoint(step)
+        with FailureGuard(run) as guard:
+            for step in run.progress(range(first_step, cfg.trainer.steps)):
+                guard.begin(step)
+                train_one_step(run, step)
+                if run.checkpoint_due(step):
+                    run.save_checkpoint(step)
         if run.eval_due(cfg.trainer.steps):
             run.record(cfg.trainer.steps, run.evaluate(), [])
         print(run.memory.summary_line(), flush=True)
