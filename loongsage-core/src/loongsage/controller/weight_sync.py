@@ -24,11 +24,21 @@ from loongsage.transfer import MeshAddress, TransferConfig, WeightSyncError
 _ENDPOINT: dict[str, Any] = {}
 
 
+def ring_slots(engine: Any, config: TransferConfig) -> int:
+    """Slots that hold one whole version: the packer fills every bucket and pads each tensor
+    to ``ALIGN``, so a version takes ceil(padded bytes / bucket) buckets, and not one more
+    (every slot is a touched, shared ``bucket_bytes`` of memory in the trainer and each engine)."""
+    from loongsage.transfer.bucketing import ALIGN
+
+    padded = sum(-(-t.numel() * t.element_size() // ALIGN) * ALIGN
+                 for _, t in engine.named_tensors(include_tied=False))
+    return max(config.num_slots, -(-padded // config.bucket_bytes))
+
+
 def actor_start_sender(engine: Any, config: TransferConfig) -> MeshAddress:
     from loongsage.transfer import TransferMesh
 
-    version_bytes = sum(t.numel() * t.element_size() for _, t in engine.named_tensors(include_tied=False))
-    slots = max(config.num_slots, 2 + version_bytes // config.bucket_bytes)
+    slots = ring_slots(engine, config)
     _ENDPOINT["mesh"] = TransferMesh(dataclasses.replace(config, num_slots=slots)).start()
     return _ENDPOINT["mesh"].address
 
