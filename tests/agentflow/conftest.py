@@ -20,6 +20,7 @@ import pytest
 from loongsage.engines.client import GenerateOutput, StreamChunk
 
 from loongsage.agentflow.server import Router
+from loongsage.plugins import get_registries
 from loongsage.agentflow.settings import RouterSettings
 
 
@@ -46,7 +47,7 @@ def make_router(tokenizer):
     started: list[Router] = []
 
     def make(engines, **settings) -> Router:
-        router = Router(engines, tokenizer, RouterSettings(**settings))
+        router = Router(engines, tokenizer, get_registries(), RouterSettings(**settings))
         router.start()
         started.append(router)
         return router

@@ -108,9 +108,9 @@ def test_custom_correction_flag_is_enforced_against_m2po(registries):
 
 
 def test_custom_advantage_and_filter(registries):
-    adv = compute_advantages([0.5, 2.0], [0, 0], torch.ones(2, 3), {"advantage_estimator": "raw_reward"}, registries)
+    adv = compute_advantages([0.5, 2.0], [0, 0], torch.ones(2, 3), validate_algorithm({"advantage_estimator": "raw_reward"}, registries))
     assert adv.tolist() == [[0.5] * 3, [2.0] * 3]
     sample = Sample([1], [2], [-0.1], [0], [1])
     groups = [Group(i, Prompt("s", i, []), [sample]) for i in range(3)]
-    out = FilterChain.from_config(["keep_first"], registries)(groups)
+    out = FilterChain(registries.resolve_all("data_filter", ["keep_first"], "algorithm.filters"))(groups)
     assert [g.group_id for g in out.groups] == [0] and out.metrics == {"rollout/custom_drop": 2.0}

@@ -27,11 +27,23 @@ def test_installed_package_is_listed_under_its_distribution(example_plugin_path)
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     ours = {(r["kind"], r["name"]): r for r in rows if r["distribution"] == "loongsage-example-plugin"}
-    assert set(ours) == {("tracker", "csv"), ("reward", "exact_match")}
+    assert set(ours) == {("tracker", "csv"), ("reward", "exact_match"), ("command", "csv-tail")}
     assert ours[("tracker", "csv")]["params"][0] == {
         "name": "filename", "type": "str", "default": "metrics.csv"
     }
     assert set(rows[0]) == {"kind", "name", "distribution", "doc", "params"}
+
+
+def test_installed_command_runs_as_a_loongsage_subcommand(example_plugin_path, tmp_path):
+    """loongsage_register_commands: a third party's command is a `loongsage` subcommand, given
+    the registries (it reads the csv tracker's default file name from them)."""
+    (tmp_path / "metrics.csv").write_text("step,reward\n" + "".join(f"{i},{i / 10}\n" for i in range(8)))
+    result = _run(["csv-tail", str(tmp_path), "-n", "2"], example_plugin_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["step\treward", "6\t0.6", "7\t0.7"]
+    assert "csv-tail" in _run(["--help"], example_plugin_path).stdout
+    missing = _run(["csv-tail", str(tmp_path)])
+    assert missing.returncode == 2 and "invalid choice: 'csv-tail'" in missing.stderr
 
 
 def test_without_the_package_its_names_are_unknown(example_plugin_path):

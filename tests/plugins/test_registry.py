@@ -107,9 +107,9 @@ def test_second_distribution_claiming_a_core_name_fails_at_load(registries_with)
         registries_with(Impostor)
 
 
-def test_fourteen_kinds_each_with_one_hook():
+def test_fifteen_kinds_each_with_one_hook():
     from loongsage import hookspecs
 
-    assert len(KINDS) == 14
+    assert len(KINDS) == 15
     for kind in KINDS.values():
         assert callable(getattr(hookspecs, kind.hook))

@@ -4,6 +4,13 @@ Every registry behaves the same way (a lesson from verl, whose registries differ
 second registration of a name raises ``DuplicatePluginError`` naming both distributions,
 an unknown name raises ``UnknownPluginError`` naming the config key and the closest
 match, and nothing can be registered once the registry is frozen.
+
+``Registries.resolve`` is the one way a config node naming a plugin (a bare name, or a
+mapping ``{name: ..., <params>}``; datasets key it by ``format``, sandboxes by ``type``)
+becomes a ``PluginRef``: the registry entry plus its parameters typed by the plugin's own
+dataclass, and the config key it came from (for every later error). Everything downstream
+(validation, data sources, the objective, schedulers, the router, trackers) receives
+``PluginRef``s and never looks a name up again.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ KINDS: dict[str, Kind] = {
         Kind("window_policy", "loongsage_register_window_policies", "async.window_policy"),
         Kind("engine", "loongsage_register_engines", "train.backend"),
         Kind("tracker", "loongsage_register_trackers", "logging.trackers"),
+        Kind("command", "loongsage_register_commands", "loongsage <command>"),
     )
 }
 
@@ -149,6 +157,49 @@ class RegistryEntry:
         return out
 
 
+@dataclass(frozen=True)
+class PluginRef:
+    """A config reference resolved once: the entry, its typed parameters, and the config key.
+
+    Picklable (entries hold lazy ``"module:attribute"`` targets or module-level objects), so a
+    ``PluginRef`` travels into Ray actors and reward worker processes as it is.
+    """
+
+    entry: RegistryEntry
+    params: Any
+    key: str
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def kind(self) -> str:
+        return self.entry.kind
+
+    @property
+    def obj(self) -> Any:
+        """The registered object (imported on first use)."""
+        return self.entry.obj
+
+    def flag(self, attribute: str) -> bool:
+        """A boolean class attribute of the plugin's parameter dataclass (False when absent)."""
+        return bool(getattr(self.entry.params, attribute, False))
+
+    def as_node(self, name_field: str = "name") -> dict[str, Any]:
+        """The reference as a plain config node, every parameter (defaults included) spelled out."""
+        values = dataclasses.asdict(self.params) if dataclasses.is_dataclass(self.params) else {}
+        return {name_field: self.name, **values}
+
+
+def _plain(node: Any) -> Any:
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    if isinstance(node, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(node, resolve=True)
+    return node
+
+
 @dataclass
 class Registry:
     """Named plugin objects of one kind."""
@@ -222,7 +273,7 @@ class Registry:
 
 
 class Registries:
-    """All fourteen registries, addressable by kind name (``registries.policy_loss``)."""
+    """One registry per plugin kind, addressable by kind name (``registries.policy_loss``)."""
 
     def __init__(self) -> None:
         self._by_kind = {kind: Registry(kind) for kind in KINDS}
@@ -242,6 +293,38 @@ class Registries:
     def freeze(self) -> None:
         for registry in self._by_kind.values():
             registry.freeze()
+
+    def resolve(self, kind: str, node: Any, key: str, name_field: str = "name") -> PluginRef:
+        """Resolve one config node naming a ``kind`` plugin; errors name ``key``.
+
+        ``node`` is the plugin's name or a mapping with ``name_field`` and its parameters,
+        validated by the plugin's parameter dataclass.
+        """
+        node = _plain(node)
+        name_key = key if isinstance(node, str) else f"{key}.{name_field}"
+        if isinstance(node, str):
+            node = {name_field: node}
+        if not isinstance(node, Mapping) or not isinstance(node.get(name_field), str) or not node[name_field]:
+            raise ConfigError(key, f"expected a {kind} name or a mapping with '{name_field}', got {node!r}")
+        values = dict(node)
+        name = values.pop(name_field)
+        entry = self[kind].entry(name, name_key)
+        try:
+            params = entry.build_params(values, key)
+        except (ValueError, TypeError) as err:
+            if isinstance(err, ConfigError):
+                raise
+            raise ConfigError(key, f"invalid parameters for {kind} '{name}': {err}") from None
+        return PluginRef(entry, params, key)
+
+    def resolve_all(self, kind: str, nodes: Any, key: str, name_field: str = "name") -> tuple[PluginRef, ...]:
+        """``resolve`` each node of a list (``None`` is an empty list); keys get ``[i]``."""
+        nodes = _plain(nodes)
+        if nodes is None:
+            return ()
+        if not isinstance(nodes, list):
+            raise ConfigError(key, f"expected a list of {kind} references, got {nodes!r}")
+        return tuple(self.resolve(kind, n, f"{key}[{i}]", name_field) for i, n in enumerate(nodes))
 
     def register_callable(self, kind: str, distribution: str) -> Callable[..., None]:
         """The ``register`` callable handed to one plugin's hook implementation."""

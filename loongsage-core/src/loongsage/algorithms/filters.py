@@ -45,21 +45,10 @@ class FillResult:
 
 
 class FilterChain:
-    """Filters applied in config order; metrics summed over the filters."""
+    """Filters (resolved ``data_filter`` ``PluginRef``s) applied in order; metrics summed."""
 
     def __init__(self, components: Sequence[Any] = ()):
         self.components = tuple(components)
-
-    @classmethod
-    def from_config(cls, nodes: Any, registries: Any = None, key: str = "algorithm.filters") -> "FilterChain":
-        from loongsage.algorithms.validate import _plain, resolve
-
-        if registries is None:
-            from loongsage.plugins import get_registries
-
-            registries = get_registries()
-        nodes = _plain(nodes) or []
-        return cls([resolve(registries, "data_filter", n, f"{key}[{i}]") for i, n in enumerate(nodes)])
 
     @property
     def max_rounds(self) -> int:
@@ -69,7 +58,7 @@ class FilterChain:
     def __call__(self, groups: list[Group]) -> FilterResult:
         metrics: dict[str, float] = {}
         for comp in self.components:
-            result = comp.fn(list(groups), comp.params)
+            result = comp.obj(list(groups), comp.params)
             groups = result.groups
             for name, value in result.metrics.items():
                 metrics[name] = metrics.get(name, 0.0) + float(value)

@@ -1,9 +1,10 @@
 """Compose a run configuration from recipes with Hydra, then validate it.
 
-``load_config`` is the only way a command gets its config: it loads the plugins (so
-each plugin's parameter group exists in the ConfigStore), composes the recipe with
-Hydra, loads the local plugin modules the recipe names and composes again if there are
-any, and validates the result before anything starts.
+``load_config`` is the only way a command gets its config: it loads the plugins and
+publishes their parameter groups to the ConfigStore, composes the recipe with Hydra, loads
+the local plugin modules the recipe names (and composes again if there are any), and
+validates the result before anything starts, returning the ``RunConfig`` with every plugin
+resolved.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 
-from loongsage.config.store import PLUGIN_GROUPS
-from loongsage.config.validate import validate_config
+from loongsage.config.store import PLUGIN_GROUPS, publish_plugin_params
+from loongsage.config.validate import RunConfig, validate_config
 from loongsage.errors import ConfigError, UnknownPluginError
-from loongsage.plugins import get_registries
+from loongsage.plugins import load_plugins
 from loongsage.registry import Registries
 
 
@@ -46,7 +47,8 @@ def list_recipes(root: Path | None = None) -> list[str]:
     )
 
 
-def _compose(config_name: str, overrides: Sequence[str], config_dir: str | None) -> DictConfig:
+def _compose(config_name: str, overrides: Sequence[str], config_dir: str | None,
+             registries: Registries) -> DictConfig:
     bundled = recipes_dir()
     primary = Path(config_dir).resolve() if config_dir else bundled
     extra = [f"hydra.searchpath=[file://{bundled}]"] if config_dir else []
@@ -54,16 +56,16 @@ def _compose(config_name: str, overrides: Sequence[str], config_dir: str | None)
         with initialize_config_dir(version_base=None, config_dir=str(primary)):
             cfg = compose(config_name=config_name, overrides=[*overrides, *extra])
     except MissingConfigException as err:
-        raise _missing_option_error(err, overrides) from None
+        raise _missing_option_error(err, overrides, registries) from None
     except HydraException as err:
         raise ConfigError("overrides", str(err)) from None
     cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]) if "hydra" in cfg else cfg
     return cfg
 
 
-def _missing_option_error(err: MissingConfigException, overrides: Sequence[str]) -> Exception:
+def _missing_option_error(err: MissingConfigException, overrides: Sequence[str],
+                          registries: Registries) -> Exception:
     """Turn Hydra's 'no such group option' into UnknownPluginError for plugin groups."""
-    registries = get_registries()
     for override in overrides:
         group, _, option = override.lstrip("+~").partition("=")
         for kind, plugin_group in PLUGIN_GROUPS.items():
@@ -79,12 +81,14 @@ def load_config(
     config_name: str,
     overrides: Sequence[str] = (),
     config_dir: str | None = None,
-) -> tuple[DictConfig, Registries]:
-    """Compose, load plugins named by the recipe, validate; return config and registries."""
-    get_registries()  # publishes plugin parameter groups for the first composition
-    cfg = _compose(config_name, overrides, config_dir)
+) -> RunConfig:
+    """Compose, load the plugins the recipe names, validate; return the resolved config."""
+    registries = load_plugins()
+    publish_plugin_params(registries)
+    cfg = _compose(config_name, overrides, config_dir, registries)
     local = [str(m) for m in cfg.get("plugins", []) or []]
-    registries = get_registries(local)
     if local:
-        cfg = _compose(config_name, overrides, config_dir)
-    return validate_config(cfg, registries), registries
+        registries = load_plugins(local)
+        publish_plugin_params(registries)
+        cfg = _compose(config_name, overrides, config_dir, registries)
+    return validate_config(cfg, registries)
