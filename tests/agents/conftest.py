@@ -75,7 +75,7 @@ def engine_url(long_tiny_model_dir):
 
 @pytest.fixture(scope="session")
 def trainer(long_tiny_model_dir):
-    from loongsage.config.schema import ModelConfig, TrainConfig
+    from loongsage.schema import ModelConfig, TrainConfig
     from loongsage.engines.embedded_train import EmbeddedTrainEngine
 
     return EmbeddedTrainEngine(ModelConfig(path=str(long_tiny_model_dir)), TrainConfig(),

@@ -4,7 +4,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from loongsage.algorithms.validate import validate_algorithm
-from loongsage.config.schema import AlgorithmConfig
+from loongsage.schema import AlgorithmConfig
 from loongsage.errors import ConfigError, UnknownPluginError
 from loongsage.plugins import get_registries
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from loongsage.config.schema import ModelConfig, TrainConfig
+from loongsage.schema import ModelConfig, TrainConfig
 from loongsage.controller.sft import Demonstration, run_sft, sft_batch, sft_examples, train_sft
 from loongsage.data.types import Prompt
 from loongsage.engines.embedded_train import EmbeddedTrainEngine

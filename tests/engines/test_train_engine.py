@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from loongsage.config.schema import ModelConfig, TrainConfig
+from loongsage.schema import ModelConfig, TrainConfig
 from loongsage.engines.batch import TrainBatch
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 from loongsage.errors import ConfigError

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 import torch
 
-from loongsage.config.schema import ModelConfig, TrainConfig
+from loongsage.schema import ModelConfig, TrainConfig
 from loongsage.engines.batch import TrainBatch
 from loongsage.engines.client import EngineClient
 from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine

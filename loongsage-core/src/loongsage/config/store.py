@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from loongsage.config.schema import SECTIONS, DataSourceConfig
+from loongsage.schema import SECTIONS, DataSourceConfig
 
 if TYPE_CHECKING:
     from loongsage.registry import Registries

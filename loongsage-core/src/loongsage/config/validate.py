@@ -17,7 +17,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from loongsage.algorithms.validate import AlgorithmSpec, validate_algorithm
-from loongsage.config.schema import OPDConfig
+from loongsage.schema import OPDConfig
 from loongsage.config.store import data_source_schema, root_schema
 from loongsage.data.sources import SourceSpec
 from loongsage.errors import ConfigError

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from loongsage.config.schema import ModelConfig, TrainConfig
+from loongsage.schema import ModelConfig, TrainConfig
 from loongsage.engines.batch import LossContext, TrainBatch
 from loongsage.engines.embedded_train_logprobs import token_logprobs
 from loongsage.engines.embedded_train_state import load_train_state, save_train_state

@@ -1,6 +1,8 @@
 """Structured configuration: one typed dataclass per section of the config tree.
 
-The root node is a dict of sections rather than a dataclass because one section is called
+Data only, at the bottom of the package: engines read their sections (``model``, ``train``,
+``rollout``) from it, and ``loongsage.config`` composes, validates and resolves a config
+against it. The root node is a dict of sections rather than a dataclass because one section is called
 ``async``, a Python keyword. Plugin-bound fields (``algorithm.policy_loss`` and friends)
 are ``PluginRef`` nodes: a ``name`` plus that plugin's own parameters, typed by the
 parameter dataclass the plugin registered (validated in ``loongsage.config.validate``).
