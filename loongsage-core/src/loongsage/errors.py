@@ -62,3 +62,20 @@ class PluginImportError(LoongSageError, ImportError):
 
 class RegistryFrozenError(LoongSageError):
     """Registration was attempted after the registries were frozen."""
+
+
+class NonFiniteLossError(LoongSageError, FloatingPointError):
+    """A training loss or gradient was NaN or infinite; the step was not taken.
+
+    ``terms`` names the loss terms / metrics that were not finite (``train/pg_loss``, ...),
+    or the parameters whose gradient was not; ``step`` is the optimizer step it would have been.
+    """
+
+    def __init__(self, what: str, terms: dict[str, float], step: int):
+        self.what, self.terms, self.step = what, terms, step
+        listing = ", ".join(f"{name}={value}" for name, value in terms.items()) or "none reported"
+        super().__init__(
+            f"non-finite {what} at optimizer step {step}: {listing}. The step was not taken and "
+            "the weights are unchanged; look for an extreme log-ratio or a reward/advantage that "
+            "is not finite"
+        )
