@@ -1,12 +1,15 @@
 """Errors raised while loading plugins and validating configuration.
 
 Each error names what a user needs to fix it: the config key, the plugin kind, the
-distributions involved, and, for an unknown name, the closest registered one.
+distributions involved, and, for an unknown name, the closest registered one and, when a
+sibling distribution that is not loaded provides it, which one (``loongsage.catalogue``).
 """
 
 from __future__ import annotations
 
 import difflib
+
+from loongsage.catalogue import install_hint
 
 
 class LoongSageError(Exception):
@@ -42,8 +45,9 @@ class UnknownPluginError(LoongSageError, KeyError):
         self.closest = match[0] if match else None
         listing = ", ".join(f"{n} ({d})" for n, d in sorted(available.items())) or "none"
         hint = f" Did you mean '{self.closest}'?" if self.closest else ""
+        self.install_hint = install_hint(kind, str(name))
         super().__init__(
-            f"{key}: unknown {kind} '{name}'.{hint} Registered {kind} names: {listing}."
+            f"{key}: unknown {kind} '{name}'.{hint} Registered {kind} names: {listing}.{self.install_hint}"
         )
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message

@@ -4,21 +4,30 @@
 each plugin's parameter group exists in the ConfigStore), composes the recipe with
 Hydra, loads the local plugin modules the recipe names and composes again if there are
 any, and validates the result before anything starts.
+
+Hydra's errors are translated, never passed through: its hint for an unknown key is to add
+it with ``+``, which is wrong for every typed section, and "Error merging override
+trainer.steps=abc" drops the reason. A failed composition is explained from the OmegaConf
+error underneath, with the closest existing key taken from the config composed without the
+failing override (``loongsage.hints``).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from loongsage.config.store import PLUGIN_GROUPS
+from loongsage.config.store import PLUGIN_GROUPS, root_schema
 from loongsage.config.validate import validate_config
 from loongsage.errors import ConfigError, UnknownPluginError
+from loongsage.hints import closest, omegaconf_error, split_key
 from loongsage.plugins import get_registries
 from loongsage.registry import Registries
 
@@ -46,33 +55,99 @@ def list_recipes(root: Path | None = None) -> list[str]:
     )
 
 
-def _compose(config_name: str, overrides: Sequence[str], config_dir: str | None) -> DictConfig:
+def _hydra_compose(config_name: str, overrides: Sequence[str], config_dir: str | None) -> DictConfig:
     bundled = recipes_dir()
     primary = Path(config_dir).resolve() if config_dir else bundled
     extra = [f"hydra.searchpath=[file://{bundled}]"] if config_dir else []
+    with initialize_config_dir(version_base=None, config_dir=str(primary)):
+        cfg = compose(config_name=config_name, overrides=[*overrides, *extra])
+    return OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]) if "hydra" in cfg else cfg
+
+
+def _compose(config_name: str, overrides: Sequence[str], config_dir: str | None) -> DictConfig:
+    _refuse_listing_groups(overrides)
     try:
-        with initialize_config_dir(version_base=None, config_dir=str(primary)):
-            cfg = compose(config_name=config_name, overrides=[*overrides, *extra])
+        return _hydra_compose(config_name, overrides, config_dir)
     except MissingConfigException as err:
         raise _missing_option_error(err, overrides) from None
     except HydraException as err:
-        raise ConfigError("overrides", str(err)) from None
-    cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]) if "hydra" in cfg else cfg
-    return cfg
+        raise _composition_error(err, config_name, overrides, config_dir) from None
+
+
+def _parsed(overrides: Sequence[str]) -> list[Any]:
+    try:
+        return OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException:
+        return []
+
+
+def _refuse_listing_groups(overrides: Sequence[str]) -> None:
+    """``data_sources/agent=chat`` cannot place a list entry: say which override does."""
+    for override in _parsed(overrides):
+        group = PLUGIN_GROUPS.get(override.key_or_group)
+        if group is None or group.selectable:
+            continue
+        field = group.field.replace("[*]", ".0")
+        example = f"{field}.{group.name_field}=NAME" if group.name_field else f"{field}=NAME"
+        raise ConfigError(
+            override.key_or_group,
+            f"this group lists the {group.kind} options of {group.field} (see `loongsage config "
+            f"show --group {group.group}`) but cannot select one, as {group.field} is "
+            f"{'a list entry' if '[*]' in group.field else 'a bare name'}; set it instead, e.g. {example}",
+        )
 
 
 def _missing_option_error(err: MissingConfigException, overrides: Sequence[str]) -> Exception:
     """Turn Hydra's 'no such group option' into UnknownPluginError for plugin groups."""
+    group_path, _, option = (err.missing_cfg_file or "").rpartition("/")
+    group = PLUGIN_GROUPS.get(group_path)
+    if group is None:
+        return ConfigError("config", str(err))
     registries = get_registries()
-    for override in overrides:
-        group, _, option = override.lstrip("+~").partition("=")
-        for kind, plugin_group in PLUGIN_GROUPS.items():
-            if group == plugin_group and option not in registries[kind]:
-                key = plugin_group.replace("/", ".")
-                return UnknownPluginError(
-                    kind, option, key, {e.name: e.distribution for e in registries[kind]}
-                )
-    return ConfigError("config", str(err))
+    key = group.field.replace("/", ".")
+    available = {e.name: e.distribution for e in registries[group.kind]}
+    return UnknownPluginError(group.kind, option, key, available)
+
+
+def _culprit(full_key: str, overrides: Sequence[str]) -> Any:
+    """The parsed override that set ``full_key`` (or a key under it), if one did."""
+    parts = split_key(full_key)
+    for override in _parsed(overrides):
+        mine = split_key(override.key_or_group)
+        if mine[: len(parts)] == parts or parts[: len(mine)] == mine:
+            return override
+    return None
+
+
+def _existing_keys(config_name: str, overrides: Sequence[str], config_dir: str | None) -> Any:
+    """Plain containers of the config as composed without ``overrides`` failing, for hints."""
+    for attempt in (overrides, ()):
+        try:
+            return OmegaConf.to_container(_hydra_compose(config_name, attempt, config_dir), resolve=False)
+        except (HydraException, OmegaConfBaseException):
+            continue
+    return OmegaConf.to_container(root_schema(), resolve=False)
+
+
+def _composition_error(
+    err: HydraException, config_name: str, overrides: Sequence[str], config_dir: str | None
+) -> ConfigError:
+    cause = err.__cause__
+    if isinstance(cause, OmegaConfBaseException):
+        culprit = _culprit(getattr(cause, "full_key", "") or "", overrides)
+        others = [o for o in overrides if culprit is None or o != culprit.input_line]
+        tree = _existing_keys(config_name, others, config_dir)
+        if culprit is None:
+            return omegaconf_error(cause, tree)
+        return omegaconf_error(
+            cause, tree, key=culprit.key_or_group.replace("/", "."), add_with=f"+{culprit.input_line}"
+        )
+    for override in _parsed(overrides):
+        if "/" in override.key_or_group and override.key_or_group not in PLUGIN_GROUPS:
+            match = closest(override.key_or_group, PLUGIN_GROUPS)
+            hint = f"did you mean {match}?" if match else f"config groups: {', '.join(sorted(PLUGIN_GROUPS))}"
+            return ConfigError(override.key_or_group, f"unknown config group; {hint}")
+    return ConfigError("overrides", str(err).splitlines()[0])
 
 
 def load_config(
