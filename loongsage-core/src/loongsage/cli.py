@@ -41,7 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     config = sub.add_parser("config", help="inspect configuration")
     config_sub = config.add_subparsers(dest="config_command", required=True)
-    _add_config_args(config_sub.add_parser("show", help="print the resolved, validated config"))
+    show = config_sub.add_parser(
+        "show", help="print the resolved, validated config, or the options of one config group")
+    show.add_argument("--config-name", "-cn", default=None, help="recipe, e.g. tiny/grpo")
+    show.add_argument("--config-dir", "-cd", default=None, help="folder with your own recipes")
+    show.add_argument("--group", "-g", default=None,
+                      help="list this group's options with typed parameters, e.g. algorithm/policy_loss")
+    show.add_argument("overrides", nargs="*", help="Hydra overrides: key=value, group=option")
     config_sub.add_parser("recipes", help="list bundled recipes")
 
     _add_config_args(sub.add_parser("train", help="run RL training"))
@@ -92,16 +98,51 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_group(group_path: str, registries) -> None:
+    from loongsage.config.store import PLUGIN_GROUPS, stored_options
+
+    group = PLUGIN_GROUPS[group_path]
+    how = (f"pick one: {group.group}=NAME" if group.selectable
+           else f"name one in {group.field}" + (f".{group.name_field}" if group.name_field else ""))
+    print(f"{group.group}  ({group.kind} options of {group.field}; {how})")
+    for name, params in stored_options(group.group).items():
+        if name not in registries[group.kind]:  # stored by another load in this process (tests)
+            continue
+        entry = registries[group.kind].entry(name)
+        print(f"  {name:<28} {entry.distribution:<22} {entry.doc}")
+        for p in params:
+            default = "required" if p.required else repr(p.default)
+            print(f"      {p.name}: {p.type} = {default}")
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
 
     from loongsage.config.compose import list_recipes, load_config
+    from loongsage.config.store import PLUGIN_GROUPS
+    from loongsage.errors import ConfigError
+    from loongsage.hints import closest
 
     if args.config_command == "recipes":
         print("\n".join(list_recipes()))
         return 0
-    cfg, _ = load_config(args.config_name, args.overrides, args.config_dir)
-    print(OmegaConf.to_yaml(cfg))
+    if args.group is not None and args.group not in PLUGIN_GROUPS:
+        match = closest(args.group, PLUGIN_GROUPS) or next(
+            (g.group for g in PLUGIN_GROUPS.values() if g.kind == args.group), None)
+        hint = f"did you mean {match}? " if match else ""
+        raise ConfigError("--group", f"unknown config group {args.group!r}; {hint}groups: {', '.join(PLUGIN_GROUPS)}")
+    if args.config_name is None:
+        if args.group is None or args.overrides:
+            raise ConfigError("--config-name", "required, except for listing a group alone (--group GROUP)")
+        from loongsage.plugins import get_registries
+
+        _print_group(args.group, get_registries())
+        return 0
+    cfg, registries = load_config(args.config_name, args.overrides, args.config_dir)
+    if args.group is not None:
+        _print_group(args.group, registries)
+    else:
+        print(OmegaConf.to_yaml(cfg))
     return 0
 
 
