@@ -20,8 +20,18 @@ from loongsage.plugins import load_plugins
 openai = pytest.importorskip("openai")
 
 CALL = re.compile(r"CALL (\w+) (\{.*\})", re.S)
-LS = {"type": "function", "function": {"name": "ls", "description": "List files", "parameters": {
-    "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}
+LS = {
+    "type": "function",
+    "function": {
+        "name": "ls",
+        "description": "List files",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"],
+        },
+    },
+}
 
 
 class CallLineParser:
@@ -33,7 +43,9 @@ class CallLineParser:
         found = CALL.search(text)
         if found is None:
             return ParsedOutput(content=text)
-        return ParsedOutput(text[: found.start()].strip(), [ToolCall.from_args(found[1], json.loads(found[2]))])
+        return ParsedOutput(
+            text[: found.start()].strip(), [ToolCall.from_args(found[1], json.loads(found[2]))]
+        )
 
     def render(self, calls: list[ToolCall]) -> str:
         return "\n".join(f"CALL {c.name} {c.arguments}" for c in calls)
@@ -75,13 +87,21 @@ def test_plugin_parser_and_middleware_serve_a_tool_call(make_router, scripted_en
     probe = Probe()
     registries = load_plugins(extra=[(probe, "probe-agentflow")])
     reply = 'Let me look. CALL ls {"path": "src"}'
-    router = make_router([scripted_engine([reply])], registries=registries, tool_parser="call_line",
-                         middlewares=[{"name": "tagging", "tag": "seen"}])
+    router = make_router(
+        [scripted_engine([reply])],
+        registries=registries,
+        tool_parser="call_line",
+        middlewares=[{"name": "tagging", "tag": "seen"}],
+    )
     router.open_trajectory("t")
     client = openai.OpenAI(base_url=router.base_urls("t")["openai"], api_key="x", max_retries=0)
-    out = client.chat.completions.create(model="policy", tools=[LS], messages=[{"role": "user", "content": "ls"}])
+    out = client.chat.completions.create(
+        model="policy", tools=[LS], messages=[{"role": "user", "content": "ls"}]
+    )
     message = out.choices[0].message
-    assert out.choices[0].finish_reason == "tool_calls" and message.content.strip() == "Let me look."
+    assert (
+        out.choices[0].finish_reason == "tool_calls" and message.content.strip() == "Let me look."
+    )
     (call,) = message.tool_calls
     assert (call.function.name, json.loads(call.function.arguments)) == ("ls", {"path": "src"})
     eos = 1  # the scripted engine ends every reply with the end-of-turn token

@@ -22,8 +22,11 @@ from loongsage.plugins import get_registries
 REGISTRIES = get_registries()
 CORRECTIONS = [
     None,
-    *[{"name": level, "action": action, "lower": 0.5, "upper": 2.0}
-      for level in ("token", "sequence", "geometric") for action in ("clip", "mask")],
+    *[
+        {"name": level, "action": action, "lower": 0.5, "upper": 2.0}
+        for level in ("token", "sequence", "geometric")
+        for action in ("clip", "mask")
+    ],
     {"name": "sequence", "action": "clip", "upper": 2.0},  # one-sided TIS (no lower bound)
     "icepop",
     "opsm",
@@ -38,7 +41,9 @@ def _extreme_batch():
     old, roll = lp.clone(), lp.clone()
     old[0, 1:3] -= HUGE  # log π_θ − log π_old = +1000, log π_old − log π_roll = −1000
     lp[1, :] -= HUGE  # log π_θ − log π_old = −1000
-    roll[1, :] -= HUGE  # log π_old − log π_roll = +1000 on six tokens: clamped to 20, Σ = 120 > 88.7
+    roll[1, :] -= (
+        HUGE  # log π_old − log π_roll = +1000 on six tokens: clamped to 20, Σ = 120 > 88.7
+    )
     roll[2, 3] -= HUGE
     mask = torch.ones(n, length)
     mask[3, 4:] = 0.0
@@ -58,7 +63,9 @@ def _valid_objectives() -> list:
                 sides = "two-sided" if "lower" in correction else "one-sided"
                 name = f"{correction['name']}-{correction['action']}-{sides}"
             try:
-                objective = Objective.from_config({"policy_loss": loss, "is_correction": correction}, REGISTRIES)
+                objective = Objective.from_config(
+                    {"policy_loss": loss, "is_correction": correction}, REGISTRIES
+                )
             except ConfigError:
                 continue
             out.append(pytest.param(objective, id=f"{loss}-{name}"))
@@ -84,8 +91,9 @@ def test_sequence_mask_drops_the_overflowing_sequence_and_keeps_the_rest():
     from loongsage_algos.params import ISParams
 
     logprobs, mask, extras = _extreme_batch()
-    inputs = PolicyLossInputs(logprobs, extras["old_logprobs"], extras["rollout_logprobs"],
-                              extras["advantages"], mask)
+    inputs = PolicyLossInputs(
+        logprobs, extras["old_logprobs"], extras["rollout_logprobs"], extras["advantages"], mask
+    )
     out = sequence_is(inputs, ISParams(action="mask", lower=0.5, upper=2.0))
     assert out.keep[:, 0].tolist() == [0.0, 0.0, 0.0, 1.0]
     assert out.weight[:, 0].tolist() == [0.0, 0.0, 0.0, 1.0]

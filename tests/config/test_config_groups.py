@@ -20,8 +20,13 @@ REGISTRIES = get_registries()  # publishes every group
 
 
 def _run_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "loongsage.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "loongsage.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+    )
 
 
 def test_every_kind_has_a_group_and_only_single_nodes_are_selectable():
@@ -46,12 +51,15 @@ def test_group_options_are_the_registered_plugins_with_their_typed_parameters(gr
 
 
 def test_a_list_entry_option_is_type_checked_by_omegaconf():
-    node = ConfigStore.instance().load("data_sources/agent/tool_loop.yaml").node
+    store = ConfigStore.instance()
+    node = store.load(f"{PLUGIN_GROUPS['data_sources/agent'].path}/tool_loop.yaml").node
     assert node.name == "tool_loop" and node.max_turns == 4
     with pytest.raises(ValidationError, match="max_turns"):
         OmegaConf.merge(node, {"max_turns": "many"})
-    dataset = ConfigStore.instance().load("data_sources/dataset/synthetic_math.yaml").node
-    assert dataset.format == "synthetic_math" and "name" not in dataset  # its name field is `format`
+    dataset = store.load(f"{PLUGIN_GROUPS['data_sources/dataset'].path}/synthetic_math.yaml").node
+    assert (
+        dataset.format == "synthetic_math" and "name" not in dataset
+    )  # its name field is `format`
 
 
 def test_cli_lists_a_group_with_types_and_defaults():
@@ -61,7 +69,7 @@ def test_cli_lists_a_group_with_types_and_defaults():
     assert lines[0].startswith("data_sources/agent  (agent options of data_sources[*].agent;")
     listed = [ln.split()[0] for ln in lines[1:] if not ln.startswith("      ")]
     assert listed == REGISTRIES.agent.names()
-    block = lines[lines.index(next(ln for ln in lines if ln.split()[:1] == ["tool_loop"])):]
+    block = lines[lines.index(next(ln for ln in lines if ln.split()[:1] == ["tool_loop"])) :]
     assert "      max_turns: int = 4" in block and "      sandbox: str = 'process'" in block
     required = _run_cli("config", "show", "--group", "data_sources/dataset").stdout
     assert "      path: str = required" in required
@@ -70,11 +78,15 @@ def test_cli_lists_a_group_with_types_and_defaults():
 def test_cli_refuses_an_unknown_group_with_the_closest():
     result = _run_cli("config", "show", "--group", "agent")
     assert result.returncode == 2
-    assert "error: --group: unknown config group 'agent'; did you mean data_sources/agent?" in result.stderr
+    assert (
+        "error: --group: unknown config group 'agent'; did you mean data_sources/agent?"
+        in result.stderr
+    )
 
 
 def test_cli_group_listing_includes_the_recipes_local_plugins(tmp_path):
-    (tmp_path / "my_trackers.py").write_text(textwrap.dedent('''
+    (tmp_path / "my_trackers.py").write_text(
+        textwrap.dedent('''
         from dataclasses import dataclass
         from loongsage import hookimpl
 
@@ -86,12 +98,25 @@ def test_cli_group_listing_includes_the_recipes_local_plugins(tmp_path):
         @hookimpl
         def loongsage_register_trackers(register):
             register("every_n", "my_trackers:EveryParams", params=EveryParams)
-    '''))
-    (tmp_path / "mine.yaml").write_text("defaults:\n  - /tiny/grpo\n  - _self_\nplugins: [my_trackers]\n")
-    result = _run_cli("config", "show", "--config-dir", str(tmp_path), "--config-name", "mine",
-                      "--group", "logging/trackers", PYTHONPATH=str(tmp_path))
+    ''')
+    )
+    (tmp_path / "mine.yaml").write_text(
+        "defaults:\n  - /tiny/grpo\n  - _self_\nplugins: [my_trackers]\n"
+    )
+    result = _run_cli(
+        "config",
+        "show",
+        "--config-dir",
+        str(tmp_path),
+        "--config-name",
+        "mine",
+        "--group",
+        "logging/trackers",
+        PYTHONPATH=str(tmp_path),
+    )
     assert result.returncode == 0, result.stderr
     assert "local:my_trackers" in result.stdout and "      n: int = 3" in result.stdout
-    without = _run_cli("config", "show", "--group", "logging/trackers", PYTHONPATH=str(tmp_path)).stdout
+    without = _run_cli(
+        "config", "show", "--group", "logging/trackers", PYTHONPATH=str(tmp_path)
+    ).stdout
     assert "every_n" not in without
-

@@ -18,10 +18,16 @@ def test_catalogue_equals_the_installed_siblings_registrations(monkeypatch):
         for entry in registry:
             if entry.distribution in registered:
                 registered[entry.distribution].setdefault(registry.kind, set()).add(entry.name)
-    assert registered == {d: {k: set(v) for k, v in kinds.items()} for d, kinds in SIBLING_PLUGINS.items()}
+    assert registered == {
+        d: {k: set(v) for k, v in kinds.items()} for d, kinds in SIBLING_PLUGINS.items()
+    }
+
 
 def test_core_names_and_unknown_names_have_no_provider():
-    assert provider("policy_loss", "ppo_clip") is None and install_hint("policy_loss", "ppo_clip") == ""
+    assert (
+        provider("policy_loss", "ppo_clip") is None
+        and install_hint("policy_loss", "ppo_clip") == ""
+    )
     assert provider("policy_loss", "no_such_loss") is None
     assert provider("agent", "m2po") is None  # a name belongs to its kind
     assert provider("policy_loss", "m2po") == "loongsage-algos"

@@ -96,7 +96,7 @@ def loongsage_register_trackers(register):
     register("list", ListTracker)
 '''
 
-RECIPE = '''
+RECIPE = """
 defaults:
   - /tiny/grpo
   - _self_
@@ -111,13 +111,17 @@ data_sources:
     dataset: {format: probe_math, max_operand: 5}
     agent: {name: probe_agent}
     reward: {name: constant, score: 0.25}
-'''
+"""
 
 
 @pytest.mark.slow
-@pytest.mark.calls_hook("loongsage_register_engines", "loongsage_register_datasets",
-                        "loongsage_register_agents", "loongsage_register_rewards",
-                        "loongsage_register_trackers")
+@pytest.mark.calls_hook(
+    "loongsage_register_engines",
+    "loongsage_register_datasets",
+    "loongsage_register_agents",
+    "loongsage_register_rewards",
+    "loongsage_register_trackers",
+)
 def test_one_step_runs_on_the_plugin_components(tmp_path, monkeypatch):
     from ray import cloudpickle
 
@@ -130,14 +134,16 @@ def test_one_step_runs_on_the_plugin_components(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.modules.pop("probe_run_plugins", None)
     try:
-        cfg, registries = load_config("probe", [f"logging.run_root={tmp_path / 'runs'}"], str(tmp_path))
+        cfg, registries = load_config(
+            "probe", [f"logging.run_root={tmp_path / 'runs'}"], str(tmp_path)
+        )
         probe = sys.modules["probe_run_plugins"]
         cloudpickle.register_pickle_by_value(probe)
         run_training(cfg, registries)
     finally:
         clear_cache()
     assert registries.engine.entry("probe_train").distribution == "local:probe_run_plugins"
-    (step, metrics), = probe.LOGGED
+    ((step, metrics),) = probe.LOGGED
     assert step == 0 and metrics["train/probe_engine_steps"] == 1.0  # trained by the probe engine
     assert metrics["rollout/reward_mean"] == pytest.approx(0.25)  # scored by the constant reward
     assert len(probe.GROUPS) == 2 and sorted(probe.GROUPS) == sorted(set(probe.GROUPS))  # its agent

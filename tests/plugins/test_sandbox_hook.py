@@ -56,7 +56,11 @@ def test_code_reward_runs_its_tests_in_the_plugin_sandbox(tmp_path, monkeypatch)
         registries = get_registries()
         assert registries.sandbox.entry("recording").distribution == "recording-sandbox"
         reward = registries.reward.get("code_exec")
-        params = {"sandbox": "recording", "sandbox_params": {"allow_untrusted_code": True}, "timeout_s": 10}
+        params = {
+            "sandbox": "recording",
+            "sandbox_params": {"allow_untrusted_code": True},
+            "timeout_s": 10,
+        }
         solution = "```python\ndef add(a, b):\n    return a + b\n```"
         wrong = "```python\ndef add(a, b):\n    return a - b\n```"
         tests = {"tests": ["assert add(1, 2) == 3", "assert add(2, 2) == 4"]}
@@ -64,4 +68,6 @@ def test_code_reward_runs_its_tests_in_the_plugin_sandbox(tmp_path, monkeypatch)
         assert reward(wrong, tests, params)["score"] == 0.0
     finally:
         clear_cache()
-    assert sys.modules["recording_sandbox"].RAN == [["python3", "-"]] * 2  # one test harness per reward
+    assert (
+        sys.modules["recording_sandbox"].RAN == [["python3", "-"]] * 2
+    )  # one test harness per reward

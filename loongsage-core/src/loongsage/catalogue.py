@@ -14,8 +14,16 @@ from importlib import metadata
 # distribution -> kind -> names it registers
 SIBLING_PLUGINS: dict[str, dict[str, tuple[str, ...]]] = {
     "loongsage-agents": {
-        "agent": ("chat", "claude_code", "codex", "command", "mini_swe_agent", "opencode",
-                  "single_turn", "tool_loop"),
+        "agent": (
+            "chat",
+            "claude_code",
+            "codex",
+            "command",
+            "mini_swe_agent",
+            "opencode",
+            "single_turn",
+            "tool_loop",
+        ),
         "dataset": ("jsonl", "parquet", "synthetic_math"),
         "reward": ("code_exec", "math"),
         "tool_parser": ("hermes", "qwen3_xml"),

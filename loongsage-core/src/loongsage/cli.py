@@ -118,19 +118,15 @@ def _print_group(group_path: str, registries) -> None:
 def cmd_config(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
 
-    from loongsage.config.compose import list_recipes, load_config
+    from loongsage.config.compose import list_recipes, load_config, unknown_group_error
     from loongsage.config.store import PLUGIN_GROUPS
     from loongsage.errors import ConfigError
-    from loongsage.hints import closest
 
     if args.config_command == "recipes":
         print("\n".join(list_recipes()))
         return 0
     if args.group is not None and args.group not in PLUGIN_GROUPS:
-        match = closest(args.group, PLUGIN_GROUPS) or next(
-            (g.group for g in PLUGIN_GROUPS.values() if g.kind == args.group), None)
-        hint = f"did you mean {match}? " if match else ""
-        raise ConfigError("--group", f"unknown config group {args.group!r}; {hint}groups: {', '.join(PLUGIN_GROUPS)}")
+        raise unknown_group_error(args.group, "--group")
     if args.config_name is None:
         if args.group is None or args.overrides:
             raise ConfigError("--config-name", "required, except for listing a group alone (--group GROUP)")

@@ -17,13 +17,23 @@ import re
 import typing
 from typing import Any, Iterable, Mapping, Sequence
 
-from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    OmegaConfBaseException,
+    ValidationError,
+)
 
 from loongsage.errors import ConfigError
 
 CUTOFF = 0.6  # difflib ratio below which nothing is suggested
 
-_SINGULAR = {int: "an integer", float: "a number", bool: "a boolean (true or false)", str: "a string"}
+_SINGULAR = {
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean (true or false)",
+    str: "a string",
+}
 _PLURAL = {int: "integers", float: "numbers", bool: "booleans", str: "strings"}
 
 
@@ -91,7 +101,11 @@ def describe_type(tp: Any) -> str | None:
 
 
 def _field_type(err: OmegaConfBaseException) -> Any:
-    owner, key, ref = getattr(err, "object_type", None), getattr(err, "key", None), getattr(err, "ref_type", None)
+    owner, key, ref = (
+        getattr(err, "object_type", None),
+        getattr(err, "key", None),
+        getattr(err, "ref_type", None),
+    )
     if isinstance(key, int) and typing.get_origin(ref) in (list, tuple):
         return typing.get_args(ref)[0] if typing.get_args(ref) else None
     if owner is not None and dataclasses.is_dataclass(owner) and isinstance(key, str):
@@ -105,9 +119,9 @@ def first_line(err: OmegaConfBaseException) -> str:
 
 
 def first_leaf_key(key: str, value: Any) -> str:
-    """``key`` extended down a lone chain of mappings (``trainr`` holding {steps: 3} -> ``trainr.steps``)."""
+    """``key`` extended down a lone chain of mappings: ``trainr`` holding {steps: 3} -> ``trainr.steps``."""
     while isinstance(value, Mapping) and len(value) == 1:
-        (child, value), = value.items()
+        ((child, value),) = value.items()
         key = f"{key}.{child}"
     return key
 
@@ -118,11 +132,13 @@ def _nest(prefix: str, tree: Any) -> Any:
     return tree
 
 
-def unknown_key_error(key: str, tree: Any, *, typed: bool, add_with: str | None = None) -> ConfigError:
+def unknown_key_error(
+    key: str, tree: Any, *, typed: bool, add_with: str | None = None
+) -> ConfigError:
     """``key`` is not in ``tree`` (plain containers): suggest the closest key that is.
 
-    ``typed`` says the parent is a schema dataclass (no key can be added there); for an
-    open mapping, ``add_with`` is the ``+key=value`` override that would add the key. The
+    ``typed`` says the parent is a schema dataclass (no key can be added there, nor at the
+    root); for an open mapping, ``add_with`` is the ``+key=value`` override that adds it. The
     suggestion is spelt as ``key`` is (``data_sources.0.x`` on the command line,
     ``data_sources[0].x`` in validation messages).
     """
@@ -131,19 +147,25 @@ def unknown_key_error(key: str, tree: Any, *, typed: bool, add_with: str | None 
     match = closest_key(tree, parts)
     if match is not None:
         return ConfigError(key, f"unknown key; did you mean {spell(match)}?")
-    parent_parts = parts[:-1]
-    node: Any = tree
-    for part in parent_parts:
-        node = _children(node).get(part)
-    where = spell(parent_parts) or "the config root"
+    node, depth = tree, 0  # the deepest part of the key that exists
+    while depth < len(parts) and parts[depth] in _children(node):
+        node, depth = _children(node)[parts[depth]], depth + 1
+    where = spell(parts[:depth]) or "the config root"
     keys = ", ".join(sorted(_children(node))) or "none"
-    if typed or add_with is None:
+    if typed or depth == 0 or add_with is None:  # the root takes no new keys either
         return ConfigError(key, f"unknown key; {where} has these keys: {keys}")
-    return ConfigError(key, f"unknown key ({where} has {keys}); to add a new key to this open mapping use {add_with}")
+    return ConfigError(
+        key,
+        f"unknown key ({where} has {keys}); to add a new key to this open mapping use {add_with}",
+    )
 
 
 def omegaconf_error(
-    err: OmegaConfBaseException, tree: Any, *, prefix: str = "", key: str | None = None,
+    err: OmegaConfBaseException,
+    tree: Any,
+    *,
+    prefix: str = "",
+    key: str | None = None,
     add_with: str | None = None,
 ) -> ConfigError:
     """A ``ConfigError`` for an OmegaConf failure: unknown key, wrong type, or its own reason.
@@ -152,7 +174,11 @@ def omegaconf_error(
     prepended to OmegaConf's key (the config path of the node that was merged); ``key``
     replaces it (the key as the user wrote it, when OmegaConf names only its first part).
     """
-    full = key or join_key([*split_key(prefix), *split_key(getattr(err, "full_key", "") or "")]) or "config"
+    full = (
+        key
+        or join_key([*split_key(prefix), *split_key(getattr(err, "full_key", "") or "")])
+        or "config"
+    )
     tree = _nest(prefix, tree)
     if isinstance(err, (ConfigKeyError, ConfigAttributeError)):
         owner = getattr(err, "object_type", None)

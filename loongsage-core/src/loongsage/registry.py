@@ -132,7 +132,8 @@ class RegistryEntry:
         except OmegaConfBaseException as err:
             known = OmegaConf.to_container(schema, resolve=False)
             error = omegaconf_error(err, known, prefix=key)
-            raise ConfigError(error.key, f"invalid parameter for {self.kind} '{self.name}': {error.problem}") from None
+            what = f"invalid parameter for {self.kind} '{self.name}'"
+            raise ConfigError(error.key, f"{what}: {error.problem}") from None
         except (ValueError, TypeError) as err:  # the dataclass's own checks (__post_init__)
             raise ConfigError(key, f"invalid parameters for {self.kind} '{self.name}': {err}") from None
 

@@ -21,13 +21,13 @@ from typing import Any, Sequence
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from loongsage.config.store import PLUGIN_GROUPS, root_schema
 from loongsage.config.validate import validate_config
 from loongsage.errors import ConfigError, UnknownPluginError
-from loongsage.hints import closest, omegaconf_error, split_key
+from loongsage.hints import closest_key, omegaconf_error, split_key
 from loongsage.plugins import get_registries
 from loongsage.registry import Registries
 
@@ -69,7 +69,7 @@ def _compose(config_name: str, overrides: Sequence[str], config_dir: str | None)
     try:
         return _hydra_compose(config_name, overrides, config_dir)
     except MissingConfigException as err:
-        raise _missing_option_error(err, overrides) from None
+        raise _missing_option_error(err) from None
     except HydraException as err:
         raise _composition_error(err, config_name, overrides, config_dir) from None
 
@@ -97,16 +97,28 @@ def _refuse_listing_groups(overrides: Sequence[str]) -> None:
         )
 
 
-def _missing_option_error(err: MissingConfigException, overrides: Sequence[str]) -> Exception:
+def _missing_option_error(err: MissingConfigException) -> Exception:
     """Turn Hydra's 'no such group option' into UnknownPluginError for plugin groups."""
     group_path, _, option = (err.missing_cfg_file or "").rpartition("/")
     group = PLUGIN_GROUPS.get(group_path)
     if group is None:
         return ConfigError("config", str(err))
-    registries = get_registries()
-    key = group.field.replace("/", ".")
-    available = {e.name: e.distribution for e in registries[group.kind]}
-    return UnknownPluginError(group.kind, option, key, available)
+    available = {e.name: e.distribution for e in get_registries()[group.kind]}
+    return UnknownPluginError(group.kind, option, group.field, available)
+
+
+def unknown_group_error(name: str, key: str) -> ConfigError:
+    """``name`` is no plugin group: suggest the closest group, or the group of a kind name."""
+    tree: dict = {}
+    for group in PLUGIN_GROUPS:
+        node = tree
+        for part in group.split("/"):
+            node = node.setdefault(part, {})
+    path = "/".join(closest_key(tree, name.split("/")) or [])
+    by_kind = next((g.group for g in PLUGIN_GROUPS.values() if g.kind == name), None)
+    match = by_kind or (path if path in PLUGIN_GROUPS else None)
+    hint = f"did you mean {match}? " if match else ""
+    return ConfigError(key, f"unknown config group {name!r}; {hint}groups: {', '.join(PLUGIN_GROUPS)}")
 
 
 def _culprit(full_key: str, overrides: Sequence[str]) -> Any:
@@ -132,6 +144,11 @@ def _existing_keys(config_name: str, overrides: Sequence[str], config_dir: str |
 def _composition_error(
     err: HydraException, config_name: str, overrides: Sequence[str], config_dir: str | None
 ) -> ConfigError:
+    sections = root_schema()
+    for override in _parsed(overrides):
+        group = override.key_or_group
+        if "/" in group and group.split("/")[0] in sections and group not in PLUGIN_GROUPS:
+            return unknown_group_error(group, group)
     cause = err.__cause__
     if isinstance(cause, OmegaConfBaseException):
         culprit = _culprit(getattr(cause, "full_key", "") or "", overrides)
@@ -142,11 +159,6 @@ def _composition_error(
         return omegaconf_error(
             cause, tree, key=culprit.key_or_group.replace("/", "."), add_with=f"+{culprit.input_line}"
         )
-    for override in _parsed(overrides):
-        if "/" in override.key_or_group and override.key_or_group not in PLUGIN_GROUPS:
-            match = closest(override.key_or_group, PLUGIN_GROUPS)
-            hint = f"did you mean {match}?" if match else f"config groups: {', '.join(sorted(PLUGIN_GROUPS))}"
-            return ConfigError(override.key_or_group, f"unknown config group; {hint}")
     return ConfigError("overrides", str(err).splitlines()[0])
 
 
@@ -158,7 +170,10 @@ def load_config(
     """Compose, load plugins named by the recipe, validate; return config and registries."""
     get_registries()  # publishes plugin parameter groups for the first composition
     cfg = _compose(config_name, overrides, config_dir)
-    local = [str(m) for m in cfg.get("plugins", []) or []]
+    modules = cfg.get("plugins") or []
+    if not isinstance(modules, (list, ListConfig)):
+        raise ConfigError("plugins", f"expected a list of importable module names, got {modules!r}")
+    local = [str(m) for m in modules]
     registries = get_registries(local)
     if local:
         cfg = _compose(config_name, overrides, config_dir)

@@ -9,8 +9,9 @@ options of any group with their typed parameters and defaults.
 Only the groups of single config nodes are *selectable*: ``algorithm/policy_loss=m2po``
 swaps the whole node. A list entry (a data source's agent, a tracker, a filter) or a field
 holding a bare name (``train.backend``) cannot be picked with ``group=option``; their groups
-are stored for the types and the listing, and ``compose`` refuses a selection of them with
-the override that does work.
+are stored for the types and the listing under ``plugin_options/`` (so ``train`` or
+``data_sources`` never turn into Hydra group folders), and ``compose`` refuses a selection of
+them with the override that does work.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from loongsage.registry import Registries
 
 SCHEMA_NAME = "loongsage_schema"
+LISTING_ROOT = "plugin_options"
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,14 @@ class PluginGroup:
     field: str  # where the config names the plugin, e.g. "data_sources[*].agent"
     name_field: str = "name"  # the node's key holding the plugin name ("" for a bare name)
     selectable: bool = False  # `group=option` swaps the node (single config nodes only)
+
+    @property
+    def path(self) -> str:
+        """Where the options live in the ConfigStore: the group itself when selectable, else
+        under ``plugin_options/``, so that no config section (``train``, ``data_sources``)
+        becomes a Hydra group directory and whole-section overrides (``train={lr: 0.5}``)
+        keep working."""
+        return self.group if self.selectable else f"{LISTING_ROOT}/{self.group}"
 
 
 PLUGIN_GROUPS: dict[str, PluginGroup] = {
@@ -93,7 +103,7 @@ def publish_plugin_params(registries: "Registries") -> None:
     for group in PLUGIN_GROUPS.values():
         for entry in registries[group.kind]:
             node = plugin_option_type(entry.name, entry.params, group.name_field)
-            store.store(group=group.group, name=entry.name, node=node)
+            store.store(group=group.path, name=entry.name, node=node)
 
 
 @dataclass(frozen=True)
@@ -120,9 +130,9 @@ def stored_options(group: str) -> dict[str, list[OptionParam]]:
     plugin_group = PLUGIN_GROUPS[group]
     store = ConfigStore.instance()
     out: dict[str, list[OptionParam]] = {}
-    for filename in store.list(group):
+    for filename in store.list(plugin_group.path):
         name = filename.removesuffix(".yaml")
-        node = store.load(f"{group}/{filename}").node
+        node = store.load(f"{plugin_group.path}/{filename}").node
         option_type = OmegaConf.get_type(node)
         hints = typing.get_type_hints(option_type)
         values = OmegaConf.to_container(node, resolve=False)

@@ -65,13 +65,17 @@ def _typed(cfg: DictConfig) -> DictConfig:
     """
     schema = root_schema()
     plain = OmegaConf.to_container(cfg, resolve=False)
-    sources = plain.pop("data_sources", None) or []
     known = OmegaConf.to_container(schema, resolve=False)
     for key, value in plain.items():
         if key not in known:
             raise unknown_key_error(first_leaf_key(key, value), known, typed=True)
         if not isinstance(value, type(known[key])):
-            raise ConfigError(key, f"expected a {'list' if isinstance(known[key], list) else 'mapping'}, got {value!r}")
+            shape = "list" if isinstance(known[key], list) else "mapping"
+            raise ConfigError(key, f"expected a {shape}, got {value!r}")
+    sources = plain.pop("data_sources", None) or []
+    for i, source in enumerate(sources):
+        if not isinstance(source, dict):
+            raise ConfigError(f"data_sources[{i}]", f"expected a mapping, got {source!r}")
     merged = _merge_over(schema, plain, known)
     source_keys = OmegaConf.to_container(data_source_schema(), resolve=False)
     merged.data_sources = [
