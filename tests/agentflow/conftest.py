@@ -46,8 +46,9 @@ def make_router(tokenizer):
     """Start routers over the given engines; every router is stopped after the test."""
     started: list[Router] = []
 
-    def make(engines, **settings) -> Router:
-        router = Router(engines, tokenizer, get_registries(), RouterSettings(**settings))
+    def make(engines, registries=None, **settings) -> Router:
+        registries = registries if registries is not None else get_registries()
+        router = Router(engines, tokenizer, registries, RouterSettings(**settings))
         router.start()
         started.append(router)
         return router

@@ -65,10 +65,12 @@ def test_params_are_typed_and_errors_name_the_key():
     registry = Registry("policy_loss")
     entry = registry.add("m2po", "math:fabs", "loongsage-algos", params=TauParams)
     assert entry.build_params({"tau": "0.5"}, "algorithm.policy_loss") == TauParams(0.5, "mask")
-    with pytest.raises(ConfigError, match=r"^algorithm\.policy_loss\.tau: .*could not be converted"):
+    with pytest.raises(ConfigError, match=r"^algorithm\.policy_loss\.tau: .*expected a number, got 'big'"):
         entry.build_params({"tau": "big"}, "algorithm.policy_loss")
-    with pytest.raises(ConfigError, match=r"algorithm\.policy_loss\.nope"):
+    with pytest.raises(ConfigError, match=r"^algorithm\.policy_loss\.nope: .*unknown key"):
         entry.build_params({"nope": 1}, "algorithm.policy_loss")
+    with pytest.raises(ConfigError, match=r"did you mean algorithm\.policy_loss\.tau\?"):
+        entry.build_params({"taw": 1}, "algorithm.policy_loss")
     assert entry.doc == "A loss with one typed knob."
 
 

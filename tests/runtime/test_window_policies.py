@@ -99,6 +99,7 @@ class UserPlugin:
         register("even_first", EvenOnly)
 
 
+@pytest.mark.calls_hook("loongsage_register_window_policies")
 def test_a_custom_policy_registers_from_a_plugin_and_gates_collection() -> None:
     registries = load_plugins(extra=[(UserPlugin, "user_window_plugin")])
     policy = window_policy("even_first", registries)

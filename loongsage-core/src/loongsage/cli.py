@@ -17,6 +17,7 @@ import sys
 from typing import Sequence
 
 from loongsage import __version__
+from loongsage.catalogue import install_hint
 from loongsage.errors import LoongSageError
 from loongsage.plugins import get_registries
 from loongsage.registry import KINDS, Registries
@@ -38,7 +39,13 @@ def build_parser(registries: Registries) -> argparse.ArgumentParser:
 
     config = sub.add_parser("config", help="inspect configuration")
     config_sub = config.add_subparsers(dest="config_command", required=True)
-    _add_config_args(config_sub.add_parser("show", help="print the resolved, validated config"))
+    show = config_sub.add_parser(
+        "show", help="print the resolved, validated config, or the options of one config group")
+    show.add_argument("--config-name", "-cn", default=None, help="recipe, e.g. tiny/grpo")
+    show.add_argument("--config-dir", "-cd", default=None, help="folder with your own recipes")
+    show.add_argument("--group", "-g", default=None,
+                      help="list this group's options with typed parameters, e.g. algorithm/policy_loss")
+    show.add_argument("overrides", nargs="*", help="Hydra overrides: key=value, group=option")
     config_sub.add_parser("recipes", help="list bundled recipes")
 
     _add_config_args(sub.add_parser("train", help="run RL training"))
@@ -86,16 +93,46 @@ def cmd_plugins(args: argparse.Namespace, registries: Registries) -> int:
     return 0
 
 
-def cmd_config(args: argparse.Namespace, _registries: Registries) -> int:
+def _print_group(group_path: str, registries: Registries) -> None:
+    from loongsage.config.store import PLUGIN_GROUPS, publish_plugin_params, stored_options
+
+    publish_plugin_params(registries)
+    group = PLUGIN_GROUPS[group_path]
+    how = (f"pick one: {group.group}=NAME" if group.selectable
+           else f"name one in {group.field}" + (f".{group.name_field}" if group.name_field else ""))
+    print(f"{group.group}  ({group.kind} options of {group.field}; {how})")
+    for name, params in stored_options(group.group).items():
+        if name not in registries[group.kind]:  # stored by another load in this process (tests)
+            continue
+        entry = registries[group.kind].entry(name)
+        print(f"  {name:<28} {entry.distribution:<22} {entry.doc}")
+        for p in params:
+            default = "required" if p.required else repr(p.default)
+            print(f"      {p.name}: {p.type} = {default}")
+
+
+def cmd_config(args: argparse.Namespace, registries: Registries) -> int:
     from omegaconf import OmegaConf
 
-    from loongsage.config.compose import list_recipes, load_config
+    from loongsage.config.compose import list_recipes, load_config, unknown_group_error
+    from loongsage.config.store import PLUGIN_GROUPS
+    from loongsage.errors import ConfigError
 
     if args.config_command == "recipes":
         print("\n".join(list_recipes()))
         return 0
+    if args.group is not None and args.group not in PLUGIN_GROUPS:
+        raise unknown_group_error(args.group, "--group")
+    if args.config_name is None:
+        if args.group is None or args.overrides:
+            raise ConfigError("--config-name", "required, except for listing a group alone (--group GROUP)")
+        _print_group(args.group, registries)
+        return 0
     run = load_config(args.config_name, args.overrides, args.config_dir)
-    print(OmegaConf.to_yaml(run.cfg))
+    if args.group is not None:
+        _print_group(args.group, run.registries)
+    else:
+        print(OmegaConf.to_yaml(run.cfg))
     return 0
 
 
@@ -132,13 +169,18 @@ HANDLERS = {
 }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, registries: Registries | None = None) -> int:
+    """``loongsage ARGS``; ``registries`` defaults to the process's (embedding callers pass theirs)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads; see controller.actors
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        registries = get_registries()
+        registries = registries if registries is not None else get_registries()
         if argv and argv[0] not in HANDLERS and argv[0] in registries.command:
             return int(registries.command.get(argv[0])(argv[1:], registries) or 0)
+        hint = install_hint("command", argv[0]) if argv else ""
+        if hint and argv[0] not in registries.command:
+            print(f"error: loongsage {argv[0]}:{hint}", file=sys.stderr)
+            return 2
         args = build_parser(registries).parse_args(argv)
         return HANDLERS[args.command](args, registries)
     except LoongSageError as err:

@@ -132,13 +132,18 @@ class RegistryEntry:
         from omegaconf import OmegaConf
         from omegaconf.errors import OmegaConfBaseException
 
+        from loongsage.hints import omegaconf_error
+
+        schema = OmegaConf.structured(self.params)
         try:
-            node = OmegaConf.merge(OmegaConf.structured(self.params), values)
-            return OmegaConf.to_object(node)
+            return OmegaConf.to_object(OmegaConf.merge(schema, values))
         except OmegaConfBaseException as err:
-            sub = getattr(err, "full_key", "") or ""
-            where = f"{key}.{sub}" if sub else key
-            raise ConfigError(where, f"invalid parameter for {self.kind} '{self.name}': {err.msg}") from None
+            known = OmegaConf.to_container(schema, resolve=False)
+            error = omegaconf_error(err, known, prefix=key)
+            what = f"invalid parameter for {self.kind} '{self.name}'"
+            raise ConfigError(error.key, f"{what}: {error.problem}") from None
+        except (ValueError, TypeError) as err:  # the dataclass's own checks (__post_init__)
+            raise ConfigError(key, f"invalid parameters for {self.kind} '{self.name}': {err}") from None
 
     def param_schema(self) -> list[dict[str, Any]]:
         """Describe the parameters as plain data (name, type, default) for listings."""

@@ -17,11 +17,12 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from loongsage.algorithms.validate import AlgorithmSpec, validate_algorithm
-from loongsage.schema import OPDConfig
 from loongsage.config.store import data_source_schema, root_schema
 from loongsage.data.sources import SourceSpec
 from loongsage.errors import ConfigError
+from loongsage.hints import closest, first_leaf_key, omegaconf_error, unknown_key_error
 from loongsage.registry import PluginRef, Registries
+from loongsage.schema import OPDConfig
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("float32", "bfloat16", "float16"),
@@ -58,16 +59,38 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 
 def _typed(cfg: DictConfig) -> DictConfig:
-    """Merge the config over the typed schema: wrong types and unknown keys fail here."""
-    try:
-        merged = OmegaConf.merge(root_schema(), cfg)
-        sources = [
-            OmegaConf.merge(data_source_schema(), source) for source in cfg.get("data_sources") or []
-        ]
-        merged.data_sources = sources
-    except OmegaConfBaseException as err:
-        raise ConfigError(err.full_key or "config", err.msg) from None
+    """Merge the config over the typed schema: wrong types and unknown keys fail here.
+
+    The config is merged as plain containers: a composed node already carrying its section's
+    dataclass type would pass a key added with Hydra's ``+`` through the merge unchecked.
+    """
+    schema = root_schema()
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    known = OmegaConf.to_container(schema, resolve=False)
+    for key, value in plain.items():
+        if key not in known:
+            raise unknown_key_error(first_leaf_key(key, value), known, typed=True)
+        if not isinstance(value, type(known[key])):
+            shape = "list" if isinstance(known[key], list) else "mapping"
+            raise ConfigError(key, f"expected a {shape}, got {value!r}")
+    sources = plain.pop("data_sources", None) or []
+    for i, source in enumerate(sources):
+        if not isinstance(source, dict):
+            raise ConfigError(f"data_sources[{i}]", f"expected a mapping, got {source!r}")
+    merged = _merge_over(schema, plain, known)
+    source_keys = OmegaConf.to_container(data_source_schema(), resolve=False)
+    merged.data_sources = [
+        _merge_over(data_source_schema(), source, source_keys, f"data_sources[{i}]")
+        for i, source in enumerate(sources)
+    ]
     return merged
+
+
+def _merge_over(schema: DictConfig, values: Any, known: Any, prefix: str = "") -> DictConfig:
+    try:
+        return OmegaConf.merge(schema, values)
+    except OmegaConfBaseException as err:
+        raise omegaconf_error(err, known, prefix=prefix) from None
 
 
 def _missing_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
@@ -78,7 +101,9 @@ def _check_fields(cfg: DictConfig) -> None:
     for key, choices in CHOICES.items():
         value = OmegaConf.select(cfg, key)
         if value not in choices:
-            raise ConfigError(key, f"expected one of {', '.join(choices)}, got {value!r}")
+            match = closest(str(value), choices)
+            hint = f"; did you mean {match!r}?" if match else ""
+            raise ConfigError(key, f"expected one of {', '.join(choices)}, got {value!r}{hint}")
     for key, (ok, expected) in RANGES.items():
         value = OmegaConf.select(cfg, key)
         if not ok(value):
