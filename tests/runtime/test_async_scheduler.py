@@ -214,3 +214,59 @@ def test_colocated_partial_window_is_synchronous_plus_oversampling() -> None:
         assert [len(b) for b in train(sched, 2)] == [8, 8]
     finally:
         sched.close()
+
+
+class SimRolloutManager:
+    """What ``build_scheduler`` reads of the rollout manager, over the simulated rollout."""
+
+    def __init__(self, rollout: AsyncSimRollout) -> None:
+        self.generate_group = rollout
+        self.abort_all = rollout.abort_all
+
+    def generate_groups(self, *args, **kwargs):
+        raise AssertionError("oversampling must not go through the all-or-nothing synchronous path")
+
+
+def test_oversampling_in_synchronous_mode_trains_b_groups_and_carries_the_rest() -> None:
+    """`rollout.oversample_groups=O` without async or partial rollout: the run's scheduler
+    dispatches B + O groups, trains the first B to finish and carries the rest into the next
+    step (at most one version stale); none is lost or trained twice, also across a checkpoint.
+    Before, the synchronous scheduler accepted the key and dispatched B groups per step."""
+    from loongsage.config.compose import load_config
+    from loongsage.controller.build import build_scheduler
+    from loongsage.data.mixer import DataMixer
+    from loongsage.runtime.event_loop import EventLoopThread
+
+    from runtime_sim import ListSource
+
+    run = load_config("tiny/grpo", ["rollout.oversample_groups=4", "rollout.prompts_per_step=8"])
+    loop = EventLoopThread()
+    rollout = AsyncSimRollout(n_samples=2, tokens_per_tick=4)
+
+    def scheduler():
+        mixer = DataMixer([ListSource(n, w) for n, w in WEIGHTS.items()], seed=3)
+        return build_scheduler(run, mixer, SimRolloutManager(rollout), loop)
+
+    sched = scheduler()
+    try:
+        pipe = sched.pipeline
+        assert (pipe.capacity, pipe.stale_steps, pipe.staleness_bound, pipe.partial) == (12, 0, 1, False)
+        before = train(sched, 3)
+        state = sched.state_dict()
+    finally:
+        sched.close()
+    resumed = scheduler()
+    try:
+        resumed.load_state_dict(state)
+        after = train(resumed, 3, first_step=3)
+    finally:
+        resumed.close()
+        loop.close()
+    batches = before + after
+    assert [len(b) for b in batches] == [8] * 6
+    trained = [g.group_id for b in batches for g in b]
+    assert len(trained) == len(set(trained))  # none trained twice, also across the resume
+    carried = [g for step, b in enumerate(batches) for g in b if g.dispatch_version < step]
+    assert carried and all(step - g.dispatch_version <= 1 for step, b in enumerate(batches) for g in b)
+    dispatched_seqs = {seq for seq, _, _ in rollout.calls}
+    assert set(trained) < dispatched_seqs  # the surplus is still in flight or buffered, not lost
