@@ -34,29 +34,20 @@ def _above(digits: str, limit: int) -> bool:
     return len(digits) > len(str(limit)) or int(digits) > limit
 
 
-def _group_before(text: str, end: int) -> str | None:
-    """The bracketed group ending at ``text[end]`` (a closing bracket), without its brackets."""
-    close, depth = text[end], 0
-    for i in range(end, -1, -1):
-        if text[i] == close:
+def _bracketed(text: str, at: int) -> str | None:
+    """The contents of the bracketed group that opens or closes at ``text[at]``."""
+    forward = text[at] in _OPENING
+    mate, step = (_OPENING[text[at]], 1) if forward else (_CLOSING[text[at]], -1)
+    depth, i = 0, at
+    while 0 <= i < len(text):
+        if text[i] == text[at]:
             depth += 1
-        elif text[i] == _CLOSING[close]:
+        elif text[i] == mate:
             depth -= 1
             if depth == 0:
-                return text[i + 1: end]
-    return None
-
-
-def _group_after(text: str, start: int) -> str | None:
-    """The bracketed group opening at ``text[start]``, without its brackets."""
-    opening, depth = text[start], 0
-    for i in range(start, len(text)):
-        if text[i] == opening:
-            depth += 1
-        elif text[i] == _OPENING[opening]:
-            depth -= 1
-            if depth == 0:
-                return text[start + 1: i]
+                low, high = sorted((at, i))
+                return text[low + 1: high]
+        i += step
     return None
 
 
@@ -87,7 +78,7 @@ def _factorials(text: str, limit: int) -> str | None:
                 start -= 1
             operand = text[start: end + 1]
         elif text[end] in _CLOSING:
-            operand = _group_before(text, end)
+            operand = _bracketed(text, end)
         else:
             continue
         reason = _operand_checks(operand, limit, "the factorial of", "max_factorial")
@@ -104,7 +95,7 @@ def _powers(text: str, limit: int) -> str | None:
         if start >= len(text):
             continue
         if text[start] in _OPENING:
-            operand = _group_after(text, start)
+            operand = _bracketed(text, start)
         else:
             digits = _INTEGER.match(text, start)
             operand = digits.group() if digits else None
