@@ -88,3 +88,38 @@ def test_math_verify_timeouts_work_in_a_worker_main_thread():
 
 def test_worker_count_defaults_to_the_cores_this_process_may_use():
     assert DeadlinePool(0).workers == default_workers() == len(os.sched_getaffinity(0))
+
+
+CONTROLLER = '''
+import asyncio, sys
+sys.path.insert(0, {probes!r})
+import deadline_probes
+from loongsage.deadline.pool import DeadlinePool
+
+if __name__ == "__main__":
+    pool = DeadlinePool(1)
+    asyncio.run(pool.call(600.0, deadline_probes.probe_reward, "SPIN", None,
+                          deadline_probes.ProbeParams(pid_dir={pid_dir!r})))
+'''
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux only")
+def test_a_worker_stuck_in_a_call_dies_with_a_killed_controller(tmp_path, process_table):
+    import signal
+    import subprocess
+    import time
+    from pathlib import Path
+
+    script = tmp_path / "controller.py"
+    script.write_text(CONTROLLER.format(probes=str(Path(__file__).parent), pid_dir=str(tmp_path)))
+    controller = subprocess.Popen([sys.executable, str(script)])
+    try:
+        deadline = time.monotonic() + 60
+        while not [p for p in tmp_path.iterdir() if p.name.isdigit()] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        (spinner,) = [int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()]
+        assert process_table.alive(spinner)
+    finally:
+        controller.send_signal(signal.SIGKILL)  # no cleanup runs in the controller
+        controller.wait()
+    assert process_table.wait_gone([spinner]) == []

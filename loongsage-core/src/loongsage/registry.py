@@ -317,7 +317,9 @@ class Registries:
         for registry in self._by_kind.values():
             registry.freeze()
 
-    def resolve(self, kind: str, node: Any, key: str, name_field: str = "name", options: Any = None) -> PluginRef:
+    def resolve(
+        self, kind: str, node: Any, key: str, name_field: str = "name", options: Any = None
+    ) -> PluginRef:
         """Resolve one config node naming a ``kind`` plugin; errors name ``key``.
 
         ``node`` is the plugin's name or a mapping with ``name_field`` and its parameters,

@@ -22,9 +22,10 @@ math-verify enforces its own timeouts (``timeout_seconds`` per parse and per com
 with ``SIGALRM``, which only works in a process's main thread. In a run every reward call
 runs in the main thread of a reward worker process (``loongsage.deadline``), so they apply,
 and the call's deadline (``reward.timeout_s``, default 30 s) backs them up: it kills the
-worker when sympy is stuck in C code, where no signal handler runs. Called from another thread (a test's, a Ray async actor's), the reward
-runs without math-verify's timeouts rather than failing, and math-verify's warning about
-that, logged on every call, is filtered out (other warnings still show).
+worker when sympy is stuck in C code, where no signal handler runs. Called from another
+thread (a test's, a Ray async actor's), the reward runs without math-verify's timeouts rather
+than failing, and math-verify's warning about that, logged on every call, is filtered out
+(other warnings still show).
 """
 
 from __future__ import annotations
@@ -133,10 +134,12 @@ def math_reward(
     if answer is not None and answer.strip():
         unchecked = costly_answer(answer.strip(), params)
         if unchecked:
-            return {"score": float(params.format_score), "correct": False, "boxed": True, "unchecked": unchecked}
+            return {"score": float(params.format_score), "correct": False, "boxed": True,
+                    "unchecked": unchecked}
     if answer is None or not answer.strip() or not _parses(answer.strip(), params):
         numbers = _NUMBER.findall(sample_text) if params.accept_last_number else []
-        if numbers and not costly_answer(numbers[-1], params) and answers_match(numbers[-1], ground_truth, params):
+        last = numbers[-1] if numbers else None
+        if last and not costly_answer(last, params) and answers_match(last, ground_truth, params):
             return {"score": float(params.correct_score), "correct": True, "boxed": False}
         return {"score": float(params.no_answer_score), "correct": False, "boxed": False}
     correct = answers_match(answer.strip(), ground_truth, params)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from loongsage.data.types import Group
-from loongsage.deadline.budget import Budget
+from loongsage.deadline.budget import UNLIMITED, Budget
 
 
 @dataclass
@@ -48,11 +48,11 @@ class FillResult:
 class FilterChain:
     """Filters (resolved ``data_filter`` ``PluginRef``s) applied in order; metrics summed.
 
-    With a ``budget`` (``budgets.filter_s`` in a run), each filter call that overruns it
-    raises ``BudgetExceeded`` naming the filter and its config key instead of stalling the step.
+    Each filter call runs within ``budget`` (``budgets.filter_s`` in a run): one that overruns
+    it raises ``BudgetExceeded`` naming the filter and its config key instead of stalling the step.
     """
 
-    def __init__(self, components: Sequence[Any] = (), budget: Budget | None = None):
+    def __init__(self, components: Sequence[Any] = (), budget: Budget = UNLIMITED):
         self.components = tuple(components)
         self.budget = budget
 
@@ -64,11 +64,8 @@ class FilterChain:
     def __call__(self, groups: list[Group]) -> FilterResult:
         metrics: dict[str, float] = {}
         for comp in self.components:
-            if self.budget is None:
-                result = comp.obj(list(groups), comp.params)
-            else:
-                what = f"{comp.key}: data filter '{comp.name}'"
-                result = self.budget.run(what, comp.obj, list(groups), comp.params)
+            what = f"{comp.key}: data filter '{comp.name}'"
+            result = self.budget.run(what, comp.obj, list(groups), comp.params)
             groups = result.groups
             for name, value in result.metrics.items():
                 metrics[name] = metrics.get(name, 0.0) + float(value)

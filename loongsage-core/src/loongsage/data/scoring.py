@@ -98,7 +98,8 @@ class RewardScorer:
                     reward_errors=sum(not f.timed_out for _, f in failed))
         ref, on_error = source.spec.reward, _options(source).on_error
         i, first = failed[0]
-        what = f"{ref.key} (source {source.name!r}): reward '{ref.name}' failed on {describe_sample(prompt, i, samples[i])}"
+        sample = describe_sample(prompt, i, samples[i])
+        what = f"{ref.key} (source {source.name!r}): reward '{ref.name}' failed on {sample}"
         if on_error == "fail":
             detail = f"\n{first.traceback_text}" if first.traceback_text else ""
             raise RewardFailed(f"{what}: {first.reason} (on_error=fail; {len(failed)} of {len(samples)} "

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from loongsage.data.types import Prompt
-from loongsage.deadline.budget import Budget
+from loongsage.deadline.budget import UNLIMITED, Budget
 from loongsage.errors import ConfigError
 from loongsage.registry import PluginRef, Registries
 
@@ -51,8 +51,8 @@ class SourceSpec:
     teacher: str | None = None
     sampling: Mapping[str, Any] = field(default_factory=dict)
     system_prompt: str | None = None
-    load_budget: Budget | None = None  # building the dataset (budgets.dataset_load_s)
-    get_budget: Budget | None = None  # one dataset.get (budgets.dataset_get_s)
+    load_budget: Budget = UNLIMITED  # building the dataset (budgets.dataset_load_s)
+    get_budget: Budget = UNLIMITED  # one dataset.get (budgets.dataset_get_s)
 
     @property
     def key(self) -> str:
@@ -91,7 +91,8 @@ class RewardCall:
         result = self.reward.obj(text, ground_truth, self.reward.params, **context, sandbox=self.sandbox)
         if isinstance(result, Mapping):
             if "score" not in result:
-                raise ValueError(f"reward of source {self.source!r} returned a dict without 'score': {result!r}")
+                raise ValueError(f"reward of source {self.source!r} returned a dict without 'score': "
+                                 f"{result!r}")
             return {**result, "score": float(result["score"])}
         return {"score": float(result)}
 
@@ -150,11 +151,8 @@ class DataSource:
 
     def get(self, index: int) -> Prompt:
         """Prompt ``index`` of the dataset, stamped with this source (within ``spec.get_budget``)."""
-        budget = self.spec.get_budget
-        if budget is None:
-            prompt = self.dataset.get(index)
-        else:
-            prompt = budget.run(f"{self.spec.key}.dataset: {self._dataset_name} get({index})", self.dataset.get, index)
+        what = f"{self.spec.key}.dataset: dataset '{self.spec.dataset.name}' get({index})"
+        prompt = self.spec.get_budget.run(what, self.dataset.get, index)
         messages = list(prompt.messages)
         if self.system_prompt:
             if messages and messages[0].get("role") == "system":
@@ -166,10 +164,6 @@ class DataSource:
         """The tools this source's agent offers the model (``[]`` for agents without tools)."""
         offered = getattr(self.agent, "tool_schemas", None)
         return list(offered()) if offered is not None else []
-
-    @property
-    def _dataset_name(self) -> str:
-        return f"dataset '{self.spec.dataset.name}'"
 
     def score(self, text: str, ground_truth: Any, **context: Any) -> dict[str, Any]:
         """The reward's result for one response, computed here (``RewardCall``)."""
@@ -193,13 +187,9 @@ def check_reward(call: RewardCall) -> None:
 
 def build_source(spec: SourceSpec, registries: Registries, seed: int = 0, tokenizer: Any = None) -> DataSource:
     """Build one data source from its ``spec`` (the agent only when a ``tokenizer`` is given)."""
-    build = spec.dataset.obj
+    what = f"{spec.key}.dataset: dataset '{spec.dataset.name}' building its prompts"
     try:
-        if spec.load_budget is None:
-            dataset = build(spec.dataset.params, seed)
-        else:
-            what = f"{spec.key}.dataset: dataset '{spec.dataset.name}' building its prompts"
-            dataset = spec.load_budget.run(what, build, spec.dataset.params, seed)
+        dataset = spec.load_budget.run(what, spec.dataset.obj, spec.dataset.params, seed)
     except ConfigError as err:  # the dataset names its own field; prefix the source's key
         raise ConfigError(f"{spec.key}.{err.key}", err.problem) from None
     except (OSError, ValueError) as err:  # missing file, bad record: the message names them

@@ -15,7 +15,9 @@ by the fork server when this process starts it, so every worker, replacements af
 included, starts with them (``benchmarks/reward_pool.py`` measures what that saves). A
 worker runs calls in its main thread, so a plugin's own ``SIGALRM`` timeouts (math-verify)
 work there. Workers get this process's ``sys.path`` as it is when the pool is built, so a
-config-local plugin module importable here is importable there.
+config-local plugin module importable here is importable there. On Linux a worker is
+killed when the fork server exits, which it does when this process ends, however it ends:
+a worker stuck in a call is not left spinning after a killed run.
 
 Like every ``forkserver`` or ``spawn`` child, a worker imports this process's main module
 first, so a script that starts a run must guard it with ``if __name__ == "__main__":``
@@ -76,7 +78,25 @@ def _run_pickled(payload: bytes) -> bytes | _Raised:
 
 
 def _init_worker(path: list[str]) -> None:
+    """Take the controller's ``sys.path``; on Linux, die with the fork server.
+
+    The fork server exits when the last holder of its "alive" pipe does; every forked child
+    inherits that pipe, so a worker closes its copy, leaving the controller the only holder:
+    the server then ends with the controller, however it ends, and takes its workers along
+    (``PR_SET_PDEATHSIG``), a worker stuck in a call included.
+    """
     sys.path[:] = path
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    if getattr(server, "_forkserver_alive_fd", None) is not None:
+        os.close(server._forkserver_alive_fd)
+        server._forkserver_alive_fd = None
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
 
 
 def default_workers() -> int:
@@ -103,7 +123,8 @@ class DeadlinePool:
         try:
             payload = pickle.dumps((fn, args, kwargs))
         except Exception as err:  # noqa: BLE001 - any pickling failure names the object
-            raise CallFailed(f"cannot send the call to a worker process ({type(err).__name__}: {err})") from None
+            reason = f"cannot send the call to a worker process ({type(err).__name__}: {err})"
+            raise CallFailed(reason) from None
         if self._closed:
             raise LoongSageError("the worker pool is closed")
         try:
