@@ -6,6 +6,9 @@ rules (invalid mode combinations). Every plugin-bound field is resolved once aga
 registry (``Registries.resolve``) and its parameters are validated by the plugin's own
 dataclass; ``validate_config`` returns them in a ``RunConfig``, and writes the resolved
 parameters, defaults included, back into the config so ``config show`` prints all of them.
+A reward node's generic keys (``timeout_s``, ``on_error``) default to the ``reward`` section
+and are checked by the same rules as its keys; the ``budgets`` section's limits travel in
+each ``SourceSpec``.
 """
 
 from __future__ import annotations
@@ -26,13 +29,11 @@ from loongsage.hints import closest, first_leaf_key, omegaconf_error, unknown_ke
 from loongsage.registry import PluginRef, Registries
 from loongsage.schema import OPDConfig, RewardOptions
 
-ON_ERROR = ("zero", "drop_group", "fail")
-
 CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("float32", "bfloat16", "float16"),
     "placement.mode": ("colocated", "disaggregated"),
     "algorithm.kl.use_as": ("loss", "reward"),
-    "reward.on_error": ON_ERROR,
+    "reward.on_error": ("zero", "drop_group", "fail"),
     "algorithm.loss_agg_mode": (
         "token_mean",
         "seq_mean_token_mean",
