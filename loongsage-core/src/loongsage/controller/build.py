@@ -2,8 +2,9 @@
 
 ``build_run`` starts (or attaches to) Ray, hosts the train engine and the rollout engines
 as actors, and builds the data sources, the mixer, the engine pool (the one load balancer),
-the AgentFlow routers, the rollout manager and the scheduler on the run's one rollout event
-loop, the objective and the trackers, and returns a ``Run`` whose verbs the loop in
+the AgentFlow routers, the reward worker processes (``reward.workers``), the rollout manager
+and the scheduler on the run's one rollout event loop, the objective and the trackers, and
+returns a ``Run`` whose verbs the loop in
 ``run.py`` calls. Nothing here chooses an algorithm or looks a plugin name up: every plugin
 arrives resolved in the ``RunConfig``.
 
@@ -35,7 +36,10 @@ from loongsage.controller.run_dir import RunDirectory
 from loongsage.controller.verbs import Run
 from loongsage.controller.weight_sync import WeightSync
 from loongsage.data.mixer import DataMixer
+from loongsage.data.scoring import RewardScorer, reward_modules
 from loongsage.data.sources import build_sources
+from loongsage.deadline.budget import Budget
+from loongsage.deadline.pool import DeadlinePool
 from loongsage.engines.client import EngineClient
 from loongsage.engines.pool import EnginePool
 from loongsage.models.resolve import resolve_model_path
@@ -48,8 +52,9 @@ from loongsage.transfer import TransferConfig
 
 def data_filters(spec: RunConfig) -> tuple[Any, int]:
     """One chain: each source's own filters on its groups, then ``algorithm.filters``."""
-    chain = FilterChain(spec.algorithm.filters)
-    per_source = {s.name: FilterChain(s.filters) for s in spec.sources}
+    budget = Budget(spec.cfg.budgets.filter_s, "budgets.filter_s")
+    chain = FilterChain(spec.algorithm.filters, budget)
+    per_source = {s.name: FilterChain(s.filters, budget) for s in spec.sources}
 
     def apply(groups: list) -> FilterResult:
         metrics: dict[str, float] = {}
@@ -130,8 +135,11 @@ def _start_rollout(run: Run, plain: dict, rollout_cores: list[list[int]] | None)
     run.agent_routers = AgentRouters(run.sources, pool, run.tokenizer, spec.registries, base, run.run_dir.path)
     for name, url in run.agent_routers.urls().items():
         print(f"agentflow router for data source {name!r}: {url}", flush=True)
+    run.reward_pool = DeadlinePool(cfg.reward.workers, preload=reward_modules(run.sources))
+    scorer = RewardScorer(run.reward_pool, cfg.reward.drop_group_retries)
     run.rollout = RolloutManager(run.sources, pool, run.loop, cfg.rollout.n_samples_per_prompt,
-                                 sampling_params(cfg, run.tokenizer), on_scored=run.agent_routers.record_rewards)
+                                 sampling_params(cfg, run.tokenizer), scorer,
+                                 on_scored=run.agent_routers.record_rewards)
     mixer = DataMixer.from_sources(run.sources, cfg.trainer.seed, batch_size=cfg.rollout.prompts_per_step)
     run.scheduler = build_scheduler(spec, mixer, run.rollout, run.loop)
 

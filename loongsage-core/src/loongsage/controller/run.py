@@ -31,6 +31,7 @@ def train_one_step(run: Run, step: int) -> dict[str, float]:
         with timed(metrics, "timing/weight_sync"):
             metrics.update(run.publish_weights())
     metrics.update(rollout_metrics(groups))
+    metrics.update(run.rollout.reward_metrics())
     metrics.update(run.scheduler.metrics())
     run.record(step, metrics, groups)
     return metrics
