@@ -46,6 +46,7 @@ from typing import Optional
 
 from loongsage.data.types import Group, Prompt, Sample
 from loongsage.runtime.async_scheduler import AsyncScheduler
+from loongsage.plugins import load_plugins
 from loongsage.runtime.scheduler import build_window_policy
 
 
@@ -116,8 +117,9 @@ def run_row(row: Row, args: argparse.Namespace) -> dict:
     rollout_speed = 1.0 if row.colocated else args.split
     train_speed = 1.0 if row.colocated else 1.0 - args.split
     rollout = SimRollout(args, rollout_speed)
+    policy = load_plugins().resolve("window_policy", row.policy, "async.window_policy")
     sched = AsyncScheduler(
-        build_window_policy(row.policy), Prompts(), rollout, args.batch, row.stale_steps,
+        build_window_policy(policy), Prompts(), rollout, args.batch, row.stale_steps,
         oversample=int(args.batch * row.oversample_frac), partial=row.partial,
         abort_inflight=rollout.abort_all if row.partial else None,
     )

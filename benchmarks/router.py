@@ -99,7 +99,8 @@ from transformers import AutoTokenizer
 from loongsage.agentflow.server import Router
 from loongsage.agentflow.settings import RouterSettings
 from loongsage.engines.client import EngineClient
-router = Router([EngineClient(sys.argv[2])], AutoTokenizer.from_pretrained(sys.argv[1]),
+from loongsage.plugins import load_plugins
+router = Router([EngineClient(sys.argv[2])], AutoTokenizer.from_pretrained(sys.argv[1]), load_plugins(),
                 RouterSettings(auto_create_trajectories=True))
 print(router.start(), flush=True)
 threading.Event().wait()

@@ -28,8 +28,10 @@ import statistics
 import sys
 import time
 
-from loongsage.plugins import get_registries
+from loongsage.plugins import load_plugins
 from loongsage_sandbox.pool import SandboxPool
+
+REGISTRIES = load_plugins()
 
 BACKENDS = ("process", "bwrap")
 
@@ -42,7 +44,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def lifecycle(backend: str, n: int) -> list[float]:
-    cls = get_registries().sandbox.get(backend)
+    cls = REGISTRIES.sandbox.get(backend)
     out = []
     for _ in range(n):
         start = time.perf_counter()
@@ -55,7 +57,7 @@ async def lifecycle(backend: str, n: int) -> list[float]:
 
 
 async def pooled(backend: str, trajectories: int, execs: int, concurrency: int) -> float:
-    cls = get_registries().sandbox.get(backend)
+    cls = REGISTRIES.sandbox.get(backend)
     async with SandboxPool(cls, None, size=concurrency, max_size=concurrency, untrusted=False) as pool:
         queue: asyncio.Queue[int] = asyncio.Queue()
         for t in range(trajectories):

@@ -1,4 +1,5 @@
-"""Shared fixtures: the tiny test model, built once and cached by content hash.
+"""Shared fixtures: the tiny test model, built once and cached by content hash, and the
+check behind ``@pytest.mark.calls_hook``.
 
 OpenMP threads sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``, inherited by Ray
 workers and subprocesses started by tests): on a shared 2-core machine a 15-step tiny SFT
@@ -8,6 +9,7 @@ run took 49 s with spinning threads, 2.4 s passive (3.9 s single-threaded).
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,3 +27,96 @@ def tiny_model_dir() -> Path:
     from loongsage.models.tiny import ensure_tiny_model
 
     return ensure_tiny_model()
+
+
+# ---- every hook has a test that really calls it --------------------------------------------
+# A test marked ``@pytest.mark.calls_hook("loongsage_register_...", ...)`` must register a
+# plugin through each named hook and have *library* code (the shipped distributions' sources)
+# resolve the registered entry while the test runs; the check runs at the test's teardown.
+# ``tests/plugins/test_hook_docs.py`` requires such a marked test for every hook.
+
+HOOK_MARKER = "calls_hook"
+SHIPPED_DISTRIBUTIONS = frozenset(
+    {"loongsage-core", "loongsage-algos", "loongsage-agents", "loongsage-distill", "loongsage-sandbox"})
+SHIPPED_SOURCES = tuple(str(p) + os.sep for p in Path(__file__).resolve().parents[1].glob("loongsage-*/src"))
+
+
+class HookUsage:
+    """Which plugin kinds library code resolved from entries that tests registered.
+
+    An entry counts when its distribution is not a shipped one (a run-time plugin, a
+    config-local module, a package a test installed) and the first frame outside
+    ``loongsage/registry.py`` that asked for ``entry.obj`` lies in shipped source code, so
+    a test fetching its own plugin from the registry does not count as the library using it.
+    """
+
+    def __init__(self) -> None:
+        self._active: list[set[str]] = []
+
+    def note(self, entry: object) -> None:
+        import sys
+
+        from loongsage import registry
+
+        if not self._active or getattr(entry, "distribution", None) in SHIPPED_DISTRIBUTIONS:
+            return
+        frame = sys._getframe(2)
+        while frame is not None and frame.f_code.co_filename == registry.__file__:
+            frame = frame.f_back
+        if frame is not None and frame.f_code.co_filename.startswith(SHIPPED_SOURCES):
+            for kinds in self._active:
+                kinds.add(entry.kind)
+
+    @contextmanager
+    def recording(self):
+        """Yield the set of kinds resolved by library code until the block ends."""
+        kinds: set[str] = set()
+        self._active.append(kinds)
+        try:
+            yield kinds
+        finally:
+            self._active.remove(kinds)
+
+
+HOOK_USAGE = HookUsage()
+
+
+def pytest_configure(config) -> None:
+    from loongsage.registry import RegistryEntry
+
+    config.addinivalue_line(
+        "markers", f"{HOOK_MARKER}(*hooks): registers a plugin through each hook and library code "
+        "uses it (checked at teardown)")
+    resolve = RegistryEntry.obj.fget
+
+    def obj(entry):
+        value = resolve(entry)
+        HOOK_USAGE.note(entry)
+        return value
+
+    RegistryEntry.obj = property(obj, doc=RegistryEntry.obj.__doc__)
+
+
+@pytest.fixture
+def hook_usage() -> HookUsage:
+    return HOOK_USAGE
+
+
+@pytest.fixture(autouse=True)
+def _marked_hooks_are_called(request):
+    marker = request.node.get_closest_marker(HOOK_MARKER)
+    if marker is None:
+        yield
+        return
+    from loongsage.registry import KINDS
+
+    kind_of = {k.hook: k.name for k in KINDS.values()}
+    unknown = [h for h in marker.args if h not in kind_of]
+    if unknown or not marker.args:
+        pytest.fail(f"{HOOK_MARKER} names no hook or unknown hooks {unknown}; hooks: {sorted(kind_of)}")
+    with HOOK_USAGE.recording() as used:
+        yield
+    missing = [h for h in marker.args if kind_of[h] not in used]
+    if missing:
+        pytest.fail(f"marked {HOOK_MARKER} but no plugin the test registered through {missing} was "
+                    "used by library code")

@@ -1,4 +1,5 @@
-"""The code-execution reward, resolved by name and run in real sandboxes (bwrap, else process)."""
+"""The code-execution reward, resolved by name, running the tests in the data source's sandbox
+(real bwrap, else process)."""
 
 from __future__ import annotations
 
@@ -6,20 +7,34 @@ import asyncio
 
 import pytest
 
+from loongsage.data.sources import SandboxFactory
 from loongsage.errors import ConfigError, LoongSageError
 from loongsage.plugins import get_registries
 
 sandbox_testing = pytest.importorskip("loongsage_sandbox.testing", reason="needs loongsage-sandbox")
 SANDBOX = "bwrap" if sandbox_testing.bwrap_unavailable_reason() is None else "process"
-PARAMS = {"sandbox": SANDBOX, "timeout_s": 5,
-          "sandbox_params": {} if SANDBOX == "bwrap" else {"allow_untrusted_code": True}}
+PARAMS = {"exec_timeout_s": 5}
+SOURCE_SANDBOX = {"type": SANDBOX, **({} if SANDBOX == "bwrap" else {"allow_untrusted_code": True})}
 ADD = "Here you go:\n```python\ndef add(a, b):\n    return a + b\n```\n"
 WRONG = "```python\ndef add(a, b):\n    return a - b\n```"
 IO_SOLUTION = "```py\nimport sys\nnums = list(map(int, sys.stdin.read().split()))\nprint(sum(nums))\n```"
 
 
+def sandbox(**limits):
+    """The data source's sandbox, as the controller hands it to the reward."""
+    node = {**SOURCE_SANDBOX, **limits}
+    return SandboxFactory(get_registries().resolve("sandbox", node, "data_sources[0].sandbox", "type"))
+
+
 def reward():
-    return get_registries().reward.get("code_exec")
+    """The registered reward, called as the controller calls it: with the source's sandbox."""
+    fn = get_registries().reward.get("code_exec")
+
+    def call(text, ground_truth, params, **context):
+        return fn(text, ground_truth, params, **{"sandbox": sandbox(), **context})
+
+    call.async_impl = fn.async_impl
+    return call
 
 
 def test_asserts_pass_fail_and_partial_credit():
@@ -52,7 +67,7 @@ def test_exit_hacks_and_missing_code_score_zero():
 
 def test_runaway_code_is_contained_and_reported():
     out = reward()("```python\nwhile True:\n    pass\n```", {"inputs": ["x"], "outputs": ["y"]},
-                   {**PARAMS, "timeout_s": 1, "sandbox_params": {**PARAMS["sandbox_params"], "cpu_time_s": 5}})
+                   {**PARAMS, "exec_timeout_s": 1}, sandbox=sandbox(cpu_time_s=5))
     assert out["score"] == 0.0 and out["timed_out"] is True
 
 
@@ -60,7 +75,7 @@ def test_async_form_inside_a_running_loop_and_bad_input():
     from loongsage_agents.rewards.code_exec import code_exec_reward_async
 
     async def go():
-        native = await code_exec_reward_async(ADD, "assert add(2, 3) == 5", PARAMS)
+        native = await code_exec_reward_async(ADD, "assert add(2, 3) == 5", PARAMS, sandbox=sandbox())
         wrapped = reward()(ADD, "assert add(2, 3) == 5", PARAMS)  # sync form, called from a loop
         return native, wrapped
 
@@ -71,10 +86,11 @@ def test_async_form_inside_a_running_loop_and_bad_input():
         reward()(ADD, {"inputs": ["1"], "outputs": []}, PARAMS)
     with pytest.raises(ConfigError, match="reward.sandbox_parms"):
         reward()(ADD, "assert True", {"sandbox_parms": {}})
-    with pytest.raises(Exception, match="reward.sandbox: unknown sandbox 'bwarp'"):
-        reward()(ADD, "assert True", {"sandbox": "bwarp"})
+    with pytest.raises(ConfigError, match=r"data_sources\[\*\]\.sandbox: the code_exec reward runs the tests"):
+        get_registries().reward.get("code_exec")(ADD, "assert True", PARAMS)
 
 
 def test_process_sandbox_is_refused_for_model_code_unless_allowed():
+    process = SandboxFactory(get_registries().resolve("sandbox", "process", "data_sources[0].sandbox", "type"))
     with pytest.raises(LoongSageError, match="not a security boundary and refuses untrusted code"):
-        reward()(ADD, "assert True", {"sandbox": "process"})
+        reward()(ADD, "assert True", PARAMS, sandbox=process)

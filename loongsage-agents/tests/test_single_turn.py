@@ -9,6 +9,7 @@ import torch
 
 from loongsage.engines.client import EngineClient, EngineError
 from loongsage.engines.embedded_rollout.engine import EmbeddedRolloutEngine
+from loongsage.data.sources import SourceContext
 from loongsage.plugins import get_registries
 from loongsage_agents.datasets.params import SyntheticMathParams
 from loongsage_agents.datasets.synthetic_math import SyntheticMathDataset
@@ -24,8 +25,9 @@ def engine(tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def agent(engine):
-    cls = get_registries().agent.get("single_turn")
-    return cls(None, engine.tokenizer)
+    registries = get_registries()
+    cls = registries.agent.get("single_turn")
+    return cls(None, SourceContext("arith", "data_sources[0]", engine.tokenizer, registries))
 
 
 def reference_logprobs(model, prompt_ids, response_ids):

@@ -58,8 +58,8 @@ def test_overlong_reward_shaping_adds_the_penalty():
 
 
 def test_chain_from_config_runs_in_order_and_sums_metrics():
-    chain = FilterChain.from_config([{"name": "overlong_reward_shaping", "max_len": 20, "cache_len": 4},
-                                     {"name": "dynamic_sampling", "max_rounds": 3}], get_registries())
+    chain = FilterChain(get_registries().resolve_all("data_filter", [{"name": "overlong_reward_shaping", "max_len": 20, "cache_len": 4},
+                                     {"name": "dynamic_sampling", "max_rounds": 3}], "algorithm.filters"))
     assert chain.max_rounds == 3
     # rewards tie before shaping; the length penalty separates them, so the group survives
     groups = [Group(0, Prompt("s", 0, []), [_sample(1.0, n_tokens=10), _sample(1.0, n_tokens=18)]),
@@ -76,7 +76,7 @@ def test_fill_batch_draws_until_full_and_reports_counts():
     def draw(n):
         return [_group(next(ids), next(stream)) for _ in range(n)]
 
-    chain = FilterChain.from_config(["dynamic_sampling"], get_registries())
+    chain = FilterChain(get_registries().resolve_all("data_filter", ["dynamic_sampling"], "algorithm.filters"))
     result = fill_batch(draw, chain, target=3, max_rounds=5)
     # round 1 draws 3 ([0,1] ok, [1,1], [0,0]) -> 1 kept; round 2 draws 2 -> both kept
     assert [g.group_id for g in result.groups] == [0, 3, 4]
@@ -89,7 +89,7 @@ def test_fill_batch_draws_until_full_and_reports_counts():
 def test_fill_batch_stops_at_the_cap():
     ids = iter(range(100))
     result = fill_batch(lambda n: [_group(next(ids), [1, 1]) for _ in range(n)],
-                        FilterChain.from_config(["dynamic_sampling"], get_registries()), target=2, max_rounds=3)
+                        FilterChain(get_registries().resolve_all("data_filter", ["dynamic_sampling"], "algorithm.filters")), target=2, max_rounds=3)
     assert result.groups == [] and result.metrics["rollout/filter_groups_drawn"] == 6
     assert result.metrics["rollout/filter_batch_short"] == 2
 
@@ -98,6 +98,5 @@ def test_bad_filter_params_name_the_key():
     from loongsage.errors import ConfigError
 
     with pytest.raises(ConfigError) as info:
-        FilterChain.from_config([{"name": "length", "min_tokens": 5, "max_tokens": 2}], get_registries(),
-                                key="data_sources[0].filters")
+        FilterChain(get_registries().resolve_all("data_filter", [{"name": "length", "min_tokens": 5, "max_tokens": 2}], key="data_sources[0].filters"))
     assert info.value.key == "data_sources[0].filters[0]"

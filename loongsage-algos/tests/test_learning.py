@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from loongsage.algorithms.advantages import compute_advantages
+from loongsage.algorithms.validate import validate_algorithm
 from loongsage.algorithms.objective import Objective
 from loongsage.algorithms.testing import loss_context
 from loongsage.plugins import get_registries
@@ -34,7 +35,7 @@ def _train(algorithm: dict, steps: int = 25, seed: int = 0) -> tuple[float, floa
         rewards_seen.append(rewards.mean().item())
         mask = torch.ones(n, L)
         group_ids = torch.arange(GROUPS).repeat_interleave(G)
-        adv = compute_advantages(rewards, group_ids, mask, algorithm, get_registries())
+        adv = compute_advantages(rewards, group_ids, mask, validate_algorithm(algorithm, get_registries()))
         extras = {"old_logprobs": old, "rollout_logprobs": old + 0.05 * torch.randn(n, L), "advantages": adv}
         batch = loss_context(old, mask, extras).batch
         objective.prepare(batch)

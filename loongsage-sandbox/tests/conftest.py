@@ -36,7 +36,7 @@ class Service:
         self.token = secrets.token_hex(16)
         env = {**os.environ, "LOONGSAGE_SANDBOX_TOKEN": self.token}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "loongsage_sandbox.cli", "serve", "--backend", "bwrap", "--port", "0",
+            [sys.executable, "-m", "loongsage.cli", "sandbox", "serve", "--backend", "bwrap", "--port", "0",
              "--memory", "512", "--timeout", "30", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         line = self.proc.stdout.readline()
@@ -44,7 +44,11 @@ class Service:
             self.proc.kill()
             raise RuntimeError(f"sandbox service did not start: {line!r} {self.proc.stderr.read()}")
         self.url = line.strip().rsplit(" ", 1)[1]
-        _wait_healthy(self.url, self.token)
+        try:
+            _wait_healthy(self.url, self.token)
+        except BaseException:  # a service that never gets healthy must not outlive the test
+            self.proc.kill()
+            raise
 
     def stop(self) -> int:
         self.proc.terminate()

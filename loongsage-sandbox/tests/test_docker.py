@@ -4,7 +4,7 @@ This machine has no Docker engine, so the real-engine test skips with that reaso
 second test replaces the ``docker`` executable with a small script (a fake, because the
 real thing cannot run here) that records the ``docker run`` arguments and runs the
 container's command line directly on the host, in a temporary work dir. It checks the
-isolation flags we pass and the agent bootstrap over stdin; it does NOT test isolation.
+isolation flags we pass and the supervisor bootstrap over stdin; it does NOT test isolation.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ FAKE_DOCKER = textwrap.dedent("""
 """)
 
 
-def test_docker_launch_flags_and_agent_bootstrap(tmp_path, monkeypatch):
+def test_docker_launch_flags_and_supervisor_bootstrap(tmp_path, monkeypatch):
     script = tmp_path / "docker"
     script.write_text(f"#!{sys.executable}\n" + FAKE_DOCKER)
     script.chmod(0o755)

@@ -134,9 +134,9 @@ def test_fork_bomb_is_capped_and_cleaned_up(hostile):
     counted, bomb, left = run(attack())
     forks, err = map(int, counted.text.split())
     assert err == errno.EAGAIN
-    assert 0 < forks < 32  # RLIMIT_NPROC stopped it; the agent and the shell count too
+    assert 0 < forks < 32  # RLIMIT_NPROC stopped it; the supervisor and the shell count too
     assert b"Cannot fork" in bomb.stderr  # the classic bomb hit RLIMIT_NPROC and collapsed
-    assert sorted(left.text.split()) == ["bwrap", "python3", "python3"]  # init, agent, this lister
+    assert sorted(left.text.split()) == ["bwrap", "python3", "python3"]  # init, supervisor, this lister
 
 
 def test_memory_bomb_is_refused(hostile):
@@ -231,7 +231,7 @@ def test_no_process_survives_a_timeout(hostile):
     r, left = run(attack())
     assert r.timed_out
     assert r.killed_processes >= 5
-    assert sorted(left.text.split()) == ["bwrap", "python3", "python3"]  # init, agent, this lister
+    assert sorted(left.text.split()) == ["bwrap", "python3", "python3"]  # init, supervisor, this lister
     assert host_processes_with(f"sleep {tag}") == []
 
 

@@ -10,9 +10,13 @@ import textwrap
 
 import pytest
 
+from loongsage.plugins import get_registries
+
 from loongsage_sandbox import cli
 from loongsage_sandbox.testing import bwrap_unavailable_reason
 from loongsage_sandbox.leftovers import cleanup_leftovers, state_root, tagged_processes
+
+REGISTRIES = get_registries()
 
 BWRAP_REASON = bwrap_unavailable_reason()
 
@@ -75,17 +79,18 @@ def test_unclosed_sandboxes_are_cleaned_at_interpreter_exit():
 
 @pytest.mark.skipif(BWRAP_REASON is not None, reason=str(BWRAP_REASON))
 def test_cli_run_reports_exit_timeout_and_errors(capfd):
-    assert cli.main(["run", "--", "sh", "-c", "echo hello; id -u; exit 3"]) == 3
+    """The sandbox command as core's CLI calls it: ``main(argv, registries)``."""
+    assert cli.main(["run", "--", "sh", "-c", "echo hello; id -u; exit 3"], REGISTRIES) == 3
     out, err = capfd.readouterr()
     assert out == "hello\n65534\n"
     assert "[sandbox: bwrap" in err and "[sandbox: exit 3;" in err
-    assert cli.main(["run", "--timeout", "0.5", "--", "sleep", "5"]) == 124
+    assert cli.main(["run", "--timeout", "0.5", "--", "sleep", "5"], REGISTRIES) == 124
     assert "timed out, process tree killed" in capfd.readouterr().err
-    assert cli.main(["run", "--type", "bwarp", "--", "true"]) == 2
+    assert cli.main(["run", "--type", "bwarp", "--", "true"], REGISTRIES) == 2
     assert "--type: unknown sandbox 'bwarp'. Did you mean 'bwrap'?" in capfd.readouterr().err
-    assert cli.main(["run", "--memory", "8M", "--", "true"]) == 2
+    assert cli.main(["run", "--memory", "8M", "--", "true"], REGISTRIES) == 2
     assert "sandbox.memory_mb: must be at least 16" in capfd.readouterr().err
-    assert cli.main(["run"]) == 2
+    assert cli.main(["run"], REGISTRIES) == 2
     assert "no command given" in capfd.readouterr().err
 
 

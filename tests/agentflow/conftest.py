@@ -20,6 +20,7 @@ import pytest
 from loongsage.engines.client import GenerateOutput, StreamChunk
 
 from loongsage.agentflow.server import Router
+from loongsage.plugins import get_registries
 from loongsage.agentflow.settings import RouterSettings
 
 
@@ -45,8 +46,9 @@ def make_router(tokenizer):
     """Start routers over the given engines; every router is stopped after the test."""
     started: list[Router] = []
 
-    def make(engines, **settings) -> Router:
-        router = Router(engines, tokenizer, RouterSettings(**settings))
+    def make(engines, registries=None, **settings) -> Router:
+        registries = registries if registries is not None else get_registries()
+        router = Router(engines, tokenizer, registries, RouterSettings(**settings))
         router.start()
         started.append(router)
         return router

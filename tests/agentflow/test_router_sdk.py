@@ -245,11 +245,12 @@ def test_concurrent_sessions_each_keep_their_own_exact_tokens(router, tokenizer)
 def test_serve_by_hand_prints_working_urls_and_opens_trajectories_on_use(tiny_model_dir, engine_url):
     import io
 
-    from loongsage.agentflow.serve import serve
+    from loongsage.config.compose import load_config
+    from loongsage.controller.serve import serve
 
     out = io.StringIO()
-    cfg = {"model": {"path": str(tiny_model_dir)}, "agentflow": {"tool_parser": "hermes", "middlewares": []}}
-    router = serve(cfg, [engine_url], block=False, out=out)
+    run = load_config("tiny/grpo", [f"model.path={tiny_model_dir}"])
+    router = serve(run, [engine_url], block=False, out=out)
     try:
         text = out.getvalue()
         base = next(w.split("=", 1)[1] for w in text.split() if w.startswith("OPENAI_BASE_URL="))

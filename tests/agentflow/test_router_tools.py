@@ -177,9 +177,10 @@ def test_unknown_middleware_names_the_config_key(tokenizer, scripted_engine):
     from loongsage.agentflow.server import Router
     from loongsage.agentflow.settings import RouterSettings
     from loongsage.errors import UnknownPluginError
+    from loongsage.plugins import get_registries
 
     with pytest.raises(UnknownPluginError, match=r"agentflow.middlewares\[0\]: unknown router_middleware 'agent_sesions'.*'agent_sessions'"):
-        Router([scripted_engine([])], tokenizer, RouterSettings(middlewares=["agent_sesions"]))
+        Router([scripted_engine([])], tokenizer, get_registries(), RouterSettings(middlewares=["agent_sesions"]))
 
 
 def test_untrained_model_calls_never_become_samples_or_the_mainline(make_router, scripted_engine):
@@ -221,11 +222,11 @@ def test_opencode_child_session_is_a_subagent(make_router, scripted_engine):
     assert [(s["origin"], s["num_turns"]) for s in traj["segments"]] == [("root", 2), ("subagent", 1)]
 
 
-@pytest.mark.parametrize("spec", [{"name": "tool_call_parser", "params": {"parser": "qwen3_xml"}},
-                                  {"name": "tool_call_parser", "parser": "qwen3_xml"}])
+@pytest.mark.parametrize("spec", ["tool_call_parser", {"name": "tool_call_parser", "parser": "qwen3_xml"}])
 def test_parser_middleware_params_choose_the_parser(make_router, scripted_engine, spec):
     xml = "<tool_call>\n<function=ls>\n<parameter=path>\n.\n</parameter>\n</function>\n</tool_call>"
-    router = make_router([scripted_engine([xml])], middlewares=[spec])
+    router = make_router([scripted_engine([xml])], middlewares=[spec],
+                         tool_parser="hermes" if isinstance(spec, dict) else "qwen3_xml")
     router.open_trajectory("t")
     client = openai.OpenAI(base_url=router.base_urls("t")["openai"], api_key="x", max_retries=0)
     out = client.chat.completions.create(model="policy", tools=CHAT_TOOLS,

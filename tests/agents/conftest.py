@@ -35,6 +35,22 @@ def tokenizer(tiny_model_dir):
 
 
 @pytest.fixture(scope="session")
+def agent_context(tokenizer):
+    """``agent_context(sandbox=None)``: the ``SourceContext`` a data source lends its agent,
+    with this session's registries; ``sandbox`` is a ``data_sources[*].sandbox`` node."""
+    from loongsage.data.sources import SandboxFactory, SourceContext
+    from loongsage.plugins import get_registries
+
+    def make(sandbox: Any = None, tokenizer: Any = tokenizer) -> SourceContext:
+        registries = get_registries()
+        factory = None if sandbox is None else SandboxFactory(
+            registries.resolve("sandbox", sandbox, "data_sources[0].sandbox", "type"))
+        return SourceContext("test", "data_sources[0]", tokenizer, registries, factory)
+
+    return make
+
+
+@pytest.fixture(scope="session")
 def long_tiny_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tiny-long")
     for f in Path(tiny_model_dir).iterdir():
@@ -59,7 +75,7 @@ def engine_url(long_tiny_model_dir):
 
 @pytest.fixture(scope="session")
 def trainer(long_tiny_model_dir):
-    from loongsage.config.schema import ModelConfig, TrainConfig
+    from loongsage.schema import ModelConfig, TrainConfig
     from loongsage.engines.embedded_train import EmbeddedTrainEngine
 
     return EmbeddedTrainEngine(ModelConfig(path=str(long_tiny_model_dir)), TrainConfig(),
@@ -137,7 +153,7 @@ class Recorder:
     def __init__(self) -> None:
         self.turns: list[dict[str, Any]] = []
 
-    def factory(self, settings: Any, params: Any) -> Any:
+    def factory(self, settings: Any, params: Any, registries: Any) -> Any:
         from loongsage.agentflow.middleware import RouterMiddleware
 
         turns = self.turns
@@ -173,13 +189,13 @@ def recording_router(request, tokenizer):
             def loongsage_register_router_middlewares(self, register):
                 register("test_recorder", recorder.factory, doc="Test: record turns.")
 
+        registries = load_plugins(extra=[(Plugin(), "agents-test-recorder")])
         settings = agent.router_settings()
-        settings.registries = load_plugins(extra=[(Plugin(), "agents-test-recorder")])
         settings.middlewares = list(settings.middlewares) + ["test_recorder"]
         settings.run_dir = str(run_dir) if run_dir is not None else None
         if engine is None:
             engine = EngineClient(request.getfixturevalue("engine_url"))
-        router = Router([engine], tokenizer, settings)
+        router = Router([engine], tokenizer, registries, settings)
         router.start()
         started.append(router)
         agent.use_router(router)

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from loongsage.data.sources import SourceContext
 from loongsage.data.types import Prompt
 from loongsage.engines.client import EngineClient
+from loongsage.plugins import get_registries
 
 from loongsage_agents.agents.router_params import (ClaudeCodeParams, CodexParams,
                                                    MiniSweAgentParams, OpenCodeParams)
@@ -52,11 +54,11 @@ CASES = {
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_cli_agent_trajectory_is_exact(name, bin_dir, recording_router, check_trajectories,
-                                       long_context, tokenizer):
+                                       long_context, agent_context):
     cls, make_params = CASES[name]
     params = make_params()
     params.bin_dir, params.max_context = bin_dir, long_context
-    agent = cls(params, tokenizer)
+    agent = cls(params, agent_context())
     recorder = recording_router(agent)
     prompt = Prompt(name, 0, [{"role": "user", "content": "Print the word hello."}])
     started = time.monotonic()
@@ -79,10 +81,15 @@ def mini_bin_dir():
     return str(path)
 
 
+def no_tokenizer_context() -> SourceContext:
+    """mini-swe-agent never tokenizes: the router it is handed does."""
+    return SourceContext("mini", "data_sources[0]", None, get_registries())
+
+
 def mini_agent(bin_dir: str, long_context: int, **overrides) -> MiniSweAgent:
     params = MiniSweAgentParams(**{**COMMON, "bin_dir": bin_dir, "max_context": long_context,
                                    **overrides})
-    return MiniSweAgent(params, None)
+    return MiniSweAgent(params, no_tokenizer_context())
 
 
 def test_mini_swe_agent_trajectory_is_exact_and_forks_at_each_dropped_reply(
@@ -205,11 +212,11 @@ def test_mini_swe_agent_refuses_what_would_break_its_run(tmp_path, monkeypatch):
     home.mkdir()
     bad = {"step_limit": 0, "files": {"mini.yaml": "agent: {}"}}
     for field, value in bad.items():
-        agent = MiniSweAgent(MiniSweAgentParams(**{field: value}), None)
+        agent = MiniSweAgent(MiniSweAgentParams(**{field: value}), no_tokenizer_context())
         with pytest.raises(ValueError, match=f"agent.params.{field}"):
             agent.prepare("task", urls, "t:0", work, home)
     monkeypatch.setenv("LOONGSAGE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(FileNotFoundError, match=r"venvs/mini-swe-agent/bin/pip install "
                                                 r"mini-swe-agent==2\.4\.6"):
-        MiniSweAgent(MiniSweAgentParams(), None).prepare("task", urls, "t:0", work, home)
+        MiniSweAgent(MiniSweAgentParams(), no_tokenizer_context()).prepare("task", urls, "t:0", work, home)

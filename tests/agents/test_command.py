@@ -33,11 +33,11 @@ print(json.dumps({"key": os.environ["OPENAI_API_KEY"], "cwd": os.getcwd(), "home
 """
 
 
-def test_command_agent_runs_a_program_against_the_router(recording_router, check_trajectories,
+def test_command_agent_runs_a_program_against_the_router(recording_router, check_trajectories, agent_context,
                                                          long_context, tmp_path):
     agent = CommandAgent(CommandParams(argv=[sys.executable, "agent.py"], files={"agent.py": PROGRAM},
                                        timeout_s=120, max_context=long_context,
-                                       workdir_root=str(tmp_path), keep_workdir=True), None)
+                                       workdir_root=str(tmp_path), keep_workdir=True), agent_context())
     recorder = recording_router(agent)
     prompt = Prompt("cmd", 7, [{"role": "user", "content": "Say something."}])
     samples = asyncio.run(agent.run_group(prompt, 2, EngineClient("http://unused"), {}))
@@ -54,12 +54,12 @@ def test_command_agent_runs_a_program_against_the_router(recording_router, check
     check_trajectories(samples, recorder)
 
 
-def test_timeout_kills_the_whole_process_group(tmp_path, tokenizer):
+def test_timeout_kills_the_whole_process_group(tmp_path, agent_context):
     pidfile = tmp_path / "child.pid"
     script = f"import subprocess, time; p = subprocess.Popen(['sleep', '60']); " \
              f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(60)"
     agent = CommandAgent(CommandParams(argv=[sys.executable, "-c", script], timeout_s=1.5,
-                                       kill_grace_s=0.5), tokenizer)
+                                       kill_grace_s=0.5), agent_context())
     engine = object()  # never called: the program does not reach the model
     router = _started_router(agent, engine)
     agent.use_router(router)
@@ -78,7 +78,7 @@ def test_timeout_kills_the_whole_process_group(tmp_path, tokenizer):
 def _started_router(agent, engine):
     from loongsage.agentflow.server import Router
 
-    router = Router([engine], agent.tokenizer, agent.router_settings())
+    router = Router([engine], agent.tokenizer, agent.context.registries, agent.router_settings())
     router.start()
     return router
 
@@ -91,8 +91,8 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_empty_command_is_refused(tokenizer):
-    agent = CommandAgent(CommandParams(argv=[]), tokenizer)
+def test_empty_command_is_refused(agent_context):
+    agent = CommandAgent(CommandParams(argv=[]), agent_context())
     router = _started_router(agent, object())
     agent.use_router(router)
     try:
@@ -114,13 +114,13 @@ for _ in range(2):
 
 @pytest.mark.parametrize("enforce", [True, False])
 def test_router_enforces_the_rollout_sampling_on_a_black_box_agent(enforce, scripted_engine,
-                                                                   tmp_path, tokenizer):
+                                                                   tmp_path, agent_context):
     """A program asking for its own temperature/top_p/max_tokens gets the rollout's instead
     (the engine is scripted only to see what reaches it; router and program are real)."""
     engine = scripted_engine(["one", "two"])
     params = CommandParams(argv=[sys.executable, "agent.py"], files={"agent.py": SAMPLING_PROGRAM},
                            timeout_s=60, workdir_root=str(tmp_path), enforce_sampling=enforce)
-    agent = CommandAgent(params, tokenizer)
+    agent = CommandAgent(params, agent_context())
     rollout = {"temperature": 1.0, "top_p": 0.9, "max_new_tokens": 16}
     try:
         samples = asyncio.run(agent.run_group(Prompt("s", 0, [{"role": "user", "content": "x"}]),

@@ -1,7 +1,8 @@
-"""The controller's routers for router-based agents: one per data source over every engine
-client, built with the agent's own settings, persisting each finished trajectory (and, once
-scored, its reward) to the run directory. A scripted engine stands in for the rollout engine (the reply text is fixed so the
-persisted tokens can be checked); router, agent and files are real."""
+"""The controller's routers for router-based agents: one per data source over the run's engine
+pool, built with the run's settings plus the agent's own, persisting each finished trajectory
+(and, once scored, its reward) to the run directory. A scripted engine stands in for the
+rollout engine (the reply text is fixed so the persisted tokens can be checked); router,
+agent and files are real."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
+from loongsage.agentflow.settings import RouterSettings
 from loongsage.controller.agent_routers import AgentRouters
 from loongsage.data.types import Prompt
+from loongsage.engines.pool import EnginePool
+from loongsage.plugins import get_registries
 
 from loongsage_agents.agents.chat import ChatAgent
 from loongsage_agents.agents.router_params import ChatParams
@@ -37,13 +41,14 @@ class SlowEngine:
         return None
 
 
-def test_each_router_agent_gets_a_router_that_persists_its_trajectories(scripted_engine,
-                                                                         tokenizer, tmp_path):
+def test_each_router_agent_gets_a_router_that_persists_its_trajectories(scripted_engine, tokenizer,
+                                                                         agent_context, tmp_path):
     engines = [SlowEngine(scripted_engine(["Four."] * 2)) for _ in range(2)]
-    agent = ChatAgent(ChatParams(), tokenizer)
+    agent = ChatAgent(ChatParams(), agent_context())
     sources = {"chat_src": SimpleNamespace(agent=agent),
-               "plain_src": SimpleNamespace(agent=SingleTurnAgent(None, tokenizer))}
-    routers = AgentRouters(sources, engines, tokenizer, tmp_path)
+               "plain_src": SimpleNamespace(agent=SingleTurnAgent(None, agent_context()))}
+    routers = AgentRouters(sources, EnginePool(engines), tokenizer, get_registries(), RouterSettings(),
+                           tmp_path)
     try:
         assert list(routers.urls()) == ["chat_src"]  # single_turn talks to the engine itself
         url = routers.urls()["chat_src"]
@@ -53,7 +58,7 @@ def test_each_router_agent_gets_a_router_that_persists_its_trajectories(scripted
         for s in samples:
             s.reward = 0.5 + samples.index(s)
             s.reward_info["correct"] = True
-        agent.record_rewards(samples)
+        routers.record_rewards("chat_src", samples)
     finally:
         routers.close()
     with pytest.raises(httpx.TransportError):

@@ -18,8 +18,8 @@ from loongsage_agents.agents.router_base import Outcome, RouterAgentBase
 class Flaky(RouterAgentBase):
     """Trajectory 0 fails at once; the others wait, then need a moment to clean up."""
 
-    def __init__(self, tokenizer):
-        super().__init__(None, tokenizer)
+    def __init__(self, context):
+        super().__init__(None, context)
         self.cleaned: list[str] = []
 
     async def run_trajectory(self, prompt, urls, key, sampling_params) -> Outcome:
@@ -35,8 +35,8 @@ class Flaky(RouterAgentBase):
 
 
 @pytest.mark.parametrize("how", ["failure", "cancel"])
-def test_a_group_reports_only_after_every_trajectory_unwound(how, scripted_engine, tokenizer):
-    agent = Flaky(tokenizer)
+def test_a_group_reports_only_after_every_trajectory_unwound(how, scripted_engine, agent_context):
+    agent = Flaky(agent_context())
     prompt = Prompt("p", 0, [{"role": "user", "content": "x"}])
 
     async def go():

@@ -63,7 +63,7 @@ def test_serve_prints_urls_that_agents_can_use():
 def test_serve_uses_running_engines_when_given(engine_url):
     import io
 
-    from loongsage.agentflow.serve import run_serve
+    from loongsage.controller.serve import run_serve
 
     out = io.StringIO()
     router, engines = run_serve("tiny/grpo", [], engine_urls=[engine_url], block=False, out=out)

@@ -1,7 +1,7 @@
 """White-box agents (``chat``, ``tool_loop``) through a real router: the stored tokens are the
 conversation, the loss mask is exactly the model's tokens, and rollout logprobs equal the train
 engine's. Tool calls come from a scripted engine (the random tiny model never makes one); the
-calculator runs in a real ``process`` sandbox from the registry."""
+calculator runs in a real ``process`` sandbox, the one the data source names."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import asyncio
 
 import pytest
 
+from loongsage import hookimpl
 from loongsage.data.types import Prompt
 from loongsage.engines.client import EngineClient
+from loongsage.errors import ConfigError
 
 from loongsage_agents.agents.chat import ChatAgent
 from loongsage_agents.agents.router_params import ChatParams, ToolLoopParams
@@ -25,8 +27,9 @@ def render(tokenizer, messages, generation=False, tools=None):
 
 
 def test_chat_agent_samples_are_exact_tito_with_train_engine_logprobs(engine_url, tokenizer,
-                                                                    check_logprobs, long_context):
-    agent = ChatAgent(ChatParams(max_context=long_context), tokenizer)
+                                                                    agent_context, check_logprobs,
+                                                                    long_context):
+    agent = ChatAgent(ChatParams(max_context=long_context), agent_context())
     prompt = Prompt("demo", 3, [{"role": "system", "content": "Be terse."},
                                 {"role": "user", "content": "What is 2 + 2?"}])
     try:
@@ -47,11 +50,39 @@ CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "(3 + 4)
 BAD = '<tool_call>\n{"name": "calculator", "arguments": {"expr": "1"}}\n</tool_call>'
 
 
-def test_tool_loop_runs_the_calculator_in_a_registry_sandbox(scripted_engine, tokenizer):
+class RecordingSandboxPlugin:
+    """A sandbox backend only a run's own registries know (as a config-local ``plugins:``
+    module's would be): the process backend, recording every command it runs."""
+
+    commands: list = []
+
+    @staticmethod
+    @hookimpl
+    def loongsage_register_sandboxes(register):
+        from loongsage_sandbox.params import ProcessParams
+        from loongsage_sandbox.process import ProcessSandbox
+
+        class RecordingSandbox(ProcessSandbox):
+            async def exec(self, command, **kwargs):
+                RecordingSandboxPlugin.commands.append(command)
+                return await super().exec(command, **kwargs)
+
+        register("recording", RecordingSandbox, params=ProcessParams)
+
+
+def test_tool_loop_runs_the_calculator_in_the_data_sources_sandbox(scripted_engine, tokenizer):
+    """The sandbox named on the data source, from the run's registries (not the process-wide
+    ones), is the one the agent's tool calls run in."""
+    from loongsage.data.sources import SandboxFactory, SourceContext
+    from loongsage.plugins import load_plugins
+
+    registries = load_plugins(extra=[(RecordingSandboxPlugin, "recording-sandbox-plugin")])
+    sandbox = registries.resolve("sandbox", {"type": "recording", "allow_untrusted_code": True},
+                                 "data_sources[0].sandbox", "type")
+    context = SourceContext("calc", "data_sources[0]", tokenizer, registries, SandboxFactory(sandbox))
     engine = scripted_engine([CALL, BAD, "It is 84."])
-    params = ToolLoopParams(sandbox="process", sandbox_params={"allow_untrusted_code": True},
-                            max_turns=5)
-    agent = ToolLoopAgent(params, tokenizer)
+    RecordingSandboxPlugin.commands.clear()
+    agent = ToolLoopAgent(ToolLoopParams(max_turns=5), context)
     prompt = Prompt("calc", 0, [{"role": "user", "content": "What is (3 + 4) * 12?"}])
     try:
         [sample] = asyncio.run(agent.run_group(prompt, 1, engine, {"max_new_tokens": 64}))
@@ -62,6 +93,7 @@ def test_tool_loop_runs_the_calculator_in_a_registry_sandbox(scripted_engine, to
     tool_outputs = [m["content"] for m in info["messages"] if m["role"] == "tool"]
     assert tool_outputs[0].strip() == "84"
     assert tool_outputs[1].startswith("error: bad arguments for calculator: argument 'expression'")
+    assert len(RecordingSandboxPlugin.commands) == 1  # the good call ran there; the bad one never ran
     # the stored tokens are the whole conversation, rendered by the model's own template, with
     # the assistant turns exactly as sampled (not re-serialised from the parsed tool calls)
     replies = iter([CALL, BAD, "It is 84."])
@@ -78,18 +110,20 @@ def test_tool_loop_runs_the_calculator_in_a_registry_sandbox(scripted_engine, to
     assert all(lp == engine.LOGPROB for lp, m in zip(sample.response_logprobs, sample.loss_mask) if m)
 
 
-def test_tool_loop_refuses_unknown_tools(tokenizer):
+def test_tool_loop_refuses_unknown_tools_and_a_source_without_a_sandbox(agent_context):
     with pytest.raises(ValueError, match=r"agent.params.tools: unknown tool\(s\) \['web'\]"):
-        ToolLoopAgent(ToolLoopParams(tools=["calculator", "web"]), tokenizer)
+        ToolLoopAgent(ToolLoopParams(tools=["calculator", "web"]), agent_context({"type": "process", "allow_untrusted_code": True}))
+    with pytest.raises(ConfigError, match=r"^data_sources\[0\]\.sandbox: agent 'tool_loop' runs commands"):
+        ToolLoopAgent(ToolLoopParams(), agent_context())
 
 
 def test_sft_demonstration_tokens_equal_the_rollout_of_the_same_conversation(scripted_engine,
-                                                                             tokenizer):
+                                                                             tokenizer, agent_context):
     """The warm start trains on exactly the tokens a rollout records: a synthetic_math tool
     demonstration, encoded by SFT, equals the router's trajectory when the engine samples the
     demonstration's assistant turns and the real calculator answers in a sandbox."""
     from loongsage.agentflow.tito import ChatRenderer
-    from loongsage.models.sft import Demonstration, encode_demonstration
+    from loongsage.controller.sft import Demonstration, encode_demonstration
 
     from loongsage_agents.datasets.params import SyntheticMathParams
     from loongsage_agents.datasets.synthetic_math import SyntheticMathDataset
@@ -97,9 +131,9 @@ def test_sft_demonstration_tokens_equal_the_rollout_of_the_same_conversation(scr
 
     data = SyntheticMathDataset(SyntheticMathParams(max_operand=999, tool_demonstrations=1.0))
     prompt = data.get(7)
-    agent = ToolLoopAgent(ToolLoopParams(sandbox="process", max_turns=3,
-                                         sandbox_params={"allow_untrusted_code": True}), tokenizer)
-    demo = Demonstration(prompt.messages, prompt.metadata["demonstration"], agent.tool_schemas())
+    agent = ToolLoopAgent(ToolLoopParams(max_turns=3), agent_context({"type": "process", "allow_untrusted_code": True}))
+    demo = Demonstration(prompt.messages, prompt.metadata["demonstration"], agent.tool_schemas(),
+                         HermesToolParser())
     renderer, history, replies = ChatRenderer(tokenizer), list(demo.messages), []
     for message in demo.completion:
         if message["role"] == "assistant":

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from loongsage.algorithms.advantages import compute_advantages
+from loongsage.algorithms.validate import validate_algorithm
 from loongsage.plugins import get_registries
 
 REWARDS = [1.0, 0.0, 0.0, 1.0, 1.0, 0.5]
@@ -16,7 +17,7 @@ MASK = torch.tensor([[0, 1, 1, 0]] * 6, dtype=torch.float32)
 
 def _adv(norm_mode, **kw):
     cfg = {"advantage_estimator": {"name": "grpo", "norm_mode": norm_mode, **kw}}
-    return compute_advantages(REWARDS, GROUPS, MASK, cfg, get_registries())
+    return compute_advantages(REWARDS, GROUPS, MASK, validate_algorithm(cfg, get_registries()))
 
 
 def _expected_group_zscore():
@@ -74,13 +75,13 @@ def test_kl_as_reward_penalty_is_subtracted_per_token():
     ref = torch.full((6, 4), -1.5)
     cfg = {"advantage_estimator": {"name": "grpo", "norm_mode": "none"},
            "kl": {"method": "k1", "coef": 0.1, "use_as": "reward"}}
-    adv = compute_advantages(REWARDS, GROUPS, MASK, cfg, get_registries(), old_logprobs=old, ref_logprobs=ref)
+    adv = compute_advantages(REWARDS, GROUPS, MASK, validate_algorithm(cfg, get_registries()), old_logprobs=old, ref_logprobs=ref)
     # two loss tokens, each k1 = 0.5, beta = 0.1 -> outcome reward minus 0.1
     _check(adv, [r - 0.1 for r in REWARDS])
     with pytest.raises(ValueError, match="ref_logprobs"):
-        compute_advantages(REWARDS, GROUPS, MASK, cfg, get_registries())
+        compute_advantages(REWARDS, GROUPS, MASK, validate_algorithm(cfg, get_registries()))
 
 
 def test_shape_mismatch_is_reported():
     with pytest.raises(ValueError, match="N = 6"):
-        compute_advantages(REWARDS[:5], GROUPS[:5], MASK, {}, get_registries())
+        compute_advantages(REWARDS[:5], GROUPS[:5], MASK, validate_algorithm({}, get_registries()))

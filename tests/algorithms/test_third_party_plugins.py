@@ -88,6 +88,8 @@ def registries():
     return load_plugins(extra=[(ThirdParty, "third_party_algos")])
 
 
+@pytest.mark.calls_hook("loongsage_register_policy_losses", "loongsage_register_is_corrections",
+                        "loongsage_register_kl_policies")
 def test_custom_loss_correction_and_kl_compose_in_the_objective(registries):
     check_policy_loss_contract(scaled_pg, ScaledParams())
     logprobs = torch.tensor([[-1.0, -2.0]], requires_grad=True)
@@ -107,10 +109,11 @@ def test_custom_correction_flag_is_enforced_against_m2po(registries):
         validate_algorithm({"policy_loss": "m2po", "is_correction": "half"}, registries)
 
 
+@pytest.mark.calls_hook("loongsage_register_advantage_estimators", "loongsage_register_data_filters")
 def test_custom_advantage_and_filter(registries):
-    adv = compute_advantages([0.5, 2.0], [0, 0], torch.ones(2, 3), {"advantage_estimator": "raw_reward"}, registries)
+    adv = compute_advantages([0.5, 2.0], [0, 0], torch.ones(2, 3), validate_algorithm({"advantage_estimator": "raw_reward"}, registries))
     assert adv.tolist() == [[0.5] * 3, [2.0] * 3]
     sample = Sample([1], [2], [-0.1], [0], [1])
     groups = [Group(i, Prompt("s", i, []), [sample]) for i in range(3)]
-    out = FilterChain.from_config(["keep_first"], registries)(groups)
+    out = FilterChain(registries.resolve_all("data_filter", ["keep_first"], "algorithm.filters"))(groups)
     assert [g.group_id for g in out.groups] == [0] and out.metrics == {"rollout/custom_drop": 2.0}

@@ -4,7 +4,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from loongsage.algorithms.validate import validate_algorithm
-from loongsage.config.schema import AlgorithmConfig
+from loongsage.schema import AlgorithmConfig
 from loongsage.errors import ConfigError, UnknownPluginError
 from loongsage.plugins import get_registries
 
@@ -31,13 +31,13 @@ def test_bad_values_name_their_key():
     _check({"policy_loss": {"name": "ppo_clip", "eps_hi": 0.3}}, "algorithm.policy_loss.eps_hi", "ppo_clip")
     _check({"advantage_estimator": {"name": "grpo", "norm_mode": "zscore"}},
            "algorithm.advantage_estimator", "norm_mode")
-    _check({"policy_loss": {"nme": "ppo_clip"}}, "algorithm.policy_loss", "expected a plugin node")
+    _check({"policy_loss": {"nme": "ppo_clip"}}, "algorithm.policy_loss", "expected a policy_loss name or a mapping with 'name'")
 
 
 def test_unknown_names_suggest_the_closest():
     with pytest.raises(UnknownPluginError) as info:
         validate_algorithm({"policy_loss": {"name": "ppo_clp"}}, get_registries())
-    assert info.value.key == "algorithm.policy_loss" and info.value.closest == "ppo_clip"
+    assert info.value.key == "algorithm.policy_loss.name" and info.value.closest == "ppo_clip"
     with pytest.raises(UnknownPluginError) as info:
         validate_algorithm({"kl": {"method": "k4"}}, get_registries())
     assert info.value.key == "algorithm.kl.method"
@@ -53,10 +53,11 @@ def test_recipe_overrides_go_through_the_config_validator():
     """The config validator resolves the algorithm section and applies these rules."""
     from loongsage.config.compose import load_config
 
-    cfg, _ = load_config("tiny/grpo", ["algorithm/policy_loss=m2po", "algorithm.is_correction=[opsm]"])
-    assert cfg.algorithm.is_correction[0]["delta"] == 0.1
-    cfg, _ = load_config("tiny/grpo", ["algorithm.is_correction=[opsm,{name:token,upper:3.0}]"])
-    assert [c["name"] for c in cfg.algorithm.is_correction] == ["opsm", "token"]
+    run = load_config("tiny/grpo", ["algorithm/policy_loss=m2po", "algorithm.is_correction=[opsm]"])
+    assert run.cfg.algorithm.is_correction[0]["delta"] == 0.1 == run.algorithm.corrections[0].params.delta
+    run = load_config("tiny/grpo", ["algorithm.is_correction=[opsm,{name:token,upper:3.0}]"])
+    assert [c["name"] for c in run.cfg.algorithm.is_correction] == ["opsm", "token"]
+    assert [c.name for c in run.algorithm.corrections] == ["opsm", "token"]
     with pytest.raises(ConfigError) as info:
         load_config("tiny/grpo", ["algorithm/policy_loss=m2po", "algorithm.is_correction=token"])
     assert info.value.key == "algorithm.is_correction" and "corrected twice" in info.value.problem

@@ -19,8 +19,7 @@ from loongsage.errors import ConfigError
 
 
 def tiny_cfg(tiny_model_dir, *overrides):
-    cfg, _ = load_config("tiny/grpo", [f"model.path={tiny_model_dir}", *overrides], None)
-    return cfg
+    return load_config("tiny/grpo", [f"model.path={tiny_model_dir}", *overrides]).cfg
 
 
 def test_shape_counts_the_real_parameters(tiny_model_dir):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from loongsage.config.schema import ModelConfig, TrainConfig
+from loongsage.schema import ModelConfig, TrainConfig
 from loongsage.controller.weight_sync import ring_slots
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 from loongsage.transfer import TransferConfig

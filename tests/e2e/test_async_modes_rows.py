@@ -33,11 +33,11 @@ class _NoPrompts:
         raise AssertionError("the scheduler must not draw prompts before next_batch")
 
 
-def _window(cfg, registries) -> tuple[str, int, int]:
+def _window(run) -> tuple[str, int, int]:
     from loongsage.runtime.scheduler import async_scheduler_from_config
 
-    sched = async_scheduler_from_config(cfg, prompt_source=_NoPrompts(), rollout_group=lambda *a, **k: None,
-                                        abort_inflight=lambda: None, registries=registries)
+    sched = async_scheduler_from_config(run.cfg, run.window_policy, prompt_source=_NoPrompts(),
+                                        rollout_group=lambda *a, **k: None, abort_inflight=lambda: None)
     try:
         pipe = sched.pipeline
         return type(pipe.policy).__name__, pipe.capacity, pipe.staleness_bound
@@ -58,11 +58,12 @@ def test_rows_compose_into_the_table4_modes(bench) -> None:
     ]
     assert len(bench.ROWS) == len(expected)
     for row, (placement, asynchronous, partial, window) in zip(bench.ROWS, expected):
-        cfg, registries = load_config("tiny/grpo", bench.overrides(row, args))
+        run = load_config("tiny/grpo", bench.overrides(row, args))
+        cfg = run.cfg
         assert (cfg.placement.mode, cfg["async"].enable, cfg.rollout.partial) == (placement, asynchronous, partial)
         assert cfg.rollout.max_new_tokens == 256 and cfg.train.lr == 1e-9 and cfg.trainer.steps == 8
         if window is not None:
-            assert _window(cfg, registries) == window, row.label
+            assert _window(run) == window, row.label
 
 
 def test_trace_mode_is_the_simulator(bench, capsys) -> None:

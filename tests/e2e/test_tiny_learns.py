@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 REQUIRED = [
     "step", "rollout/reward_mean", "rollout/response_length_mean", "train/loss",
     "train/is_approx_k3_kl", "train/grad_norm", "timing/step", "timing/rollout",
-    "timing/train", "timing/weight_sync",
+    "timing/train", "timing/weight_sync", "perf/weight_sync_gb", "perf/weight_sync_s",
 ]
 
 
@@ -30,6 +30,12 @@ def test_tiny_grpo_reward_rises(tmp_path, runs):
     for row in rows:
         assert set(REQUIRED) <= set(row)
         assert row["train/is_approx_k3_kl"] < 1e-6
+    # every sync carries the whole model once (fp32; the tied lm_head is not sent twice)
+    from safetensors import safe_open
+
+    with safe_open(str(run_dir / "checkpoints" / "step_000019" / "trainer" / "model.safetensors"), "pt") as f:
+        model_gb = sum(f.get_tensor(k).numel() * 4 for k in f.keys()) / 1e9
+    assert all(r["perf/weight_sync_gb"] == pytest.approx(model_gb, rel=1e-3) for r in rows)
     rewards = [r["rollout/reward_mean"] for r in rows]
     first, last = statistics.mean(rewards[:5]), statistics.mean(rewards[-5:])
     assert last >= first + 0.1, f"reward did not rise: first 5 steps {first:.3f}, last 5 {last:.3f}"

@@ -10,7 +10,7 @@ import torch
 from omegaconf import OmegaConf
 from transformers import AutoModelForCausalLM
 
-from loongsage.config.schema import ModelConfig, RolloutConfig
+from loongsage.schema import ModelConfig, RolloutConfig
 from loongsage.engines.client import EngineClient
 from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
 from loongsage.plugins import get_registries

@@ -6,10 +6,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from loongsage.config.schema import ModelConfig, TrainConfig
+from loongsage.schema import ModelConfig, TrainConfig
 from loongsage.engines.batch import TrainBatch
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
-from loongsage.errors import ConfigError
+from loongsage.errors import ConfigError, NonFiniteLossError
 from loongsage.plugins import get_registries
 
 
@@ -99,7 +99,7 @@ def test_mini_batches_take_one_optimizer_step_each(tiny_model_dir):
     batch = ragged_batch(n=6)
     first = engine.train_step(batch, token_mean_nll, mini_batches=3)
     assert engine.weight_version == 3
-    assert first["train/lr"] == 1e-3 and first["train/skipped_steps"] == 0.0
+    assert first["train/lr"] == 1e-3
     second = engine.train_step(batch, token_mean_nll, mini_batches=3)
     assert second["train/loss"] < first["train/loss"] - 0.1
     assert first["train/optimizer_steps"] == 3.0
@@ -122,11 +122,42 @@ def test_grad_clip_bounds_the_update(tiny_model_dir):
     assert norm == pytest.approx(0.5, rel=1e-3)
 
 
-def test_non_finite_loss_skips_the_step(tiny_model_dir):
+def _nan_kl_term(ctx):
+    """A finite policy-gradient term plus a KL term that is NaN (as inf · 0 would make it)."""
+    pg, _ = token_mean_nll(ctx)
+    kl = ctx.logprobs.sum() * float("nan")
+    return pg + kl, {"train/pg_loss": float(pg.detach()), "train/kl_loss": float(kl.detach())}
+
+
+def _infinite_gradient(ctx):
+    """A finite loss value whose gradient is infinite: d/dx sqrt(x) at x = 0."""
+    zero = (ctx.logprobs * 0.0).sum()
+    loss = token_mean_nll(ctx)[0] + torch.sqrt(zero)
+    return loss, {"train/nll": float(loss.detach())}
+
+
+def test_non_finite_loss_fails_naming_the_term_and_leaves_the_weights(tiny_model_dir):
+    engine = make_engine(tiny_model_dir, micro_batch_size=2)
+    engine.train_step(ragged_batch(), token_mean_nll)
+    before = params_of(engine)
+    with pytest.raises(NonFiniteLossError, match=r"non-finite loss at optimizer step 2: .*train/kl_loss=nan") as err:
+        engine.train_step(ragged_batch(), _nan_kl_term)
+    assert set(err.value.terms) == {"train/loss", "train/kl_loss"} and err.value.step == 2
+    assert engine.weight_version == 1
+    for k, v in engine.model.state_dict().items():
+        assert torch.equal(v, before[k])
+    assert engine.train_step(ragged_batch(), token_mean_nll)["train/loss"] > 0  # still usable
+    assert engine.weight_version == 2
+
+
+def test_non_finite_gradient_fails_naming_the_parameters(tiny_model_dir):
     engine = make_engine(tiny_model_dir)
     before = params_of(engine)
-    metrics = engine.train_step(ragged_batch(), lambda ctx: ctx.logprobs.sum() * float("nan"))
-    assert metrics["train/skipped_steps"] == 1.0 and engine.weight_version == 0
+    with pytest.raises(NonFiniteLossError, match=r"non-finite gradient at optimizer step 1: train/grad_norm=") as err:
+        engine.train_step(ragged_batch(), _infinite_gradient)
+    assert any(name.startswith("grad[model.") for name in err.value.terms)
+    assert "train/nll" not in err.value.terms  # the loss value itself was finite
+    assert engine.weight_version == 0
     for k, v in engine.model.state_dict().items():
         assert torch.equal(v, before[k])
 

@@ -8,12 +8,12 @@ import asyncio
 import pytest
 import torch
 
-from loongsage.config.schema import ModelConfig, TrainConfig
+from loongsage.schema import ModelConfig, TrainConfig
 from loongsage.engines.batch import TrainBatch
 from loongsage.engines.client import EngineClient
 from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
-from loongsage.models.sft import token_mean_nll
+from loongsage.controller.sft import token_mean_nll
 
 PROMPTS = [[5, 17, 42, 99, 7], [300, 12], [8, 9, 10, 11, 12, 13, 14, 200, 201], [450]]
 SAMPLING = {"max_new_tokens": 16, "temperature": 1.0, "ignore_eos": True}

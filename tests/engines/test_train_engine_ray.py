@@ -7,9 +7,9 @@ import os
 import pytest
 import torch
 
-from loongsage.config.schema import ModelConfig, TrainConfig
+from loongsage.schema import ModelConfig, TrainConfig
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
-from loongsage.models.sft import Demonstration, sft_batch, token_mean_nll
+from loongsage.controller.sft import Demonstration, sft_batch, token_mean_nll
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from loongsage.models import cli_main
+from loongsage.models.command import main as models_main
 from loongsage.models.tiny import build_tiny_model
 
 
@@ -91,6 +91,6 @@ def test_model_forward_is_finite_and_near_uniform(tiny_model_dir):
 
 
 def test_cli_writes_folder(tmp_path, capsys):
-    assert cli_main(["tiny", "--out", str(tmp_path / "m")]) == 0
+    assert models_main(["tiny", "--out", str(tmp_path / "m")]) == 0
     assert capsys.readouterr().out.strip() == str(tmp_path / "m")
     assert (tmp_path / "m" / "model.safetensors").is_file()

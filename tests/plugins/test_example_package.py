@@ -13,10 +13,11 @@ import pytest
 LOONGSAGE = [sys.executable, "-m", "loongsage.cli"]
 
 
-def _run(args: list[str], site: Path | None = None) -> subprocess.CompletedProcess:
+def _run(args: list[str], site: Path | None = None, **extra_env: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop("LOONGSAGE_DISABLE_PLUGIN_AUTOLOAD", None)
     env.pop("LOONGSAGE_LOAD_PLUGINS", None)
+    env.update(extra_env)
     if site is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
     return subprocess.run([*LOONGSAGE, *args], capture_output=True, text=True, env=env, timeout=120)
@@ -27,11 +28,29 @@ def test_installed_package_is_listed_under_its_distribution(example_plugin_path)
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     ours = {(r["kind"], r["name"]): r for r in rows if r["distribution"] == "loongsage-example-plugin"}
-    assert set(ours) == {("tracker", "csv"), ("reward", "exact_match")}
+    assert set(ours) == {("tracker", "csv"), ("reward", "exact_match"), ("command", "csv-tail")}
     assert ours[("tracker", "csv")]["params"][0] == {
         "name": "filename", "type": "str", "default": "metrics.csv"
     }
     assert set(rows[0]) == {"kind", "name", "distribution", "doc", "params"}
+
+
+def test_installed_command_runs_as_a_loongsage_subcommand(example_plugin_path, tmp_path):
+    """loongsage_register_commands: a third party's command is a `loongsage` subcommand, given
+    the registries (it reads the csv tracker's default file name from them)."""
+    (tmp_path / "metrics.csv").write_text("step,reward\n" + "".join(f"{i},{i / 10}\n" for i in range(8)))
+    result = _run(["csv-tail", str(tmp_path), "-n", "2"], example_plugin_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["step\treward", "6\t0.6", "7\t0.7"]
+    assert "csv-tail" in _run(["--help"], example_plugin_path).stdout
+    missing = _run(["csv-tail", str(tmp_path)])
+    assert missing.returncode == 2 and "invalid choice: 'csv-tail'" in missing.stderr
+
+
+def test_a_siblings_command_that_is_not_loaded_says_which_distribution_brings_it():
+    result = _run(["sandbox", "run", "--", "true"], LOONGSAGE_LOAD_PLUGINS="loongsage_agents")
+    assert result.returncode == 2
+    assert "'sandbox' (command) comes with loongsage-sandbox, which is installed but not loaded" in result.stderr
 
 
 def test_without_the_package_its_names_are_unknown(example_plugin_path):
@@ -64,3 +83,31 @@ def test_misspelled_plugin_fails_before_anything_starts(override, expected):
     assert result.returncode == 2
     assert expected in result.stderr
     assert "(loongsage-core)" in result.stderr or "(loongsage-agents)" in result.stderr
+
+
+@pytest.mark.calls_hook("loongsage_register_commands")
+def test_a_registered_command_is_dispatched_with_the_registries(capsys):
+    """The CLI finds a command plugin in the registries it runs with and calls it with the
+    rest of argv and those registries; `--help` lists it with its distribution."""
+    from loongsage import hookimpl
+    from loongsage.cli import main
+    from loongsage.plugins import load_plugins
+
+    seen = []
+
+    def probe(argv, registries):
+        seen.append((argv, registries))
+        return 7
+
+    class Plugin:
+        @staticmethod
+        @hookimpl
+        def loongsage_register_commands(register):
+            register("probe", probe, doc="Probe command.")
+
+    registries = load_plugins(extra=[(Plugin, "probe-commands")])
+    assert main(["probe", "--flag", "x"], registries) == 7
+    assert seen == [(["--flag", "x"], registries)]
+    with pytest.raises(SystemExit):
+        main(["--help"], registries)
+    assert "Probe command. (from probe-commands)" in capsys.readouterr().out

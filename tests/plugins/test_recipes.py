@@ -16,30 +16,24 @@ def test_recipes_exist():
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_recipe_composes_and_resolves_every_plugin(recipe):
-    cfg, registries = load_config(recipe)
-    alg = cfg.algorithm
-    named = [
-        ("advantage", alg.advantage_estimator.name),
-        ("policy_loss", alg.policy_loss.name),
-        ("kl_policy", alg.kl.method),
-        ("window_policy", cfg["async"].window_policy.name),
-        ("engine", cfg.train.backend),
-        ("engine", cfg.rollout.backend),
-        ("tool_parser", cfg.agentflow.tool_parser),
-        *[("tracker", t.name) for t in cfg.logging.trackers],
-        *[("data_filter", f.name) for f in alg.filters],
+    run = load_config(recipe)
+    cfg, alg = run.cfg, run.algorithm
+    resolved = [
+        (alg.advantage, cfg.algorithm.advantage_estimator.name),
+        (alg.policy_loss, cfg.algorithm.policy_loss.name),
+        (alg.kl, cfg.algorithm.kl.method),
+        (run.window_policy, cfg["async"].window_policy.name),
+        (run.train_engine, cfg.train.backend),
+        (run.rollout_engine, cfg.rollout.backend),
+        (run.tool_parser, cfg.agentflow.tool_parser),
+        *zip(run.trackers, [t.name for t in cfg.logging.trackers]),
+        *zip(alg.filters, [f.name for f in cfg.algorithm.filters]),
     ]
-    if alg.is_correction is not None:
-        named.append(("is_correction", alg.is_correction.name))
-    for source in cfg.data_sources:
-        named += [
-            ("dataset", source.dataset.format),
-            ("agent", source.agent.name),
-            ("reward", source.reward.name),
-            *[("data_filter", f.name) for f in source.filters],
-        ]
-        if source.sandbox is not None:
-            named.append(("sandbox", source.sandbox.type))
-    for kind, name in named:
-        assert kind in KINDS
-        registries[kind].entry(name)  # raises UnknownPluginError if not registered
+    for source, node in zip(run.sources, cfg.data_sources, strict=True):
+        resolved += [(source.dataset, node.dataset.format), (source.agent, node.agent.name),
+                     (source.reward, node.reward.name), *zip(source.filters, [f.name for f in node.filters])]
+        if node.sandbox is not None:
+            resolved.append((source.sandbox, node.sandbox.type))
+    for ref, name in resolved:  # each named plugin resolved once, to the registered entry of that name
+        assert ref.kind in KINDS and ref.name == name
+        assert run.registries[ref.kind].entry(name) is ref.entry

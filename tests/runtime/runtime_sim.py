@@ -127,3 +127,12 @@ class AsyncSimRollout:
     async def abort_all(self) -> None:
         """What the engine client's pause_generation(mode='abort') does: running calls return."""
         self._abort_gen += 1
+
+
+def window_policy(node, registries=None):
+    """The window policy a config node names, resolved as config validation does and built."""
+    from loongsage.plugins import get_registries
+    from loongsage.runtime.scheduler import build_window_policy
+
+    registries = registries if registries is not None else get_registries()
+    return build_window_policy(registries.resolve("window_policy", node, "async.window_policy"))

@@ -16,8 +16,7 @@ import pytest
 
 from loongsage.data.types import Group, Prompt
 from loongsage.runtime.async_scheduler import AsyncScheduler, SchedulerStalled
-from loongsage.runtime.scheduler import build_window_policy
-from runtime_sim import AsyncSimRollout, dispatched, make_source, start_group
+from runtime_sim import AsyncSimRollout, dispatched, make_source, start_group, window_policy
 
 WEIGHTS = {"math": 2.0, "code": 1.0, "chat": 1.0}
 
@@ -27,7 +26,7 @@ def make(policy: str = "no_window", *, batch_size: int = 4, stale_steps: int = 1
     source = source or make_source(batch_size, WEIGHTS, seed=1)
     rollout = rollout or AsyncSimRollout(n_samples=2, tokens_per_tick=4)
     sched = AsyncScheduler(
-        build_window_policy(policy), source, rollout, batch_size, stale_steps,
+        window_policy(policy), source, rollout, batch_size, stale_steps,
         quotas=source.quotas, oversample=oversample, partial=partial,
         abort_inflight=getattr(rollout, "abort_all", None) if partial else None,
     )
@@ -138,10 +137,10 @@ def test_a_trainer_that_never_updates_weights_gets_a_clear_stall_error() -> None
 def test_bad_configuration_is_rejected_naming_the_field() -> None:
     source = make_source(4, WEIGHTS)
     with pytest.raises(ValueError, match="rollout.partial=true"):
-        AsyncScheduler(build_window_policy("no_window"), source, AsyncSimRollout(), 4, 1, partial=True)
+        AsyncScheduler(window_policy("no_window"), source, AsyncSimRollout(), 4, 1, partial=True)
     with pytest.raises(ValueError, match="async.stale_steps: expected an integer >= 0"):
-        AsyncScheduler(build_window_policy("no_window"), source, AsyncSimRollout(), 4, 0.5)
-    sched = AsyncScheduler(build_window_policy("no_window"), source, AsyncSimRollout(), 4, 1,
+        AsyncScheduler(window_policy("no_window"), source, AsyncSimRollout(), 4, 0.5)
+    sched = AsyncScheduler(window_policy("no_window"), source, AsyncSimRollout(), 4, 1,
                            quotas=lambda step: {"math": 2, "code": 1})
     try:
         with pytest.raises(ValueError, match="sum to 3, expected the batch size 4"):
@@ -180,15 +179,15 @@ def test_built_from_a_composed_recipe() -> None:
     from loongsage.runtime.scheduler import async_scheduler_from_config
     from loongsage.runtime.window import WindowedFifo
 
-    cfg, registries = load_config("tiny/grpo", [
+    run = load_config("tiny/grpo", [
         "async.enable=true", "placement.mode=disaggregated", "async.stale_steps=2",
         "+async.window_policy.skew=2", "async.window_policy.name=windowed_fifo",
         "rollout.partial=true", "rollout.oversample_groups=3",
     ])
-    source = make_source(cfg.rollout.prompts_per_step, WEIGHTS)
+    source = make_source(run.cfg.rollout.prompts_per_step, WEIGHTS)
     rollout = AsyncSimRollout()
-    sched = async_scheduler_from_config(cfg, prompt_source=source, rollout_group=rollout,
-                                        abort_inflight=rollout.abort_all, registries=registries)
+    sched = async_scheduler_from_config(run.cfg, run.window_policy, prompt_source=source, rollout_group=rollout,
+                                        abort_inflight=rollout.abort_all)
     try:
         pipe = sched.pipeline
         assert isinstance(pipe.policy, WindowedFifo) and pipe.policy.params.skew == 2
@@ -204,14 +203,70 @@ def test_colocated_partial_window_is_synchronous_plus_oversampling() -> None:
     from loongsage.config.compose import load_config
     from loongsage.runtime.scheduler import async_scheduler_from_config
 
-    cfg, registries = load_config("tiny/grpo", ["rollout.partial=true", "rollout.oversample_groups=4"])
-    assert cfg["async"].stale_steps == 1
-    source = make_source(cfg.rollout.prompts_per_step, WEIGHTS)
+    run = load_config("tiny/grpo", ["rollout.partial=true", "rollout.oversample_groups=4"])
+    assert run.cfg["async"].stale_steps == 1
+    source = make_source(run.cfg.rollout.prompts_per_step, WEIGHTS)
     rollout = AsyncSimRollout()
-    sched = async_scheduler_from_config(cfg, prompt_source=source, rollout_group=rollout,
-                                        abort_inflight=rollout.abort_all, registries=registries)
+    sched = async_scheduler_from_config(run.cfg, run.window_policy, prompt_source=source, rollout_group=rollout,
+                                        abort_inflight=rollout.abort_all)
     try:
         assert sched.pipeline.capacity == 8 + 4 and sched.pipeline.staleness_bound == 1
         assert [len(b) for b in train(sched, 2)] == [8, 8]
     finally:
         sched.close()
+
+
+class SimRolloutManager:
+    """What ``build_scheduler`` reads of the rollout manager, over the simulated rollout."""
+
+    def __init__(self, rollout: AsyncSimRollout) -> None:
+        self.generate_group = rollout
+        self.abort_all = rollout.abort_all
+
+    def generate_groups(self, *args, **kwargs):
+        raise AssertionError("oversampling must not go through the all-or-nothing synchronous path")
+
+
+def test_oversampling_in_synchronous_mode_trains_b_groups_and_carries_the_rest() -> None:
+    """`rollout.oversample_groups=O` without async or partial rollout: the run's scheduler
+    dispatches B + O groups, trains the first B to finish and carries the rest into the next
+    step (at most one version stale); none is lost or trained twice, also across a checkpoint.
+    Before, the synchronous scheduler accepted the key and dispatched B groups per step."""
+    from loongsage.config.compose import load_config
+    from loongsage.controller.build import build_scheduler
+    from loongsage.data.mixer import DataMixer
+    from loongsage.runtime.event_loop import EventLoopThread
+
+    from runtime_sim import ListSource
+
+    run = load_config("tiny/grpo", ["rollout.oversample_groups=4", "rollout.prompts_per_step=8"])
+    loop = EventLoopThread()
+    rollout = AsyncSimRollout(n_samples=2, tokens_per_tick=4)
+
+    def scheduler():
+        mixer = DataMixer([ListSource(n, w) for n, w in WEIGHTS.items()], seed=3)
+        return build_scheduler(run, mixer, SimRolloutManager(rollout), loop)
+
+    sched = scheduler()
+    try:
+        pipe = sched.pipeline
+        assert (pipe.capacity, pipe.stale_steps, pipe.staleness_bound, pipe.partial) == (12, 0, 1, False)
+        before = train(sched, 3)
+        state = sched.state_dict()
+    finally:
+        sched.close()
+    resumed = scheduler()
+    try:
+        resumed.load_state_dict(state)
+        after = train(resumed, 3, first_step=3)
+    finally:
+        resumed.close()
+        loop.close()
+    batches = before + after
+    assert [len(b) for b in batches] == [8] * 6
+    trained = [g.group_id for b in batches for g in b]
+    assert len(trained) == len(set(trained))  # none trained twice, also across the resume
+    carried = [g for step, b in enumerate(batches) for g in b if g.dispatch_version < step]
+    assert carried and all(step - g.dispatch_version <= 1 for step, b in enumerate(batches) for g in b)
+    dispatched_seqs = {seq for seq, _, _ in rollout.calls}
+    assert set(trained) < dispatched_seqs  # the surplus is still in flight or buffered, not lost

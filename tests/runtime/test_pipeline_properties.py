@@ -19,9 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loongsage.runtime.pipeline import Pipeline
-from loongsage.runtime.scheduler import build_window_policy
 from loongsage.runtime.window import WindowPolicy, WindowView
-from runtime_sim import SimGroup, dispatched, make_source, start_group
+from runtime_sim import SimGroup, dispatched, make_source, start_group, window_policy
 
 N_SAMPLES = 2
 
@@ -90,7 +89,7 @@ class Run:
         self.running: dict[int, SimGroup] = {}
 
     def _new_pipeline(self) -> Pipeline:
-        recorder = Recorder(build_window_policy(self.cfg.policy))
+        recorder = Recorder(window_policy(self.cfg.policy))
         self.recorders.append(recorder)
         return Pipeline(recorder, self.cfg.batch_size, self.cfg.stale_steps,
                         oversample=self.cfg.oversample, partial=self.cfg.partial)
@@ -248,7 +247,7 @@ def straggler_run(policy: str, pipeline_cls: type = Pipeline, steps: int = 3) ->
     cfg = Config(policy, batch_size=2, stale_steps=1, oversample=0, partial=False,
                  weights={"a": 1.0}, steps=0, crash_steps=frozenset(), seed=0)
     run = Run(cfg, random.Random(0))
-    run.pipe = pipeline_cls(Recorder(build_window_policy(policy)), 2, 1)
+    run.pipe = pipeline_cls(Recorder(window_policy(policy)), 2, 1)
     run.pump()
     for _ in range(steps):
         while (batch := run.pipe.take_batch()) is None:

@@ -8,9 +8,8 @@ from loongsage import hookimpl
 from loongsage.errors import ConfigError, UnknownPluginError
 from loongsage.plugins import get_registries, load_plugins
 from loongsage.runtime.pipeline import Pipeline
-from loongsage.runtime.scheduler import build_window_policy
 from loongsage.runtime.window import NoWindow, WindowedFifo, WindowGated, WindowPolicy, WindowView
-from runtime_sim import make_source, start_group
+from runtime_sim import make_source, start_group, window_policy
 
 
 def view(**kw) -> WindowView:
@@ -24,18 +23,18 @@ def test_the_three_builtins_are_registered_with_typed_params() -> None:
     assert {"no_window", "window_gated", "windowed_fifo"} <= set(reg.names())
     assert {p["name"] for p in reg.entry("windowed_fifo").param_schema()} == {"skew"}
     assert {p["name"] for p in reg.entry("window_gated").param_schema()} == {"window"}
-    assert isinstance(build_window_policy("no_window"), NoWindow)
-    fifo = build_window_policy({"name": "windowed_fifo", "skew": 2})
+    assert isinstance(window_policy("no_window"), NoWindow)
+    fifo = window_policy({"name": "windowed_fifo", "skew": 2})
     assert isinstance(fifo, WindowedFifo) and fifo.params.skew == 2
 
 
 def test_bad_policy_config_names_the_key() -> None:
-    with pytest.raises(UnknownPluginError, match=r"async.window_policy.name.*windowed_fifo"):
-        build_window_policy("windowed_fif")
+    with pytest.raises(UnknownPluginError, match=r"async.window_policy: unknown window_policy.*windowed_fifo"):
+        window_policy("windowed_fif")
     with pytest.raises(ConfigError, match=r"async.window_policy"):
-        build_window_policy({"name": "windowed_fifo", "skew": "many"})
+        window_policy({"name": "windowed_fifo", "skew": "many"})
     with pytest.raises(ConfigError, match=r"takes no parameters|async.window_policy"):
-        build_window_policy({"name": "no_window", "skew": 2})
+        window_policy({"name": "no_window", "skew": 2})
 
 
 def test_no_window_dispatches_the_free_capacity() -> None:
@@ -44,20 +43,20 @@ def test_no_window_dispatches_the_free_capacity() -> None:
 
 
 def test_window_gated_stalls_dispatch_behind_a_straggler() -> None:
-    gated = build_window_policy("window_gated")
+    gated = window_policy("window_gated")
     # capacity 8, oldest uncollected 10: seqs up to 17 may start, so 2 more from 16
     assert gated.dispatch_count(view(in_flight=3, next_seq=16, oldest_uncollected_seq=10)) == 2
     assert gated.dispatch_count(view(in_flight=3, next_seq=18, oldest_uncollected_seq=10)) == 0
-    narrow = build_window_policy({"name": "window_gated", "window": 4})
+    narrow = window_policy({"name": "window_gated", "window": 4})
     assert narrow.dispatch_count(view(in_flight=1, next_seq=12, oldest_uncollected_seq=10)) == 2
 
 
 def test_windowed_fifo_collects_within_one_batch_of_the_oldest() -> None:
-    fifo = build_window_policy("windowed_fifo")
+    fifo = window_policy("windowed_fifo")
     assert fifo.may_collect(13, view(oldest_uncollected_seq=10))
     assert not fifo.may_collect(14, view(oldest_uncollected_seq=10))
-    assert build_window_policy({"name": "windowed_fifo", "skew": 1}).may_collect(10, view(oldest_uncollected_seq=10))
-    assert not build_window_policy({"name": "windowed_fifo", "skew": 1}).may_collect(11, view(oldest_uncollected_seq=10))
+    assert window_policy({"name": "windowed_fifo", "skew": 1}).may_collect(10, view(oldest_uncollected_seq=10))
+    assert not window_policy({"name": "windowed_fifo", "skew": 1}).may_collect(11, view(oldest_uncollected_seq=10))
 
 
 class Greedy(WindowPolicy):
@@ -100,9 +99,10 @@ class UserPlugin:
         register("even_first", EvenOnly)
 
 
+@pytest.mark.calls_hook("loongsage_register_window_policies")
 def test_a_custom_policy_registers_from_a_plugin_and_gates_collection() -> None:
     registries = load_plugins(extra=[(UserPlugin, "user_window_plugin")])
-    policy = build_window_policy("even_first", registries)
+    policy = window_policy("even_first", registries)
     assert isinstance(policy, EvenOnly)
     assert registries.window_policy.entry("even_first").distribution == "user_window_plugin"
     pipe = Pipeline(policy, batch_size=2, stale_steps=1)
@@ -128,7 +128,7 @@ def test_a_policy_that_is_not_a_window_policy_is_rejected() -> None:
 
     registries = load_plugins(extra=[(Plugin, "bad_window_plugin")])
     with pytest.raises(TypeError, match="subclass of loongsage.runtime.window.WindowPolicy"):
-        build_window_policy("not_a_policy", registries)
+        window_policy("not_a_policy", registries)
 
 
 def test_gated_is_stricter_than_no_window_and_fifo_only_changes_collection() -> None:
@@ -157,7 +157,7 @@ def test_the_policy_written_in_the_docs_works() -> None:
             register("half_buffer", module.HalfBuffer, params=module.HalfBufferParams)
 
     registries = load_plugins(extra=[(Plugin, "docs_window_plugin")])
-    policy = build_window_policy({"name": "half_buffer", "max_buffered": 3}, registries)
+    policy = window_policy({"name": "half_buffer", "max_buffered": 3}, registries)
     assert policy.dispatch_count(view(buffered=3)) == 5
     assert policy.dispatch_count(view(buffered=4)) == 0
-    assert build_window_policy("half_buffer", registries).dispatch_count(view(buffered=3)) == 0  # B // 2 = 2
+    assert window_policy("half_buffer", registries).dispatch_count(view(buffered=3)) == 0  # B // 2 = 2

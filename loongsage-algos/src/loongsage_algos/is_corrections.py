@@ -19,6 +19,10 @@ bounds [0.5, 5] by default. The weight multiplies the policy loss of each token 
 no gradient (decoupled correction; verl's *bypass* mode is the policy loss with
 old_logprobs := rollout_logprobs instead, outside this module).
 
+The bounds are compared in log space and a masked weight is selected away, never multiplied
+by zero: a sequence's summed log-ratio passes 88 within a few extreme tokens, where
+exp overflows float32 and ``inf · 0`` would make the whole loss NaN.
+
 Deviation from LS-ref: a masked token leaves the numerator only; the denominator keeps
 counting it (``loongsage.algorithms.aggregation`` explains why). Metrics:
 ``train/is_weight_mean`` (mean applied weight over loss tokens) and ``train/is_clipfrac``
@@ -27,6 +31,7 @@ counting it (``loongsage.algorithms.aggregation`` explains why). Metrics:
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -51,14 +56,14 @@ def _geometric_log_weight(delta: torch.Tensor, mask: torch.Tensor) -> torch.Tens
 
 def _correct(inputs: PolicyLossInputs, params: ISParams, level: Callable) -> Correction:
     delta = log_mismatch(inputs.old_logprobs, inputs.rollout_logprobs)
-    w = torch.exp(level(delta, inputs.mask))
-    lower = 0.0 if params.lower is None else params.lower
-    inside = (w >= lower) & (w <= params.upper)
+    log_w = level(delta, inputs.mask)
+    log_lower = -math.inf if not params.lower else math.log(params.lower)
+    inside = (log_w >= log_lower) & (log_w <= math.log(params.upper))
     if params.action == "clip":
-        weight, keep = w.clamp(lower, params.upper), None
+        weight, keep = torch.exp(log_w.clamp(log_lower, math.log(params.upper))), None
     else:
         keep = inside.to(inputs.mask.dtype)
-        weight = w * keep
+        weight = torch.where(inside, torch.exp(torch.where(inside, log_w, 0.0)), 0.0)
     return Correction(
         weight=weight,
         keep=keep,

@@ -1,28 +1,26 @@
 """The ``loongsage`` command: one entry point, one subcommand per job.
 
-Subcommands that belong to another distribution (``sandbox``) are looked up by module
-name at run time, so core never imports a plugin package at import time and the command
-says which distribution to install when one is missing.
+The run's own jobs (``plugins``, ``config``, ``train``, ``sft``, ``serve``, ``version``) are
+parsed here. Every other subcommand is a ``command`` plugin (``loongsage_register_commands``:
+core's ``models``, loongsage-sandbox's ``sandbox``, any third party's), found in the
+registries and called as ``main(argv, registries)``, so core never names a plugin package.
+This module is the entry point: it loads the process's registries (``get_registries``)
+and hands them down.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
 from typing import Sequence
 
 from loongsage import __version__
+from loongsage.catalogue import install_hint
 from loongsage.errors import LoongSageError
-from loongsage.registry import KINDS
-
-# subcommand -> (module, its `argv -> exit code` function, distribution that ships it)
-DELEGATED = {
-    "sandbox": ("loongsage_sandbox.cli", "main", "loongsage-sandbox"),
-    "models": ("loongsage.models", "cli_main", "loongsage-core"),
-}
+from loongsage.plugins import get_registries
+from loongsage.registry import KINDS, Registries
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +29,7 @@ def _add_config_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides: key=value, group=option")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(registries: Registries) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loongsage", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -41,7 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     config = sub.add_parser("config", help="inspect configuration")
     config_sub = config.add_subparsers(dest="config_command", required=True)
-    _add_config_args(config_sub.add_parser("show", help="print the resolved, validated config"))
+    show = config_sub.add_parser(
+        "show", help="print the resolved, validated config, or the options of one config group")
+    show.add_argument("--config-name", "-cn", default=None, help="recipe, e.g. tiny/grpo")
+    show.add_argument("--config-dir", "-cd", default=None, help="folder with your own recipes")
+    show.add_argument("--group", "-g", default=None,
+                      help="list this group's options with typed parameters, e.g. algorithm/policy_loss")
+    show.add_argument("overrides", nargs="*", help="Hydra overrides: key=value, group=option")
     config_sub.add_parser("recipes", help="list bundled recipes")
 
     _add_config_args(sub.add_parser("train", help="run RL training"))
@@ -51,16 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--engine-url", action="append", default=None,
                        help="use this running engine instead of starting one (repeatable)")
     sub.add_parser("version", help="print the version")
-    for name, (_, _, dist) in DELEGATED.items():
-        delegated = sub.add_parser(name, help=f"{name} commands (from {dist})", add_help=False)
-        delegated.add_argument("rest", nargs=argparse.REMAINDER)
+    for entry in registries.command:
+        command = sub.add_parser(entry.name, help=f"{entry.doc} (from {entry.distribution})", add_help=False)
+        command.add_argument("rest", nargs=argparse.REMAINDER)
     return parser
 
 
-def _plugin_rows(kind: str | None) -> list[dict]:
-    from loongsage.plugins import get_registries
-
-    registries = get_registries()
+def _plugin_rows(registries: Registries, kind: str | None) -> list[dict]:
     kinds = [kind] if kind else list(KINDS)
     return [
         {
@@ -75,8 +76,8 @@ def _plugin_rows(kind: str | None) -> list[dict]:
     ]
 
 
-def cmd_plugins(args: argparse.Namespace) -> int:
-    rows = _plugin_rows(args.kind)
+def cmd_plugins(args: argparse.Namespace, registries: Registries) -> int:
+    rows = _plugin_rows(registries, args.kind)
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
         return 0
@@ -92,70 +93,96 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_config(args: argparse.Namespace) -> int:
+def _print_group(group_path: str, registries: Registries) -> None:
+    from loongsage.config.store import PLUGIN_GROUPS, publish_plugin_params, stored_options
+
+    publish_plugin_params(registries)
+    group = PLUGIN_GROUPS[group_path]
+    how = (f"pick one: {group.group}=NAME" if group.selectable
+           else f"name one in {group.field}" + (f".{group.name_field}" if group.name_field else ""))
+    print(f"{group.group}  ({group.kind} options of {group.field}; {how})")
+    for name, params in stored_options(group.group).items():
+        if name not in registries[group.kind]:  # stored by another load in this process (tests)
+            continue
+        entry = registries[group.kind].entry(name)
+        print(f"  {name:<28} {entry.distribution:<22} {entry.doc}")
+        for p in params:
+            default = "required" if p.required else repr(p.default)
+            print(f"      {p.name}: {p.type} = {default}")
+
+
+def cmd_config(args: argparse.Namespace, registries: Registries) -> int:
     from omegaconf import OmegaConf
 
-    from loongsage.config.compose import list_recipes, load_config
+    from loongsage.config.compose import list_recipes, load_config, unknown_group_error
+    from loongsage.config.store import PLUGIN_GROUPS
+    from loongsage.errors import ConfigError
 
     if args.config_command == "recipes":
         print("\n".join(list_recipes()))
         return 0
-    cfg, _ = load_config(args.config_name, args.overrides, args.config_dir)
-    print(OmegaConf.to_yaml(cfg))
+    if args.group is not None and args.group not in PLUGIN_GROUPS:
+        raise unknown_group_error(args.group, "--group")
+    if args.config_name is None:
+        if args.group is None or args.overrides:
+            raise ConfigError("--config-name", "required, except for listing a group alone (--group GROUP)")
+        _print_group(args.group, registries)
+        return 0
+    run = load_config(args.config_name, args.overrides, args.config_dir)
+    if args.group is not None:
+        _print_group(args.group, run.registries)
+    else:
+        print(OmegaConf.to_yaml(run.cfg))
     return 0
 
 
-def cmd_train(args: argparse.Namespace) -> int:
+def cmd_train(args: argparse.Namespace, _registries: Registries) -> int:
     from loongsage.config.compose import load_config
     from loongsage.controller import run_training
 
-    cfg, registries = load_config(args.config_name, args.overrides, args.config_dir)
-    run_training(cfg, registries)
+    run_training(load_config(args.config_name, args.overrides, args.config_dir))
     return 0
 
 
-def cmd_sft(args: argparse.Namespace) -> int:
+def cmd_sft(args: argparse.Namespace, _registries: Registries) -> int:
     from loongsage.config.compose import load_config
     from loongsage.controller import run_sft_only
 
-    cfg, registries = load_config(args.config_name, args.overrides, args.config_dir)
-    run_sft_only(cfg, registries)
+    run_sft_only(load_config(args.config_name, args.overrides, args.config_dir))
     return 0
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    from loongsage.agentflow.serve import run_serve
+def cmd_serve(args: argparse.Namespace, _registries: Registries) -> int:
+    from loongsage.controller.serve import run_serve
 
     run_serve(args.config_name, args.overrides, args.config_dir, args.engine_url)
     return 0
 
 
-def cmd_delegated(command: str, rest: Sequence[str]) -> int:
-    module_name, function, dist = DELEGATED[command]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError:
-        print(f"loongsage {command}: needs the '{dist}' distribution: pip install {dist}", file=sys.stderr)
-        return 2
-    return int(getattr(module, function)(list(rest)) or 0)
+HANDLERS = {
+    "plugins": cmd_plugins,
+    "config": cmd_config,
+    "train": cmd_train,
+    "sft": cmd_sft,
+    "serve": cmd_serve,
+    "version": lambda _args, _registries: print(f"loongsage {__version__}") or 0,
+}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, registries: Registries | None = None) -> int:
+    """``loongsage ARGS``; ``registries`` defaults to the process's (embedding callers pass theirs)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads; see controller.actors
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in DELEGATED:
-        return cmd_delegated(argv[0], argv[1:])
-    args = build_parser().parse_args(argv)
-    handlers = {
-        "plugins": cmd_plugins,
-        "config": cmd_config,
-        "train": cmd_train,
-        "sft": cmd_sft,
-        "serve": cmd_serve,
-        "version": lambda _: print(f"loongsage {__version__}") or 0,
-    }
     try:
-        return handlers[args.command](args)
+        registries = registries if registries is not None else get_registries()
+        if argv and argv[0] not in HANDLERS and argv[0] in registries.command:
+            return int(registries.command.get(argv[0])(argv[1:], registries) or 0)
+        hint = install_hint("command", argv[0]) if argv else ""
+        if hint and argv[0] not in registries.command:
+            print(f"error: loongsage {argv[0]}:{hint}", file=sys.stderr)
+            return 2
+        args = build_parser(registries).parse_args(argv)
+        return HANDLERS[args.command](args, registries)
     except LoongSageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -1,12 +1,15 @@
 """Errors raised while loading plugins and validating configuration.
 
 Each error names what a user needs to fix it: the config key, the plugin kind, the
-distributions involved, and, for an unknown name, the closest registered one.
+distributions involved, and, for an unknown name, the closest registered one and, when a
+sibling distribution that is not loaded provides it, which one (``loongsage.catalogue``).
 """
 
 from __future__ import annotations
 
 import difflib
+
+from loongsage.catalogue import install_hint
 
 
 class LoongSageError(Exception):
@@ -42,8 +45,9 @@ class UnknownPluginError(LoongSageError, KeyError):
         self.closest = match[0] if match else None
         listing = ", ".join(f"{n} ({d})" for n, d in sorted(available.items())) or "none"
         hint = f" Did you mean '{self.closest}'?" if self.closest else ""
+        self.install_hint = install_hint(kind, str(name))
         super().__init__(
-            f"{key}: unknown {kind} '{name}'.{hint} Registered {kind} names: {listing}."
+            f"{key}: unknown {kind} '{name}'.{hint} Registered {kind} names: {listing}.{self.install_hint}"
         )
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message
@@ -62,3 +66,20 @@ class PluginImportError(LoongSageError, ImportError):
 
 class RegistryFrozenError(LoongSageError):
     """Registration was attempted after the registries were frozen."""
+
+
+class NonFiniteLossError(LoongSageError, FloatingPointError):
+    """A training loss or gradient was NaN or infinite; the step was not taken.
+
+    ``terms`` names the loss terms / metrics that were not finite (``train/pg_loss``, ...),
+    or the parameters whose gradient was not; ``step`` is the optimizer step it would have been.
+    """
+
+    def __init__(self, what: str, terms: dict[str, float], step: int):
+        self.what, self.terms, self.step = what, terms, step
+        listing = ", ".join(f"{name}={value}" for name, value in terms.items()) or "none reported"
+        super().__init__(
+            f"non-finite {what} at optimizer step {step}: {listing}. The step was not taken and "
+            "the weights are unchanged; look for an extreme log-ratio or a reward/advantage that "
+            "is not finite"
+        )

@@ -82,3 +82,8 @@ def loongsage_register_engines(register):
 @hookspec
 def loongsage_register_trackers(register):
     """Register metric trackers."""
+
+
+@hookspec
+def loongsage_register_commands(register):
+    """Register ``loongsage`` subcommands: ``main(argv, registries) -> exit code``."""

@@ -35,6 +35,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "loongsage.engines.plugin",
     "loongsage.tracking.plugin",
     "loongsage.agentflow.plugin",
+    "loongsage.models.plugin",
 )
 
 
@@ -127,9 +128,6 @@ def load_plugins(local_modules: Iterable[str] = (), extra: Iterable[tuple[object
     manager.load_defaults()
     registries = manager.fill(Registries())
     registries.freeze()
-    from loongsage.config.store import publish_plugin_params
-
-    publish_plugin_params(registries)
     return registries
 
 
@@ -137,7 +135,11 @@ _CACHE: dict[tuple, Registries] = {}
 
 
 def get_registries(local_modules: Iterable[str] = ()) -> Registries:
-    """Load plugins once per process and set of local modules, then reuse the registries."""
+    """Load plugins once per process and set of local modules, then reuse the registries.
+
+    For entry points (the CLI's listings) and tests only: library code receives the
+    registries of its run, never this process-wide set.
+    """
     key = (tuple(local_modules), os.environ.get("LOONGSAGE_DISABLE_PLUGIN_AUTOLOAD"),
            os.environ.get("LOONGSAGE_LOAD_PLUGINS"), tuple(sys.path))
     if key not in _CACHE:

@@ -1,7 +1,8 @@
 """LoongSage sandboxes: bubblewrap, process, docker and remote backends with pooling.
 
-Other packages obtain a backend through the registry (``get_registries().sandbox.get("bwrap")``);
-the names below are for code that depends on this package directly.
+Other packages obtain a backend through the registry (``registries.sandbox.get("bwrap")``, or
+as the data source's ``sandbox``); the names below are for code that depends on this package
+directly.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A backend is registered as a class; ``cls(params, files=..., untrusted=...)`` builds an
 unstarted sandbox and ``async with`` starts it and guarantees ``close()``::
 
-    Sandbox = get_registries().sandbox.get("bwrap")
+    Sandbox = registries.sandbox.get("bwrap")
     async with Sandbox({"memory_mb": 256}, files={"main.py": "print(1)"}) as sb:
         result = await sb.exec("python3 main.py", timeout=5)
 

@@ -1,4 +1,4 @@
-"""``bwrap`` backend: bubblewrap namespaces around the agent; the default where bwrap exists.
+"""``bwrap`` backend: bubblewrap namespaces around the supervisor; the default where bwrap exists.
 
 Isolation (bubblewrap 0.8, Debian package ``bubblewrap``):
 
@@ -13,10 +13,10 @@ Isolation (bubblewrap 0.8, Debian package ``bubblewrap``):
   is started as an unprivileged host uid (``host_uid``, default ``200000 + slot``): mapped
   to host root, the sandbox user would own root's files and be exempt from
   ``RLIMIT_NPROC`` (the kernel never applies it to root), so a fork bomb would be free;
-* the agent shares the sandbox's PID namespace, so a timeout or reset kills every process
+* the supervisor shares the sandbox's PID namespace, so a timeout or reset kills every process
   in it, however it was forked.
 
-The agent's source reaches the sandbox through ``--ro-bind-data`` from a memfd, so no host
+The supervisor's source reaches the sandbox through ``--ro-bind-data`` from a memfd, so no host
 path of this package needs to be readable by the unprivileged uid.
 """
 
@@ -32,17 +32,17 @@ from typing import Any
 from loongsage.errors import ConfigError
 
 from loongsage_sandbox import leftovers
-from loongsage_sandbox.agent_client import AGENT_SOURCE, AgentSandbox
+from loongsage_sandbox.supervisor_client import SUPERVISOR_SOURCE, SupervisedSandbox
 from loongsage_sandbox.errors import SandboxCrashedError, SandboxUnavailableError
 from loongsage_sandbox.params import BwrapParams
 
 SANDBOX_UID = 65534
-AGENT_PATH = "/opt/loongsage/agent.py"
+SUPERVISOR_PATH = "/opt/loongsage/supervisor.py"
 ETC_ALLOW = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime",
              "python3*", "mime.types", "ssl/openssl.cnf")
 
 
-class BwrapSandbox(AgentSandbox):
+class BwrapSandbox(SupervisedSandbox):
     """bubblewrap: user/pid/net/ipc/uts namespaces, read-only /usr, tmpfs /work, uid 65534."""
 
     params_type = BwrapParams
@@ -85,11 +85,11 @@ class BwrapSandbox(AgentSandbox):
             args += ["--ro-bind", path, path]
         return args
 
-    def _launch_argv(self, agent_config: dict[str, Any]) -> list[str]:
+    def _launch_argv(self, supervisor_config: dict[str, Any]) -> list[str]:
         p = self.params
         disk = str(int(p.disk_mb) << 20)
-        agent_config.update(workdir="/work", pidns=True, scratch_dirs=["/tmp"])
-        self._agent_fd = _memfd(AGENT_SOURCE.read_bytes())
+        supervisor_config.update(workdir="/work", pidns=True, scratch_dirs=["/tmp"])
+        self._supervisor_fd = _memfd(SUPERVISOR_SOURCE.read_bytes())
         return [
             self._bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL",
@@ -98,9 +98,9 @@ class BwrapSandbox(AgentSandbox):
             *self._mounts(),
             "--proc", "/proc", "--dev", "/dev",
             "--size", disk, "--tmpfs", "/work", "--size", disk, "--tmpfs", "/tmp",
-            "--ro-bind-data", str(self._agent_fd), AGENT_PATH,
+            "--ro-bind-data", str(self._supervisor_fd), SUPERVISOR_PATH,
             "--remount-ro", "/", "--chdir", "/work",
-            p.python, "-I", "-S", AGENT_PATH, json.dumps(agent_config),
+            p.python, "-I", "-S", SUPERVISOR_PATH, json.dumps(supervisor_config),
         ]
 
     def _launch_env(self) -> dict[str, str]:
@@ -108,7 +108,7 @@ class BwrapSandbox(AgentSandbox):
         return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), leftovers.ENV_MARKER: self.state.id}
 
     def _launch_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"pass_fds": (self._agent_fd,), "cwd": "/"}
+        kwargs: dict[str, Any] = {"pass_fds": (self._supervisor_fd,), "cwd": "/"}
         uid = self._host_uid()
         if uid is not None:
             kwargs.update(user=uid, group=uid, extra_groups=[])
@@ -129,7 +129,7 @@ class BwrapSandbox(AgentSandbox):
 
 
 def _memfd(data: bytes) -> int:
-    fd = os.memfd_create("loongsage-agent")
+    fd = os.memfd_create("loongsage-supervisor")
     os.write(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
     return fd

@@ -8,8 +8,9 @@
   ``$LOONGSAGE_SANDBOX_TOKEN``; a random one is generated and printed if neither is set).
 * ``loongsage sandbox cleanup`` removes what crashed runs left behind.
 
-Core's ``loongsage`` command delegates to ``main(argv)``; ``add_subcommands(subparsers)``
-adds the same parser to another argparse tree.
+Registered as the ``sandbox`` command through the ``loongsage_register_commands`` hook:
+core's ``loongsage`` command calls ``main(argv, registries)`` with the loaded registries, in
+which the sandbox backends (``--type``, ``--backend``) are looked up.
 """
 
 from __future__ import annotations
@@ -91,14 +92,12 @@ def _parse_param(item: str) -> tuple[str, Any]:
     return key, yaml.safe_load(value)
 
 
-async def _run(args: argparse.Namespace) -> int:
-    from loongsage.plugins import get_registries
-
+async def _run(args: argparse.Namespace, registries: Any) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise ConfigError("sandbox run", "no command given; usage: loongsage sandbox run [options] -- CMD ...")
     kind = args.type or default_type()
-    factory = get_registries().sandbox.get(kind, key="--type")
+    factory = registries.sandbox.get(kind, key="--type")
     params = {**dict(_parse_param(p) for p in args.param), **_limits(args)}
     async with factory(params, untrusted=False, key="sandbox") as sb:
         print(f"[sandbox: {sb.describe()}]", file=sys.stderr)
@@ -117,9 +116,10 @@ async def _run(args: argparse.Namespace) -> int:
     return 128 + result.signal if result.signal else int(result.exit_code or 0)
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _serve(args: argparse.Namespace, registries: Any) -> int:
     from loongsage_sandbox.server import serve
 
+    backend = registries.sandbox.get(args.backend, key="--backend")
     token = args.token or os.environ.get("LOONGSAGE_SANDBOX_TOKEN")
     if not token:
         token = secrets.token_urlsafe(24)
@@ -128,12 +128,12 @@ def _serve(args: argparse.Namespace) -> int:
     def ready(url: str) -> None:
         print(f"serving {args.backend} sandboxes on {url}", flush=True)
 
-    serve(args.backend, token, args.host, args.port, _limits(args), idle_ttl_s=args.idle_ttl,
+    serve(backend, token, args.host, args.port, _limits(args), idle_ttl_s=args.idle_ttl,
           max_sandboxes=args.max_sandboxes, ready=ready)
     return 0
 
 
-def _cleanup(_args: argparse.Namespace) -> int:
+def _cleanup(_args: argparse.Namespace, _registries: Any) -> int:
     from loongsage_sandbox.leftovers import cleanup_leftovers
 
     counts = cleanup_leftovers()
@@ -142,20 +142,15 @@ def _cleanup(_args: argparse.Namespace) -> int:
     return 0
 
 
-def run_parsed(args: argparse.Namespace) -> int:
-    handlers = {"run": lambda a: asyncio.run(_run(a)), "serve": _serve, "cleanup": _cleanup}
+def run_parsed(args: argparse.Namespace, registries: Any) -> int:
+    handlers = {"run": lambda a, r: asyncio.run(_run(a, r)), "serve": _serve, "cleanup": _cleanup}
     try:
-        return handlers[args.sandbox_command](args)
+        return handlers[args.sandbox_command](args, registries)
     except LoongSageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point for ``loongsage sandbox ARGS`` (``argv`` excludes the word ``sandbox``)."""
-    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    return run_parsed(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def main(argv: Sequence[str], registries: Any) -> int:
+    """``loongsage sandbox ARGS`` (``argv`` excludes the word ``sandbox``)."""
+    return run_parsed(build_parser().parse_args(list(argv)), registries)

@@ -1,11 +1,11 @@
-"""``docker`` backend: the agent inside a locked-down container, for hosts with a Docker engine.
+"""``docker`` backend: the supervisor inside a locked-down container, for hosts with a Docker engine.
 
 ``docker run -i --rm`` with no network, a read-only root file system, tmpfs ``/work`` and
 ``/tmp`` capped at ``disk_mb``, ``--memory``/``--pids-limit``/``--cpus`` as cgroup limits on
-the whole container (on top of the per-process rlimits the agent applies), user 65534, all
+the whole container (on top of the per-process rlimits the supervisor applies), user 65534, all
 capabilities dropped, ``no-new-privileges``, and ``--init`` so orphans are reaped. The
 container is labelled with the sandbox id, so ``cleanup_leftovers`` finds it after a crash.
-The agent's source is piped in on stdin before the JSON protocol starts (no bind mount of
+The supervisor's source is piped in on stdin before the JSON protocol starts (no bind mount of
 a host path is needed, which also works against a remote engine).
 
 The image must provide ``python3`` (default ``python:3.11-slim``); with ``pull: false`` a
@@ -19,18 +19,18 @@ import shutil
 import subprocess
 from typing import Any
 
-from loongsage_sandbox.agent_client import AGENT_SOURCE, AgentSandbox
+from loongsage_sandbox.supervisor_client import SUPERVISOR_SOURCE, SupervisedSandbox
 from loongsage_sandbox.errors import SandboxUnavailableError
 from loongsage_sandbox.params import DockerParams
 
-# Reads exactly N bytes of agent source from stdin, then runs it with stdin left for the protocol.
+# Reads exactly N bytes of supervisor source from stdin, then runs it with stdin left for the protocol.
 _BOOTSTRAP = ("import sys;n=int(sys.argv[1]);src=b''\n"
               "while len(src)<n:\n c=sys.stdin.buffer.read1(n-len(src))\n"
-              " if not c: raise SystemExit('short agent source')\n src+=c\n"
-              "sys.argv=[sys.argv[0]]+sys.argv[2:];g={'__name__':'__main__'};exec(compile(src,'agent.py','exec'),g)")
+              " if not c: raise SystemExit('short supervisor source')\n src+=c\n"
+              "sys.argv=[sys.argv[0]]+sys.argv[2:];g={'__name__':'__main__'};exec(compile(src,'supervisor.py','exec'),g)")
 
 
-class DockerSandbox(AgentSandbox):
+class DockerSandbox(SupervisedSandbox):
     """Docker container: no network, read-only root, cgroup memory/pids/cpu caps, tmpfs /work."""
 
     params_type = DockerParams
@@ -43,7 +43,7 @@ class DockerSandbox(AgentSandbox):
             raise SandboxUnavailableError(
                 f"{self.key}.docker_path: '{self.params.docker_path}' not found; the docker sandbox "
                 f"needs a Docker client and engine (https://docs.docker.com/engine/install/)")
-        self._source = AGENT_SOURCE.read_bytes()
+        self._source = SUPERVISOR_SOURCE.read_bytes()
 
     def _check_engine(self) -> None:
         try:
@@ -62,10 +62,10 @@ class DockerSandbox(AgentSandbox):
                     f"or set {self.key}.pull: true")
             subprocess.run([self._docker, "pull", image], check=True, capture_output=True, timeout=600)
 
-    def _launch_argv(self, agent_config: dict[str, Any]) -> list[str]:
+    def _launch_argv(self, supervisor_config: dict[str, Any]) -> list[str]:
         p = self.params
         disk = f"{int(p.disk_mb)}m"
-        agent_config.update(workdir="/work", pidns=True, scratch_dirs=["/tmp"])
+        supervisor_config.update(workdir="/work", pidns=True, scratch_dirs=["/tmp"])
         mem = int(p.memory_mb) * max(2, min(int(p.max_processes), 8))
         return [
             self._docker, "run", "-i", "--rm", "--init", "--name", self.state.id,
@@ -77,7 +77,7 @@ class DockerSandbox(AgentSandbox):
             "--tmpfs", f"/work:rw,size={disk},mode=1777", "--tmpfs", f"/tmp:rw,size={disk},mode=1777",
             "--workdir", "/work", "--hostname", "sandbox",
             p.image, p.python, "-I", "-S", "-c", _BOOTSTRAP, str(len(self._source)),
-            json.dumps(agent_config),
+            json.dumps(supervisor_config),
         ]
 
     async def _start(self) -> None:

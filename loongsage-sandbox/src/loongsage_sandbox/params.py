@@ -46,7 +46,7 @@ class SandboxParams:
                 raise ConfigError(f"{key}.env", f"entries must be NAME: value strings, got {k!r}: {v!r}")
 
     def rlimits(self) -> dict[str, int | float]:
-        """The per-command limits as the in-sandbox agent expects them."""
+        """The per-command limits as the in-sandbox supervisor expects them."""
         return {
             "timeout_s": float(self.timeout_s),
             "cpu_time_s": int(self.cpu_time_s),
@@ -73,7 +73,7 @@ class BwrapParams(SandboxParams):
     """bubblewrap: new user/pid/net/ipc/uts namespaces, read-only system dirs, tmpfs work dir."""
 
     bwrap_path: str = "bwrap"
-    python: str = "/usr/bin/python3"  # interpreter inside the sandbox (runs the agent and user code)
+    python: str = "/usr/bin/python3"  # interpreter inside the sandbox (runs the supervisor and user code)
     ro_binds: List[str] = field(default_factory=list)  # extra host paths mounted read-only
     host_uid: Optional[int] = None  # when run as root: unprivileged host uid (default 200000+slot)
 

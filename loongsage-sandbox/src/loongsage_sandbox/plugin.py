@@ -14,3 +14,9 @@ def loongsage_register_sandboxes(register):
     register("process", "loongsage_sandbox.process:ProcessSandbox", params=ProcessParams)
     register("docker", "loongsage_sandbox.docker:DockerSandbox", params=DockerParams)
     register("remote", "loongsage_sandbox.remote:RemoteSandbox", params=RemoteParams)
+
+
+@hookimpl
+def loongsage_register_commands(register):
+    register("sandbox", "loongsage_sandbox.cli:main",
+             doc="Run a command in a sandbox, serve remote sandboxes, clean up leftovers.")

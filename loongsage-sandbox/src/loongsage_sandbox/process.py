@@ -1,4 +1,4 @@
-"""``process`` backend: the agent as a plain subprocess with rlimits. NOT a security boundary.
+"""``process`` backend: the supervisor as a plain subprocess with rlimits. NOT a security boundary.
 
 Commands run as the host user, see the host's whole file system and network, and when the
 host user is root, ``RLIMIT_NPROC`` does not apply (the kernel exempts root), so a fork
@@ -15,12 +15,12 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from loongsage_sandbox.agent_client import AGENT_SOURCE, AgentSandbox
+from loongsage_sandbox.supervisor_client import SUPERVISOR_SOURCE, SupervisedSandbox
 from loongsage_sandbox.errors import UntrustedCodeRefusedError
 from loongsage_sandbox.params import ProcessParams
 
 
-class ProcessSandbox(AgentSandbox):
+class ProcessSandbox(SupervisedSandbox):
     """Plain subprocess with rlimits and a private work dir; not a security boundary."""
 
     params_type = ProcessParams
@@ -34,12 +34,12 @@ class ProcessSandbox(AgentSandbox):
                 f"untrusted code; use type 'bwrap' (or 'docker'/'remote'), or set "
                 f"{self.key}.allow_untrusted_code: true if you accept the risk")
 
-    def _launch_argv(self, agent_config: dict[str, Any]) -> list[str]:
+    def _launch_argv(self, supervisor_config: dict[str, Any]) -> list[str]:
         import json
 
         workdir = self.state.path / "work"
-        agent_config.update(workdir=str(workdir), pidns=False)
-        return [sys.executable, "-I", "-S", str(AGENT_SOURCE), json.dumps(agent_config)]
+        supervisor_config.update(workdir=str(workdir), pidns=False)
+        return [sys.executable, "-I", "-S", str(SUPERVISOR_SOURCE), json.dumps(supervisor_config)]
 
     def describe(self) -> str:
         return "process (rlimits only; not a security boundary)"

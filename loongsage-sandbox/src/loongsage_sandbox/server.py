@@ -51,15 +51,12 @@ def _error(kind: str, message: str, status: int | None = None) -> JSONResponse:
     return JSONResponse({"error": kind, "message": message}, status_code=status or STATUS.get(kind, 400))
 
 
-def create_app(backend: str, token: str, params: Mapping[str, Any] | None = None, *,
+def create_app(factory: type[Sandbox], token: str, params: Mapping[str, Any] | None = None, *,
                max_sandboxes: int = 64, idle_ttl_s: float = 600.0) -> FastAPI:
-    """The service's ASGI app: ``backend`` is a registered sandbox name, ``params`` its config."""
+    """The service's ASGI app: ``factory`` is a sandbox backend class (from the registry),
+    ``params`` its config."""
     if not token:
         raise ConfigError("sandbox.serve.token", "a non-empty token is required")
-    from loongsage.plugins import get_registries
-
-    entry = get_registries().sandbox.entry(backend, key="sandbox.serve.backend")
-    factory = entry.obj
     base = coerce_params(factory.params_type, params, "sandbox.serve")
     factory(base, untrusted=False, key="sandbox.serve")  # fail now if the backend cannot run here
     held: dict[str, _Held] = {}
@@ -115,7 +112,7 @@ def create_app(backend: str, token: str, params: Mapping[str, Any] | None = None
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"backend": backend, "sandboxes": len(held), "limits": base.limit_fields()}
+        return {"backend": factory.backend, "sandboxes": len(held), "limits": base.limit_fields()}
 
     @app.post("/sandboxes")
     async def create(request: Request) -> Any:
@@ -138,7 +135,7 @@ def create_app(backend: str, token: str, params: Mapping[str, Any] | None = None
         await sb.start()
         sid = uuid.uuid4().hex
         held[sid] = _Held(sb)
-        return {"id": sid, "backend": backend, "limits": merged.limit_fields()}
+        return {"id": sid, "backend": factory.backend, "limits": merged.limit_fields()}
 
     @app.post("/sandboxes/{sid}/exec")
     async def exec_(sid: str, request: Request) -> Any:
@@ -177,7 +174,7 @@ def create_app(backend: str, token: str, params: Mapping[str, Any] | None = None
     return app
 
 
-def serve(backend: str, token: str, host: str = "127.0.0.1", port: int = 8765,
+def serve(backend: type[Sandbox], token: str, host: str = "127.0.0.1", port: int = 8765,
           params: Mapping[str, Any] | None = None, *, idle_ttl_s: float = 600.0,
           max_sandboxes: int = 64, ready: Any = None) -> None:
     """Run the service until interrupted; ``port=0`` picks a free port.

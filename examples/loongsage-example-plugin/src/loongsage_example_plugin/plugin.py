@@ -13,3 +13,9 @@ def loongsage_register_trackers(register):
 @hookimpl
 def loongsage_register_rewards(register):
     register("exact_match", "loongsage_example_plugin.exact_match:exact_match", params=ExactMatchParams)
+
+
+@hookimpl
+def loongsage_register_commands(register):
+    register("csv-tail", "loongsage_example_plugin.csv_command:main",
+             doc="Print the last rows of a run's csv tracker file.")

@@ -10,12 +10,14 @@ sample of its own). Subclasses implement one coroutine::
 where ``urls`` is ``{"openai": ".../v1", "anthropic": "..."}`` and ``key`` the per-trajectory
 API key (``"{trajectory_id}:{attempt_id}"``, which the router also accepts without the path).
 
-Which router: the controller may hand the agent one shared router with ``use_router(router)``
-(all engine replicas behind it, sticky per trajectory). Without one, the agent builds, on
-first use, a private router over the engine client it was given in ``run_group``
-(``Router([client], tokenizer, settings)``; the client object itself is the engine, so this
-works for ``EngineClient`` and anything with its ``agenerate``/``astream_generate``/
-``aabort``), one per distinct client, and stops them in ``close()``.
+Which router: the controller hands the agent the run's router for its data source with
+``use_router(router)`` (built over the run's engine pool, with ``router_settings(base)``:
+the run's ``agentflow`` settings plus what this agent needs). Without one, the agent builds,
+on first use, a private router over the engine client it was given in ``run_group``
+(``Router([client], tokenizer, registries, settings)``; the client object itself is the
+engine, so this works for ``EngineClient``, the ``EnginePool`` and anything with their
+``agenerate``/``astream_generate``/``aabort``), one per distinct client, and stops them in
+``close()``.
 
 The rollout's sampling parameters are enforced by the router on every trained turn
 (``params.enforce_sampling``): a CLI's own temperature never reaches the engine, so the
@@ -68,12 +70,12 @@ class RouterAgentBase:
 
     params_type: type[RouterAgentParams] = RouterAgentParams
 
-    def __init__(self, params: RouterAgentParams | None, tokenizer: Any) -> None:
+    def __init__(self, params: RouterAgentParams | None, context: Any) -> None:
         self.params = params if params is not None else self.params_type()
-        self.tokenizer = tokenizer
+        self.context = context
+        self.tokenizer = context.tokenizer
         self._shared_router: Any = None
         self._routers: dict[int, Any] = {}
-        self._finished_on: dict[str, Any] = {}  # trajectory id -> its router, until scored
 
     # ---- routers ------------------------------------------------------------------------
     def use_router(self, router: Any) -> None:
@@ -82,15 +84,20 @@ class RouterAgentBase:
             raise ValueError("use_router: the router is not started (call router.start() first)")
         self._shared_router = router
 
-    def router_settings(self) -> Any:
+    def router_settings(self, base: Any = None) -> Any:
+        """``base`` (the run's ``agentflow`` settings; defaults when None) with what this agent
+        needs: its served and untrained model names, its middlewares after the run's, its context."""
+        import dataclasses
+
         from loongsage.agentflow.settings import RouterSettings
 
         p = self.params
-        return RouterSettings(served_model_names=list(p.served_model_names),
-                              accept_any_model=p.accept_any_model,
-                              untrained_models=list(p.untrained_models),
-                              tool_parser=p.tool_parser, middlewares=list(p.middlewares),
-                              max_context=p.max_context, default_max_tokens=p.default_max_tokens)
+        base = base if base is not None else RouterSettings()
+        return dataclasses.replace(
+            base, served_model_names=list(p.served_model_names), accept_any_model=p.accept_any_model,
+            untrained_models=list(p.untrained_models),
+            middlewares=[*base.middlewares, *p.middlewares], max_context=p.max_context,
+            default_max_tokens=p.default_max_tokens)
 
     def router_for(self, client: Any) -> Any:
         """The shared router, else this agent's private router over ``client`` (started)."""
@@ -100,7 +107,7 @@ class RouterAgentBase:
         if router is None:
             from loongsage.agentflow.server import Router
 
-            router = Router([client], self.tokenizer, self.router_settings())
+            router = Router([client], self.tokenizer, self.context.registries, self.router_settings())
             router.start()
             self._routers[id(client)] = router
         return router
@@ -128,8 +135,6 @@ class RouterAgentBase:
             router.finish_trajectory(tid, "0")
             raise
         samples = router.finish_trajectory(tid, "0")
-        if samples:
-            self._finished_on[tid] = router
         for sample in samples:
             sample.text = outcome.text
             sample.reward_info.update(outcome.info)
@@ -160,13 +165,3 @@ class RouterAgentBase:
                                f"{prompt.source}#{prompt.index} called the model; first outcome: "
                                f"{asdict(results[0][1])}")
         return samples
-
-    def record_rewards(self, samples: list[Sample]) -> None:
-        """Persist scored samples' rewards next to their trajectories (one row per trajectory)."""
-        for sample in samples:  # a trajectory's other segments find it popped already
-            tid = sample.reward_info.get("trajectory_id")
-            router = self._finished_on.pop(tid, None)
-            if router is None:
-                continue
-            router.store.record_reward(tid, sample.reward_info.get("attempt_id", "0"),
-                                       sample.reward, sample.reward_info)

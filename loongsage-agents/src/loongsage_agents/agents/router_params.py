@@ -17,7 +17,6 @@ class RouterAgentParams:
     served_model_names: List[str] = field(default_factory=lambda: ["policy"])
     accept_any_model: bool = True  # CLIs insist on their own model names
     untrained_models: List[str] = field(default_factory=list)
-    tool_parser: str = "hermes"
     middlewares: List[Any] = field(default_factory=lambda: ["agent_sessions"])
     max_context: Optional[int] = None  # tokens; None = the tokenizer's model_max_length
     default_max_tokens: int = 1024
@@ -34,12 +33,10 @@ class ChatParams(RouterAgentParams):
 
 @dataclass
 class ToolLoopParams(RouterAgentParams):
-    """Multi-turn function calling through the router; tools run in a registry sandbox."""
+    """Multi-turn function calling through the router; tools run in the data source's sandbox."""
 
     tools: List[str] = field(default_factory=lambda: ["calculator"])
     max_turns: int = 4
-    sandbox: str = "process"  # a `sandbox` plugin name
-    sandbox_params: Dict[str, Any] = field(default_factory=dict)
     tool_timeout_s: float = 10.0
     max_tool_output_chars: int = 2000
 

@@ -31,9 +31,9 @@ from loongsage_agents.agents.tasks import gather_all
 class SingleTurnAgent:
     """Chat-template the prompt, sample n completions, return them as samples."""
 
-    def __init__(self, params: SingleTurnParams | None, tokenizer: Any) -> None:
+    def __init__(self, params: SingleTurnParams | None, context: Any) -> None:
         self.params = params or SingleTurnParams()
-        self.tokenizer = tokenizer
+        self.tokenizer = context.tokenizer
 
     def prompt_ids(self, prompt: Prompt) -> list[int]:
         """The token ids of the prompt's messages rendered with the chat template."""

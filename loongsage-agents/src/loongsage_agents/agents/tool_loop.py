@@ -1,7 +1,7 @@
 """White-box ``tool_loop`` agent: multi-turn function calling through the AgentFlow router.
 
-Each trajectory opens one sandbox (``params.sandbox``, any ``sandbox`` plugin from the
-registry) and loops: send the conversation with the tools' schemas (openai SDK, Chat
+Each trajectory opens one sandbox of its data source (``data_sources[i].sandbox``, any
+``sandbox`` plugin) and loops: send the conversation with the tools' schemas (openai SDK, Chat
 Completions), run every tool call the model makes inside the sandbox, append the results as
 ``tool`` messages, and stop when the model answers without a tool call or after
 ``max_turns`` model turns. A tool's output loses its trailing newlines (the template frames
@@ -44,8 +44,9 @@ class ToolLoopAgent(RouterAgentBase):
 
     params_type = ToolLoopParams
 
-    def __init__(self, params: ToolLoopParams | None, tokenizer: Any) -> None:
-        super().__init__(params, tokenizer)
+    def __init__(self, params: ToolLoopParams | None, context: Any) -> None:
+        super().__init__(params, context)
+        self.sandbox = context.require_sandbox("agent 'tool_loop'")
         self.tools = {t.name: t for t in get_tools(list(self.params.tools), key="agent.params.tools")}
         if self.params.max_turns < 1:
             raise ValueError(f"agent.params.max_turns must be >= 1, got {self.params.max_turns}")
@@ -55,12 +56,6 @@ class ToolLoopAgent(RouterAgentBase):
         them, so warm-start prompts show the same tools as rollouts)."""
         return [t.schema() for t in self.tools.values()]
 
-    def _sandbox(self, key: str) -> Any:
-        from loongsage.plugins import get_registries
-
-        cls = get_registries().sandbox.get(self.params.sandbox)
-        return cls(dict(self.params.sandbox_params), untrusted=True, key=key)
-
     async def run_trajectory(self, prompt: Prompt, urls: dict[str, str], key: str,
                              sampling_params: dict[str, Any]) -> Outcome:
         p = self.params
@@ -69,7 +64,7 @@ class ToolLoopAgent(RouterAgentBase):
         calls = turns = 0
         finish = None
         async with openai_client(urls, key) as client, \
-                self._sandbox("agent.params.sandbox_params") as sandbox:
+                self.sandbox() as sandbox:
             while turns < p.max_turns:
                 reply = await client.chat.completions.create(
                     model=p.served_model_names[0], messages=messages, tools=schemas,

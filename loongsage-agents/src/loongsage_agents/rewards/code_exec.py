@@ -1,11 +1,12 @@
 """Code-execution reward: run a task's tests against the sample's code inside a sandbox.
 
 The code is the last fenced block of the sample (```` ```python ```` preferred, any fence
-otherwise). The sandbox is obtained *by name* through the registry
-(``get_registries().sandbox.get(params.sandbox)``), never by importing loongsage-sandbox,
-so any installed backend (``bwrap``, ``remote``, ``docker``...) works; the reward always
-asks for an *untrusted* sandbox, so the ``process`` backend refuses unless the config sets
-``sandbox_params: {allow_untrusted_code: true}``.
+otherwise). The tests run in the data source's sandbox (``data_sources[i].sandbox``), which
+the controller hands the reward as ``context["sandbox"]`` (a factory of unstarted
+sandboxes), never by importing loongsage-sandbox, so any installed backend (``bwrap``,
+``remote``, ``docker``, or one from a config-local plugin module) works; the reward always
+asks for an *untrusted* sandbox, so the ``process`` backend refuses unless the source sets
+``sandbox: {type: process, allow_untrusted_code: true}``.
 
 ``ground_truth`` is one of
 
@@ -22,6 +23,10 @@ asks for an *untrusted* sandbox, so the ``process`` backend refuses unless the c
 
 The result is a dict ``{"score", "passed", "total", "has_code", "timed_out", "error"}``;
 ``score`` is the pass fraction with ``partial_credit``, else 1.0 only when all pass.
+``exec_timeout_s`` limits each command in the sandbox; the whole call, every case
+included, runs under the data source's ``reward.timeout_s`` (default 30 s) in a reward
+worker process, so a task with many stdin/stdout cases needs that raised to
+``cases x exec_timeout_s`` plus the sandbox's start-up.
 ``code_exec_reward_async`` is the native coroutine; ``code_exec_reward`` is the plain
 callable of the reward contract (it runs the coroutine on a private event loop).
 """
@@ -33,8 +38,10 @@ import json
 import re
 import secrets
 import threading
-from dataclasses import dataclass, field, fields
-from typing import Any, Dict, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+from loongsage.errors import ConfigError
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 
@@ -43,9 +50,7 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 class CodeExecParams:
     """Code execution reward: run the task's tests on the sample's last code block in a sandbox."""
 
-    sandbox: str = "bwrap"  # registered sandbox type
-    sandbox_params: Dict[str, Any] = field(default_factory=dict)  # that sandbox's parameters
-    timeout_s: float = 10.0  # per exec: the whole assert suite, or one stdin/stdout case
+    exec_timeout_s: float = 10.0  # per exec: the whole assert suite, or one stdin/stdout case
     partial_credit: bool = False  # score = passed / total instead of all-or-nothing
     no_code_score: float = 0.0  # no fenced code block in the sample
     python: str = "python3"  # interpreter inside the sandbox
@@ -66,8 +71,6 @@ def _coerce(params: Any) -> CodeExecParams:
     if isinstance(params, CodeExecParams):
         return params
     if isinstance(params, Mapping):
-        from loongsage.errors import ConfigError
-
         names = {f.name for f in fields(CodeExecParams)}
         unknown = sorted(set(params) - names)
         if unknown:
@@ -119,13 +122,13 @@ async def _run_tests(sb: Any, p: CodeExecParams, code: str, kind: str, cases: An
     if kind == "io":
         passed, timed_out = 0, False
         for stdin, expected in cases:
-            r = await sb.exec([p.python, "solution.py"], stdin=str(stdin), timeout=p.timeout_s)
+            r = await sb.exec([p.python, "solution.py"], stdin=str(stdin), timeout=p.exec_timeout_s)
             timed_out |= r.timed_out
             passed += int(r.exit_code == 0 and _same_output(r.text, expected))
         return {"passed": passed, "total": len(cases), "timed_out": timed_out, "error": None}
     nonce = secrets.token_hex(16)
     # the harness arrives on stdin, never as a file: the solution cannot read the nonce from disk
-    r = await sb.exec([p.python, "-"], stdin=_harness(cases, nonce), timeout=p.timeout_s)
+    r = await sb.exec([p.python, "-"], stdin=_harness(cases, nonce), timeout=p.exec_timeout_s)
     last = r.text.strip().splitlines()[-1:] or [""]
     head, _, count = last[0].partition(" ")
     passed = int(count) if head == nonce and count.isdigit() and r.exit_code == 0 else 0
@@ -135,22 +138,19 @@ async def _run_tests(sb: Any, p: CodeExecParams, code: str, kind: str, cases: An
 
 async def code_exec_reward_async(sample_text: str, ground_truth: Any, params: Any = None,
                                  **context: Any) -> dict[str, Any]:
-    """Async form of the reward; ``context["sandbox"]`` may lend a started sandbox (not reset, not closed)."""
+    """Async form of the reward; ``context["sandbox"]`` is the data source's sandbox factory."""
     p = _coerce(params)
     kind, cases = _split_tests(ground_truth)
     code = extract_code(sample_text)
     if code is None:
         return {"score": p.no_code_score, "passed": 0, "total": len(cases), "has_code": False,
                 "timed_out": False, "error": "no fenced code block"}
-    lent = context.get("sandbox")
-    if lent is not None:
-        result = await _run_tests(lent, p, code, kind, cases)
-    else:
-        from loongsage.plugins import get_registries
-
-        factory = get_registries().sandbox.get(p.sandbox, key="reward.sandbox")
-        async with factory(p.sandbox_params, untrusted=True, key="reward.sandbox_params") as sb:
-            result = await _run_tests(sb, p, code, kind, cases)
+    factory = context.get("sandbox")
+    if factory is None:
+        raise ConfigError("data_sources[*].sandbox", "the code_exec reward runs the tests in the data "
+                          "source's sandbox: name one, e.g. sandbox: {type: bwrap}")
+    async with factory() as sb:
+        result = await _run_tests(sb, p, code, kind, cases)
     total = result["total"]
     score = result["passed"] / total if p.partial_credit else float(result["passed"] == total)
     return {"score": score, "has_code": True, **result}

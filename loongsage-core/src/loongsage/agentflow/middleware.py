@@ -1,7 +1,8 @@
 """Router middlewares (plugin kind ``router_middleware``) and the two built-in ones.
 
-A middleware is registered as a factory ``factory(settings: RouterSettings, params) ->
-middleware``; the router builds the chain named in ``agentflow.middlewares`` (the built-in
+A middleware is registered as a factory ``factory(settings: RouterSettings, params,
+registries) -> middleware`` (``registries``: the run's plugin registries); the router builds
+the chain named in ``agentflow.middlewares`` (the built-in
 ``tool_call_parser`` is always present, appended last unless listed). Per request the router
 calls, in chain order, ``await on_request(ctx)`` before the turn is planned (a middleware may
 set ``ctx.subagent``, choose ``ctx.parser``, annotate ``ctx.trajectory.metadata`` or raise
@@ -48,14 +49,11 @@ class RouterMiddleware:
 class ToolCallParserMiddleware(RouterMiddleware):
     """Parse tool calls from generated text with a registered tool parser."""
 
-    def __init__(self, settings: Any, params: ToolCallParserParams | None = None) -> None:
-        from loongsage.plugins import get_registries
-
+    def __init__(self, settings: Any, params: ToolCallParserParams | None, registries: Any) -> None:
         name = (params.parser if params and params.parser else "") or settings.tool_parser
         key = ("agentflow.middlewares.tool_call_parser.parser" if params and params.parser
                else "agentflow.tool_parser")
-        registries = settings.registries or get_registries()
-        self.parser: ToolParser = registries.tool_parser.get(name, key=key)()
+        self.parser: ToolParser = registries.resolve("tool_parser", name, key).obj()
 
     async def on_request(self, ctx: TurnContext) -> None:
         choice = ctx.request.raw.get("tool_choice")
@@ -80,7 +78,7 @@ class AgentSessionsMiddleware(RouterMiddleware):
     SESSION_HEADERS = ("session-id", "thread-id", "x-claude-code-session-id", "x-session-id",
                        "x-session-affinity", "x-openai-subagent")
 
-    def __init__(self, settings: Any, params: None = None) -> None:
+    def __init__(self, settings: Any, params: None, registries: Any) -> None:
         self.settings = settings
 
     async def on_request(self, ctx: TurnContext) -> None:

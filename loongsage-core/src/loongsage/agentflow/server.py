@@ -23,7 +23,6 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
-from loongsage.agentflow.engine_pool import EnginePool
 from loongsage.agentflow.errors import EngineError, RequestError
 from loongsage.agentflow.middleware import RouterMiddleware, TurnContext
 from loongsage.agentflow.protocols import ADAPTERS
@@ -33,69 +32,50 @@ from loongsage.agentflow.store import Trajectory, TrajectoryStore
 from loongsage.agentflow.tito import ChatRenderer
 from loongsage.agentflow.turns import TurnRunner
 from loongsage.data.types import Sample
+from loongsage.engines.pool import EnginePool
+from loongsage.registry import Registries
 
 BUILTIN_PARSER_MIDDLEWARE = "tool_call_parser"
 
 
-def build_middlewares(settings: RouterSettings) -> list[RouterMiddleware]:
-    """Instantiate ``settings.middlewares`` from the registry (the parser middleware is last
-    unless listed)."""
-    from loongsage.plugins import get_registries
-
-    registries = settings.registries or get_registries()
-    specs = [m if isinstance(m, dict) else {"name": m} for m in settings.middlewares]
-    if not any(s.get("name") == BUILTIN_PARSER_MIDDLEWARE for s in specs):
-        specs.append({"name": BUILTIN_PARSER_MIDDLEWARE})
-    chain = []
-    for i, spec in enumerate(specs):
-        key = f"agentflow.middlewares[{i}]"
-        entry = registries.router_middleware.entry(spec.get("name"), key=key)
-        # {"name", "params": {...}} or the validated config's flat {"name", **params}
-        values = spec.get("params") if "params" in spec else \
-            {k: v for k, v in spec.items() if k != "name"}
-        params = entry.build_params(values, key=key)
-        chain.append(entry.obj(settings, params))
-    return chain
+def build_middlewares(settings: RouterSettings, registries: Registries) -> list[RouterMiddleware]:
+    """Build ``settings.middlewares`` from ``registries`` (the parser middleware is last unless
+    listed); each is built as ``factory(settings, params, registries)``."""
+    specs = list(settings.middlewares)
+    named = [s if isinstance(s, str) else s.get("name") for s in specs]
+    if BUILTIN_PARSER_MIDDLEWARE not in named:
+        specs.append(BUILTIN_PARSER_MIDDLEWARE)
+    refs = registries.resolve_all("router_middleware", specs, "agentflow.middlewares")
+    return [ref.obj(settings, ref.params, registries) for ref in refs]
 
 
 class Router:
-    """Router state (store, engines, renderer) and its FastAPI app; ``start()`` serves it."""
+    """Router state (store, engines, renderer) and its FastAPI app; ``start()`` serves it.
 
-    def __init__(self, engines: list[Any], tokenizer: Any,
+    ``engines`` is a list of engine clients or the run's ``EnginePool`` (shared with the
+    rollout manager, so the run balances its engines in one place); ``registries`` are the
+    run's, from which the middlewares and the tool parser are built.
+    """
+
+    def __init__(self, engines: EnginePool | list[Any], tokenizer: Any, registries: Registries,
                  settings: RouterSettings | None = None) -> None:
         self.settings = settings or RouterSettings()
         self.store = TrajectoryStore(self.settings.run_dir,
                                      auto_create=self.settings.auto_create_trajectories)
-        self.pool = EnginePool(list(engines), self.settings.max_inflight_per_engine)
+        self.pool = engines if isinstance(engines, EnginePool) else \
+            EnginePool(list(engines), self.settings.max_inflight_per_engine)
         self.renderer = ChatRenderer(tokenizer)
         max_context = self.settings.max_context
         if max_context is None:
             limit = getattr(tokenizer, "model_max_length", None)
             max_context = int(limit) if isinstance(limit, int) and limit < 10**8 else None
-        self.runner = TurnRunner(self.renderer, self.pool, build_middlewares(self.settings),
+        self.runner = TurnRunner(self.renderer, self.pool, build_middlewares(self.settings, registries),
                                  self.settings.default_max_tokens, max_context,
                                  self.settings.clamp_max_tokens)
         self.app = self._build_app()
         self.url: str | None = None
         self._server = None
         self._thread: threading.Thread | None = None
-
-    @classmethod
-    def from_config(cls, cfg: Any, engine_urls: list[str], **overrides: Any) -> "Router":
-        """A router for a resolved LoongSage config: its ``agentflow`` section, the model's
-        tokenizer, one ``EngineClient`` per engine URL; ``overrides`` set ``RouterSettings``
-        fields."""
-        from transformers import AutoTokenizer
-
-        from loongsage.engines.client import EngineClient
-
-        model = cfg["model"] if "model" in cfg else cfg.model
-        path = model.get("tokenizer_path") or model.get("path")
-        tokenizer = AutoTokenizer.from_pretrained(
-            path, trust_remote_code=bool(model.get("trust_remote_code")))
-        agentflow = cfg["agentflow"] if "agentflow" in cfg else {}
-        settings = RouterSettings.from_config(agentflow, **overrides)
-        return cls([EngineClient(u) for u in engine_urls], tokenizer, settings)
 
     # ---- trajectories -------------------------------------------------------------------
     def open_trajectory(self, trajectory_id: str, attempt_id: str = "0",
@@ -120,6 +100,11 @@ class Router:
         self.pool.release(key)
         self.runner.forget(key)
         return self.store.finish(trajectory_id, attempt_id, reward=reward)
+
+    def record_reward(self, sample: Sample) -> None:
+        """Persist a scored sample's reward beside its trajectory (one row per trajectory)."""
+        info = sample.reward_info
+        self.store.record_reward(info["trajectory_id"], info.get("attempt_id", "0"), sample.reward, info)
 
     def _trajectory(self, http: Request, tid: str | None, aid: str | None) -> Trajectory:
         if tid is None:

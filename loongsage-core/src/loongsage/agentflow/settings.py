@@ -22,7 +22,6 @@ class RouterSettings:
     clamp_max_tokens: bool = True  # max_tokens beyond the context left is lowered, not refused
     max_inflight_per_engine: int = 64  # requests sent to one replica at once; the rest queue here
     run_dir: str | None = None  # finished trajectories are appended to run_dir/trajectories.jsonl
-    registries: Any = None  # loaded plugin registries; None = loongsage.plugins.get_registries()
 
     @classmethod
     def from_config(cls, agentflow: Any, **overrides: Any) -> "RouterSettings":

@@ -17,7 +17,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
-from loongsage.agentflow.engine_pool import EnginePool
+from loongsage.engines.pool import EnginePool
 from loongsage.agentflow.errors import EngineError
 from loongsage.agentflow.generation import (
     Generated, TurnDecoder, abort, generate, stream_generation,

@@ -30,6 +30,7 @@ import torch
 
 from loongsage.algorithms.params import GRPOParams
 from loongsage.algorithms.types import AdvantageInputs
+from loongsage.algorithms.validate import AlgorithmSpec
 
 
 def group_stats(values: torch.Tensor, group_ids: torch.Tensor, unbiased: bool = True):
@@ -111,8 +112,7 @@ def compute_advantages(
     rewards: torch.Tensor | Sequence[float],
     group_ids: torch.Tensor | Sequence[int],
     loss_mask: torch.Tensor,
-    algorithm_cfg: Any,
-    registries: Any = None,
+    spec: AlgorithmSpec,
     *,
     old_logprobs: torch.Tensor | None = None,
     ref_logprobs: torch.Tensor | None = None,
@@ -120,12 +120,10 @@ def compute_advantages(
     """Per-token advantages [N, L] (zero outside ``loss_mask``) for one training step.
 
     ``rewards`` [N] outcome rewards, ``group_ids`` [N] prompt-group ids, ``loss_mask``
-    [N, L]. ``old_logprobs`` and ``ref_logprobs`` [N, L] are required only when
-    ``algorithm.kl.use_as == "reward"`` with ``coef > 0``.
+    [N, L], ``spec`` the resolved ``algorithm`` section (the objective's). ``old_logprobs``
+    and ``ref_logprobs`` [N, L] are required only when ``algorithm.kl.use_as == "reward"``
+    with ``coef > 0``.
     """
-    from loongsage.algorithms.validate import AlgorithmSpec
-
-    spec = AlgorithmSpec.from_config(algorithm_cfg, registries)
     mask = loss_mask.detach().float()
     rewards_t = _as_tensor(rewards, mask.dtype)
     groups_t = _as_tensor(group_ids, torch.long)
@@ -143,5 +141,5 @@ def compute_advantages(
             )
         penalty = spec.kl_coef * spec.kl_fn(old_logprobs.detach().float(), ref_logprobs.detach().float())
     inputs = build_inputs(rewards_t, groups_t, mask, penalty)
-    advantages = spec.advantage_fn(inputs, spec.advantage_params)
+    advantages = spec.advantage.obj(inputs, spec.advantage.params)
     return advantages * mask

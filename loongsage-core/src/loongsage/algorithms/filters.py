@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from loongsage.data.types import Group
+from loongsage.deadline.budget import UNLIMITED, Budget
 
 
 @dataclass
@@ -45,21 +46,15 @@ class FillResult:
 
 
 class FilterChain:
-    """Filters applied in config order; metrics summed over the filters."""
+    """Filters (resolved ``data_filter`` ``PluginRef``s) applied in order; metrics summed.
 
-    def __init__(self, components: Sequence[Any] = ()):
+    Each filter call runs within ``budget`` (``budgets.filter_s`` in a run): one that overruns
+    it raises ``BudgetExceeded`` naming the filter and its config key instead of stalling the step.
+    """
+
+    def __init__(self, components: Sequence[Any] = (), budget: Budget = UNLIMITED):
         self.components = tuple(components)
-
-    @classmethod
-    def from_config(cls, nodes: Any, registries: Any = None, key: str = "algorithm.filters") -> "FilterChain":
-        from loongsage.algorithms.validate import _plain, resolve
-
-        if registries is None:
-            from loongsage.plugins import get_registries
-
-            registries = get_registries()
-        nodes = _plain(nodes) or []
-        return cls([resolve(registries, "data_filter", n, f"{key}[{i}]") for i, n in enumerate(nodes)])
+        self.budget = budget
 
     @property
     def max_rounds(self) -> int:
@@ -69,7 +64,8 @@ class FilterChain:
     def __call__(self, groups: list[Group]) -> FilterResult:
         metrics: dict[str, float] = {}
         for comp in self.components:
-            result = comp.fn(list(groups), comp.params)
+            what = f"{comp.key}: data filter '{comp.name}'"
+            result = self.budget.run(what, comp.obj, list(groups), comp.params)
             groups = result.groups
             for name, value in result.metrics.items():
                 metrics[name] = metrics.get(name, 0.0) + float(value)

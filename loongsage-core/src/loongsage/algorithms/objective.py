@@ -36,6 +36,7 @@ from loongsage.algorithms.aggregation import aggregate, seq_metric, token_metric
 from loongsage.algorithms.mismatch import mismatch_metrics
 from loongsage.algorithms.types import PolicyLossInputs
 from loongsage.algorithms.validate import AlgorithmSpec, validate_algorithm
+from loongsage.registry import Registries
 from loongsage.engines.batch import TrainBatch
 
 REQUIRED_EXTRAS = ("old_logprobs", "rollout_logprobs", "advantages")
@@ -48,7 +49,8 @@ class Objective:
         self.spec = spec
 
     @classmethod
-    def from_config(cls, algorithm_cfg: Any, registries: Any = None) -> "Objective":
+    def from_config(cls, algorithm_cfg: Any, registries: Registries) -> "Objective":
+        """The objective of an ``algorithm`` section (tests, notebooks); runs hold the spec."""
         return cls(validate_algorithm(algorithm_cfg, registries))
 
     @property
@@ -68,7 +70,7 @@ class Objective:
             advantages=extras["advantages"].detach(), mask=batch.loss_mask.to(old.dtype), extras=extras,
         )
         for comp in (self.spec.policy_loss, *self.spec.corrections):
-            prep = getattr(comp.fn, "prepare", None)
+            prep = getattr(comp.obj, "prepare", None)
             if prep is not None:
                 extras.update(prep(inputs, comp.params))
         return batch
@@ -97,13 +99,13 @@ class Objective:
         spec = self.spec
         inputs = self._inputs(ctx)
         mask = inputs.mask
-        out = spec.policy_loss.fn(inputs, spec.policy_loss.params)
+        out = spec.policy_loss.obj(inputs, spec.policy_loss.params)
         tensors = dict(mismatch_metrics(inputs.old_logprobs, inputs.rollout_logprobs))
         tensors.update(out.metrics)
         weight = torch.ones_like(mask)
         keep = torch.ones_like(mask) if out.keep is None else out.keep.detach().to(mask.dtype)
         for comp in spec.corrections:
-            corr = comp.fn(inputs, comp.params)
+            corr = comp.obj(inputs, comp.params)
             if corr.weight is not None:
                 weight = weight * corr.weight.detach()
             if corr.keep is not None:

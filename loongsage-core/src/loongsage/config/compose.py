@@ -1,25 +1,35 @@
 """Compose a run configuration from recipes with Hydra, then validate it.
 
-``load_config`` is the only way a command gets its config: it loads the plugins (so
-each plugin's parameter group exists in the ConfigStore), composes the recipe with
-Hydra, loads the local plugin modules the recipe names and composes again if there are
-any, and validates the result before anything starts.
+``load_config`` is the only way a command gets its config: it loads the plugins and
+publishes their parameter groups to the ConfigStore, composes the recipe with Hydra, loads
+the local plugin modules the recipe names (and composes again if there are any), and
+validates the result before anything starts, returning the ``RunConfig`` with every plugin
+resolved.
+
+Hydra's errors are translated, never passed through: its hint for an unknown key is to add
+it with ``+``, which is wrong for every typed section, and "Error merging override
+trainer.steps=abc" drops the reason. A failed composition is explained from the OmegaConf
+error underneath, with the closest existing key taken from the config composed without the
+failing override (``loongsage.hints``).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from loongsage.config.store import PLUGIN_GROUPS
-from loongsage.config.validate import validate_config
+from loongsage.config.store import PLUGIN_GROUPS, publish_plugin_params, root_schema
+from loongsage.config.validate import RunConfig, validate_config
 from loongsage.errors import ConfigError, UnknownPluginError
-from loongsage.plugins import get_registries
+from loongsage.hints import closest_key, omegaconf_error, split_key
+from loongsage.plugins import load_plugins
 from loongsage.registry import Registries
 
 
@@ -46,45 +56,129 @@ def list_recipes(root: Path | None = None) -> list[str]:
     )
 
 
-def _compose(config_name: str, overrides: Sequence[str], config_dir: str | None) -> DictConfig:
+def _hydra_compose(config_name: str, overrides: Sequence[str], config_dir: str | None) -> DictConfig:
     bundled = recipes_dir()
     primary = Path(config_dir).resolve() if config_dir else bundled
     extra = [f"hydra.searchpath=[file://{bundled}]"] if config_dir else []
+    with initialize_config_dir(version_base=None, config_dir=str(primary)):
+        cfg = compose(config_name=config_name, overrides=[*overrides, *extra])
+    return OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]) if "hydra" in cfg else cfg
+
+
+def _compose(config_name: str, overrides: Sequence[str], config_dir: str | None,
+             registries: Registries) -> DictConfig:
+    _refuse_listing_groups(overrides)
     try:
-        with initialize_config_dir(version_base=None, config_dir=str(primary)):
-            cfg = compose(config_name=config_name, overrides=[*overrides, *extra])
+        return _hydra_compose(config_name, overrides, config_dir)
     except MissingConfigException as err:
-        raise _missing_option_error(err, overrides) from None
+        raise _missing_option_error(err, registries) from None
     except HydraException as err:
-        raise ConfigError("overrides", str(err)) from None
-    cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]) if "hydra" in cfg else cfg
-    return cfg
+        raise _composition_error(err, config_name, overrides, config_dir) from None
 
 
-def _missing_option_error(err: MissingConfigException, overrides: Sequence[str]) -> Exception:
+def _parsed(overrides: Sequence[str]) -> list[Any]:
+    try:
+        return OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException:
+        return []
+
+
+def _refuse_listing_groups(overrides: Sequence[str]) -> None:
+    """``data_sources/agent=chat`` cannot place a list entry: say which override does."""
+    for override in _parsed(overrides):
+        group = PLUGIN_GROUPS.get(override.key_or_group)
+        if group is None or group.selectable:
+            continue
+        field = group.field.replace("[*]", ".0")
+        example = f"{field}.{group.name_field}=NAME" if group.name_field else f"{field}=NAME"
+        raise ConfigError(
+            override.key_or_group,
+            f"this group lists the {group.kind} options of {group.field} (see `loongsage config "
+            f"show --group {group.group}`) but cannot select one, as {group.field} is "
+            f"{'a list entry' if '[*]' in group.field else 'a bare name'}; set it instead, e.g. {example}",
+        )
+
+
+def _missing_option_error(err: MissingConfigException, registries: Registries) -> Exception:
     """Turn Hydra's 'no such group option' into UnknownPluginError for plugin groups."""
-    registries = get_registries()
-    for override in overrides:
-        group, _, option = override.lstrip("+~").partition("=")
-        for kind, plugin_group in PLUGIN_GROUPS.items():
-            if group == plugin_group and option not in registries[kind]:
-                key = plugin_group.replace("/", ".")
-                return UnknownPluginError(
-                    kind, option, key, {e.name: e.distribution for e in registries[kind]}
-                )
-    return ConfigError("config", str(err))
+    group_path, _, option = (err.missing_cfg_file or "").rpartition("/")
+    group = PLUGIN_GROUPS.get(group_path)
+    if group is None:
+        return ConfigError("config", str(err))
+    available = {e.name: e.distribution for e in registries[group.kind]}
+    return UnknownPluginError(group.kind, option, group.field, available)
+
+
+def unknown_group_error(name: str, key: str) -> ConfigError:
+    """``name`` is no plugin group: suggest the closest group, or the group of a kind name."""
+    tree: dict = {}
+    for group in PLUGIN_GROUPS:
+        node = tree
+        for part in group.split("/"):
+            node = node.setdefault(part, {})
+    path = "/".join(closest_key(tree, name.split("/")) or [])
+    by_kind = next((g.group for g in PLUGIN_GROUPS.values() if g.kind == name), None)
+    match = by_kind or (path if path in PLUGIN_GROUPS else None)
+    hint = f"did you mean {match}? " if match else ""
+    return ConfigError(key, f"unknown config group {name!r}; {hint}groups: {', '.join(PLUGIN_GROUPS)}")
+
+
+def _culprit(full_key: str, overrides: Sequence[str]) -> Any:
+    """The parsed override that set ``full_key`` (or a key under it), if one did."""
+    parts = split_key(full_key)
+    for override in _parsed(overrides):
+        mine = split_key(override.key_or_group)
+        if mine[: len(parts)] == parts or parts[: len(mine)] == mine:
+            return override
+    return None
+
+
+def _existing_keys(config_name: str, overrides: Sequence[str], config_dir: str | None) -> Any:
+    """Plain containers of the config as composed without ``overrides`` failing, for hints."""
+    for attempt in (overrides, ()):
+        try:
+            return OmegaConf.to_container(_hydra_compose(config_name, attempt, config_dir), resolve=False)
+        except (HydraException, OmegaConfBaseException):
+            continue
+    return OmegaConf.to_container(root_schema(), resolve=False)
+
+
+def _composition_error(
+    err: HydraException, config_name: str, overrides: Sequence[str], config_dir: str | None
+) -> ConfigError:
+    sections = root_schema()
+    for override in _parsed(overrides):
+        group = override.key_or_group
+        if "/" in group and group.split("/")[0] in sections and group not in PLUGIN_GROUPS:
+            return unknown_group_error(group, group)
+    cause = err.__cause__
+    if isinstance(cause, OmegaConfBaseException):
+        culprit = _culprit(getattr(cause, "full_key", "") or "", overrides)
+        others = [o for o in overrides if culprit is None or o != culprit.input_line]
+        tree = _existing_keys(config_name, others, config_dir)
+        if culprit is None:
+            return omegaconf_error(cause, tree)
+        return omegaconf_error(
+            cause, tree, key=culprit.key_or_group.replace("/", "."), add_with=f"+{culprit.input_line}"
+        )
+    return ConfigError("overrides", str(err).splitlines()[0])
 
 
 def load_config(
     config_name: str,
     overrides: Sequence[str] = (),
     config_dir: str | None = None,
-) -> tuple[DictConfig, Registries]:
-    """Compose, load plugins named by the recipe, validate; return config and registries."""
-    get_registries()  # publishes plugin parameter groups for the first composition
-    cfg = _compose(config_name, overrides, config_dir)
-    local = [str(m) for m in cfg.get("plugins", []) or []]
-    registries = get_registries(local)
+) -> RunConfig:
+    """Compose, load the plugins the recipe names, validate; return the resolved config."""
+    registries = load_plugins()
+    publish_plugin_params(registries)
+    cfg = _compose(config_name, overrides, config_dir, registries)
+    modules = cfg.get("plugins") or []
+    if not isinstance(modules, (list, ListConfig)):
+        raise ConfigError("plugins", f"expected a list of importable module names, got {modules!r}")
+    local = [str(m) for m in modules]
     if local:
-        cfg = _compose(config_name, overrides, config_dir)
-    return validate_config(cfg, registries), registries
+        registries = load_plugins(local)
+        publish_plugin_params(registries)
+        cfg = _compose(config_name, overrides, config_dir, registries)
+    return validate_config(cfg, registries)

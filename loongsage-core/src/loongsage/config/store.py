@@ -1,40 +1,86 @@
-"""Hydra ConfigStore wiring: the root schema and one config group per plugin-bound field.
+"""Hydra ConfigStore wiring: the root schema and one config group per plugin-naming field.
 
-Each registered plugin of a kind that binds a single config field (advantage, policy
-loss, IS correction, window policy) is stored as an option of that field's config group,
-under the plugin's name, typed by its parameter dataclass plus a ``name`` field. So
-``algorithm/policy_loss=m2po algorithm.policy_loss.threshold=0.05`` is validated by Hydra
-itself, and Hydra lists the valid options.
+Every config field that names a plugin has a config group holding one option per registered
+plugin of its kind, under the plugin's name, typed by the plugin's parameter dataclass plus
+its name field (``name``; ``format`` for datasets, ``type`` for sandboxes). So Hydra itself
+type-checks every plugin's parameters and ``loongsage config show --group GROUP`` lists the
+options of any group with their typed parameters and defaults.
+
+Only the groups of single config nodes are *selectable*: ``algorithm/policy_loss=m2po``
+swaps the whole node. A list entry (a data source's agent, a tracker, a filter) or a field
+holding a bare name (``train.backend``) cannot be picked with ``group=option``; their groups
+are stored for the types and the listing under ``plugin_options/`` (so ``train`` or
+``data_sources`` never turn into Hydra group folders), and ``compose`` refuses a selection of
+them with the override that does work.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+import typing
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import OmegaConf
+from omegaconf import MISSING, ListConfig, OmegaConf
 
-from loongsage.config.schema import SECTIONS, DataSourceConfig
+from loongsage.schema import SECTIONS, DataSourceConfig
 
 if TYPE_CHECKING:
     from loongsage.registry import Registries
 
 SCHEMA_NAME = "loongsage_schema"
+LISTING_ROOT = "plugin_options"
 
-# kind -> config group holding one option per registered plugin of that kind
-PLUGIN_GROUPS: dict[str, str] = {
-    "advantage": "algorithm/advantage_estimator",
-    "policy_loss": "algorithm/policy_loss",
-    "is_correction": "algorithm/is_correction",
-    "window_policy": "async/window_policy",
+
+@dataclass(frozen=True)
+class PluginGroup:
+    """The config group of one plugin-naming field: its path, plugin kind and name field."""
+
+    group: str  # Hydra group path, e.g. "algorithm/policy_loss"
+    kind: str  # registry kind whose plugins are its options
+    field: str  # where the config names the plugin, e.g. "data_sources[*].agent"
+    name_field: str = "name"  # the node's key holding the plugin name ("" for a bare name)
+    selectable: bool = False  # `group=option` swaps the node (single config nodes only)
+
+    @property
+    def path(self) -> str:
+        """Where the options live in the ConfigStore: the group itself when selectable, else
+        under ``plugin_options/``, so that no config section (``train``, ``data_sources``)
+        becomes a Hydra group directory and whole-section overrides (``train={lr: 0.5}``)
+        keep working."""
+        return self.group if self.selectable else f"{LISTING_ROOT}/{self.group}"
+
+
+PLUGIN_GROUPS: dict[str, PluginGroup] = {
+    g.group: g
+    for g in (
+        PluginGroup("algorithm/advantage_estimator", "advantage", "algorithm.advantage_estimator", selectable=True),
+        PluginGroup("algorithm/policy_loss", "policy_loss", "algorithm.policy_loss", selectable=True),
+        PluginGroup("algorithm/is_correction", "is_correction", "algorithm.is_correction", selectable=True),
+        PluginGroup("async/window_policy", "window_policy", "async.window_policy", selectable=True),
+        PluginGroup("algorithm/filters", "data_filter", "algorithm.filters[*]"),
+        PluginGroup("algorithm/kl/method", "kl_policy", "algorithm.kl.method", name_field=""),
+        PluginGroup("opd/pg_kl_method", "kl_policy", "opd.pg_kl_method", name_field=""),
+        PluginGroup("opd/gkd_kl_method", "kl_policy", "opd.gkd_kl_method", name_field=""),
+        PluginGroup("train/backend", "engine", "train.backend", name_field=""),
+        PluginGroup("rollout/backend", "engine", "rollout.backend", name_field=""),
+        PluginGroup("agentflow/tool_parser", "tool_parser", "agentflow.tool_parser", name_field=""),
+        PluginGroup("agentflow/middlewares", "router_middleware", "agentflow.middlewares[*]"),
+        PluginGroup("logging/trackers", "tracker", "logging.trackers[*]"),
+        PluginGroup("data_sources/dataset", "dataset", "data_sources[*].dataset", name_field="format"),
+        PluginGroup("data_sources/agent", "agent", "data_sources[*].agent"),
+        PluginGroup("data_sources/reward", "reward", "data_sources[*].reward"),
+        PluginGroup("data_sources/sandbox", "sandbox", "data_sources[*].sandbox", name_field="type"),
+        PluginGroup("data_sources/filters", "data_filter", "data_sources[*].filters[*]"),
+    )
 }
 
 
 def root_schema():
-    """The root config node: every typed section, data sources and local plugin modules."""
+    """The root config node: every typed section, typed data sources, local plugin modules."""
     node = {name: OmegaConf.structured(cls) for name, cls in SECTIONS.items()}
-    node["data_sources"] = OmegaConf.create([])
+    node["data_sources"] = ListConfig([], element_type=DataSourceConfig)
     node["plugins"] = OmegaConf.create([])
     return OmegaConf.create(node)
 
@@ -43,17 +89,56 @@ def data_source_schema():
     return OmegaConf.structured(DataSourceConfig)
 
 
-def plugin_option_type(name: str, params: type | None) -> type:
-    """A dataclass with the plugin's parameters plus ``name`` defaulting to the plugin name."""
+def plugin_option_type(name: str, params: type | None, name_field: str = "name") -> type:
+    """A dataclass with the plugin's parameters plus its name field defaulting to ``name``."""
     bases = (params,) if params is not None else ()
     safe = "".join(c if c.isalnum() else "_" for c in name)
-    return dataclasses.make_dataclass(f"{safe}_option", [("name", str, name)], bases=bases)
+    return dataclasses.make_dataclass(f"{safe}_option", [(name_field or "name", str, name)], bases=bases)
 
 
 def publish_plugin_params(registries: "Registries") -> None:
-    """Store the root schema and each plugin-bound group option in Hydra's ConfigStore."""
+    """Store the root schema and every plugin group's options in Hydra's ConfigStore."""
     store = ConfigStore.instance()
     store.store(name=SCHEMA_NAME, node=root_schema())
-    for kind, group in PLUGIN_GROUPS.items():
-        for entry in registries[kind]:
-            store.store(group=group, name=entry.name, node=plugin_option_type(entry.name, entry.params))
+    for group in PLUGIN_GROUPS.values():
+        for entry in registries[group.kind]:
+            node = plugin_option_type(entry.name, entry.params, group.name_field)
+            store.store(group=group.path, name=entry.name, node=node)
+
+
+@dataclass(frozen=True)
+class OptionParam:
+    """One typed parameter of a stored group option, as ``config show --group`` prints it."""
+
+    name: str
+    type: str
+    default: Any  # MISSING ("???") when the parameter is required
+
+    @property
+    def required(self) -> bool:
+        return self.default == MISSING
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type) and not typing.get_args(tp):
+        return tp.__name__
+    return str(tp).replace("typing.", "").replace("NoneType", "None")
+
+
+def stored_options(group: str) -> dict[str, list[OptionParam]]:
+    """The options Hydra's ConfigStore holds for ``group``, each with its typed parameters."""
+    plugin_group = PLUGIN_GROUPS[group]
+    store = ConfigStore.instance()
+    out: dict[str, list[OptionParam]] = {}
+    for filename in store.list(plugin_group.path):
+        name = filename.removesuffix(".yaml")
+        node = store.load(f"{plugin_group.path}/{filename}").node
+        option_type = OmegaConf.get_type(node)
+        hints = typing.get_type_hints(option_type)
+        values = OmegaConf.to_container(node, resolve=False)
+        out[name] = [
+            OptionParam(f.name, _type_name(hints[f.name]), values[f.name])
+            for f in dataclasses.fields(option_type)
+            if f.name != (plugin_group.name_field or "name")
+        ]
+    return out

@@ -2,28 +2,38 @@
 
 Three layers, each error naming the key: the typed schema (types, enforced by OmegaConf
 when the recipe is merged over it), ranges and choices of single fields, and cross-field
-rules (invalid mode combinations). Every plugin-bound field is resolved against its
-registry and its parameters are validated by the plugin's own dataclass; the resolved
-parameters, defaults included, are written back so ``config show`` prints all of them.
+rules (invalid mode combinations). Every plugin-bound field is resolved once against its
+registry (``Registries.resolve``) and its parameters are validated by the plugin's own
+dataclass; ``validate_config`` returns them in a ``RunConfig``, and writes the resolved
+parameters, defaults included, back into the config so ``config show`` prints all of them.
+A reward node's generic keys (``timeout_s``, ``on_error``) default to the ``reward`` section
+and are checked by the same rules as its keys; the ``budgets`` section's limits travel in
+each ``SourceSpec``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from loongsage.algorithms.validate import AlgorithmSpec, validate_algorithm
 from loongsage.config.store import data_source_schema, root_schema
+from loongsage.data.sources import SourceSpec
+from loongsage.deadline.budget import Budget
 from loongsage.errors import ConfigError
-from loongsage.registry import Registries
+from loongsage.hints import closest, first_leaf_key, omegaconf_error, unknown_key_error
+from loongsage.registry import PluginRef, Registries
+from loongsage.schema import OPDConfig, RewardOptions
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("float32", "bfloat16", "float16"),
     "placement.mode": ("colocated", "disaggregated"),
     "algorithm.kl.use_as": ("loss", "reward"),
+    "reward.on_error": ("zero", "drop_group", "fail"),
     "algorithm.loss_agg_mode": (
         "token_mean",
         "seq_mean_token_mean",
@@ -48,40 +58,71 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "rollout.oversample_groups": (lambda v: v >= 0, ">= 0"),
     "algorithm.kl.coef": (lambda v: v >= 0, ">= 0"),
     "async.stale_steps": (lambda v: v >= 0, ">= 0"),
-    "opd.pg_ratio": (lambda v: v >= 0, ">= 0"),
-    "opd.gkd_ratio": (lambda v: 0 <= v <= 1, "in [0, 1]"),
     "trainer.steps": (lambda v: v >= 0, ">= 0"),
     "checkpoint.interval": (lambda v: v >= 0, ">= 0"),
     "checkpoint.keep_last": (lambda v: v >= 1, ">= 1"),
+    "reward.timeout_s": (lambda v: v > 0, "a positive number of seconds"),
+    "reward.workers": (lambda v: v >= 0, ">= 0 (0 = one per available core)"),
+    "reward.drop_group_retries": (lambda v: v >= 0, ">= 0"),
+    "budgets.dataset_load_s": (lambda v: v > 0, "a positive number of seconds"),
+    "budgets.dataset_get_s": (lambda v: v > 0, "a positive number of seconds"),
+    "budgets.filter_s": (lambda v: v > 0, "a positive number of seconds"),
 }
 
 
 def _typed(cfg: DictConfig) -> DictConfig:
-    """Merge the config over the typed schema: wrong types and unknown keys fail here."""
-    try:
-        merged = OmegaConf.merge(root_schema(), cfg)
-        sources = [
-            OmegaConf.merge(data_source_schema(), source) for source in cfg.get("data_sources") or []
-        ]
-        merged.data_sources = sources
-    except OmegaConfBaseException as err:
-        raise ConfigError(err.full_key or "config", err.msg) from None
+    """Merge the config over the typed schema: wrong types and unknown keys fail here.
+
+    The config is merged as plain containers: a composed node already carrying its section's
+    dataclass type would pass a key added with Hydra's ``+`` through the merge unchecked.
+    """
+    schema = root_schema()
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    known = OmegaConf.to_container(schema, resolve=False)
+    for key, value in plain.items():
+        if key not in known:
+            raise unknown_key_error(first_leaf_key(key, value), known, typed=True)
+        if not isinstance(value, type(known[key])):
+            shape = "list" if isinstance(known[key], list) else "mapping"
+            raise ConfigError(key, f"expected a {shape}, got {value!r}")
+    sources = plain.pop("data_sources", None) or []
+    for i, source in enumerate(sources):
+        if not isinstance(source, dict):
+            raise ConfigError(f"data_sources[{i}]", f"expected a mapping, got {source!r}")
+    merged = _merge_over(schema, plain, known)
+    source_keys = OmegaConf.to_container(data_source_schema(), resolve=False)
+    merged.data_sources = [
+        _merge_over(data_source_schema(), source, source_keys, f"data_sources[{i}]")
+        for i, source in enumerate(sources)
+    ]
     return merged
+
+
+def _merge_over(schema: DictConfig, values: Any, known: Any, prefix: str = "") -> DictConfig:
+    try:
+        return OmegaConf.merge(schema, values)
+    except OmegaConfBaseException as err:
+        raise omegaconf_error(err, known, prefix=prefix) from None
 
 
 def _missing_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
     return sorted(prefix + k for k in OmegaConf.missing_keys(cfg))
 
 
+def _check_value(key: str, rule: str, value: Any) -> None:
+    """Check ``value`` against the ``CHOICES`` / ``RANGES`` entry ``rule``; errors name ``key``."""
+    if rule in CHOICES and value not in CHOICES[rule]:
+        choices = CHOICES[rule]
+        match = closest(str(value), choices)
+        hint = f"; did you mean {match!r}?" if match else ""
+        raise ConfigError(key, f"expected one of {', '.join(choices)}, got {value!r}{hint}")
+    if rule in RANGES and not RANGES[rule][0](value):
+        raise ConfigError(key, f"expected {RANGES[rule][1]}, got {value!r}")
+
+
 def _check_fields(cfg: DictConfig) -> None:
-    for key, choices in CHOICES.items():
-        value = OmegaConf.select(cfg, key)
-        if value not in choices:
-            raise ConfigError(key, f"expected one of {', '.join(choices)}, got {value!r}")
-    for key, (ok, expected) in RANGES.items():
-        value = OmegaConf.select(cfg, key)
-        if not ok(value):
-            raise ConfigError(key, f"expected {expected}, got {value!r}")
+    for key in (*CHOICES, *RANGES):
+        _check_value(key, key, OmegaConf.select(cfg, key))
 
 
 def _check_modes(cfg: DictConfig) -> None:
@@ -104,15 +145,12 @@ def _check_modes(cfg: DictConfig) -> None:
             "only meaningful with rollout.partial=true or async.enable=true",
         )
     filtered = bool(cfg.algorithm.filters) or any(s.get("filters") for s in cfg.data_sources)
-    if filtered and (asynchronous or cfg.rollout.partial):
+    if filtered and (asynchronous or cfg.rollout.partial or cfg.rollout.oversample_groups):
         raise ConfigError(
             "algorithm.filters",
-            "data filters run in the synchronous scheduler only; the asynchronous runtime "
-            "(async.enable or rollout.partial) does not apply them yet",
-        )
-    if cfg.opd.gkd_ratio == 1 and cfg.opd.pg_ratio > 0:
-        raise ConfigError(
-            "opd.pg_ratio", "a PG distillation term has no effect when opd.gkd_ratio=1 (no RL loss)"
+            "data filters run in the synchronous scheduler only; the pipeline scheduler that "
+            "async.enable, rollout.partial and rollout.oversample_groups use does not apply them "
+            "yet (for DAPO-style dynamic sampling use a filter's max_rounds instead of oversampling)",
         )
     samples = cfg.rollout.prompts_per_step * cfg.rollout.n_samples_per_prompt
     if samples % cfg.train.mini_batches_per_step:
@@ -123,58 +161,108 @@ def _check_modes(cfg: DictConfig) -> None:
         )
 
 
-def _resolve_ref(node: Any, kind: str, key: str, registries: Registries, name_field: str = "name") -> Any:
-    """Validate one plugin reference (a bare name or {name_field: ..., params}) in place."""
-    if isinstance(node, str):
-        node = {name_field: node}
-    if not isinstance(node, (dict, DictConfig)) or name_field not in node:
-        raise ConfigError(key, f"expected a {kind} name or a mapping with '{name_field}', got {node!r}")
-    values = OmegaConf.to_container(node) if isinstance(node, DictConfig) else dict(node)
-    name = values.pop(name_field)
-    entry = registries[kind].entry(name, f"{key}.{name_field}")
-    params = entry.build_params(values, key)
-    resolved = dataclasses.asdict(params) if params is not None else {}
-    return {name_field: name, **resolved}
+@dataclass(frozen=True)
+class RunConfig:
+    """A validated config and every plugin it names, each resolved exactly once.
+
+    ``cfg`` is the typed config with every plugin's parameters (defaults included) written
+    back, so ``loongsage config show`` prints all of them; the other fields are what the
+    run is built from. Nothing downstream looks a plugin name up again.
+    """
+
+    cfg: DictConfig
+    registries: Registries
+    algorithm: AlgorithmSpec
+    sources: tuple[SourceSpec, ...]
+    window_policy: PluginRef
+    trackers: tuple[PluginRef, ...]
+    middlewares: tuple[PluginRef, ...]
+    tool_parser: PluginRef
+    train_engine: PluginRef
+    rollout_engine: PluginRef
 
 
-def _resolve_plugins(cfg: DictConfig, registries: Registries) -> None:
-    alg = cfg.algorithm
-    alg.advantage_estimator = _resolve_ref(alg.advantage_estimator, "advantage", "algorithm.advantage_estimator", registries)
-    alg.policy_loss = _resolve_ref(alg.policy_loss, "policy_loss", "algorithm.policy_loss", registries)
+def _reward(node: DictConfig, key: str, cfg: DictConfig, registries: Registries) -> PluginRef:
+    """The source's reward with its generic keys (defaults: the ``reward`` section) checked."""
+    section = cfg.reward
+    defaults = RewardOptions(timeout_s=section.timeout_s, on_error=section.on_error)
+    ref = registries.resolve("reward", node, key, options=defaults)
+    for field in dataclasses.fields(RewardOptions):  # checked like the run-wide keys they default from
+        _check_value(f"{key}.{field.name}", f"reward.{field.name}", getattr(ref.options, field.name))
+    return ref
+
+
+def _source_spec(i: int, node: DictConfig, cfg: DictConfig, registries: Registries) -> SourceSpec:
+    key = f"data_sources[{i}]"
+    sandbox = node.sandbox
+    return SourceSpec(
+        index=i,
+        name=str(node.name),
+        weight=float(node.weight),
+        dataset=registries.resolve("dataset", node.dataset, f"{key}.dataset", "format"),
+        agent=registries.resolve("agent", node.agent, f"{key}.agent"),
+        reward=_reward(node.reward, f"{key}.reward", cfg, registries),
+        sandbox=registries.resolve("sandbox", sandbox, f"{key}.sandbox", "type") if sandbox is not None else None,
+        filters=registries.resolve_all("data_filter", node.filters, f"{key}.filters"),
+        teacher=node.teacher,
+        sampling=as_container(node.sampling),
+        system_prompt=node.system_prompt,
+        load_budget=Budget(cfg.budgets.dataset_load_s, "budgets.dataset_load_s"),
+        get_budget=Budget(cfg.budgets.dataset_get_s, "budgets.dataset_get_s"),
+    )
+
+
+def _write_back(cfg: DictConfig, run: RunConfig) -> None:
+    """Spell every resolved plugin's parameters out in ``cfg`` (for ``config show`` and run dirs)."""
+    alg, spec = cfg.algorithm, run.algorithm
+    alg.advantage_estimator = spec.advantage.as_node()
+    alg.policy_loss = spec.policy_loss.as_node()
     if isinstance(alg.is_correction, ListConfig):
-        alg.is_correction = [
-            _resolve_ref(c, "is_correction", f"algorithm.is_correction[{i}]", registries)
-            for i, c in enumerate(alg.is_correction)
-        ]
+        alg.is_correction = [c.as_node() for c in spec.corrections]
     elif alg.is_correction is not None:
-        alg.is_correction = _resolve_ref(alg.is_correction, "is_correction", "algorithm.is_correction", registries)
-    alg.filters = [
-        _resolve_ref(f, "data_filter", f"algorithm.filters[{i}]", registries) for i, f in enumerate(alg.filters)
-    ]
-    registries.kl_policy.entry(alg.kl.method, "algorithm.kl.method")
-    registries.kl_policy.entry(cfg.opd.pg_kl_method, "opd.pg_kl_method")
-    registries.kl_policy.entry(cfg.opd.gkd_kl_method, "opd.gkd_kl_method")
-    cfg["async"].window_policy = _resolve_ref(cfg["async"].window_policy, "window_policy", "async.window_policy", registries)
-    registries.engine.entry(cfg.train.backend, "train.backend")
-    registries.engine.entry(cfg.rollout.backend, "rollout.backend")
-    registries.tool_parser.entry(cfg.agentflow.tool_parser, "agentflow.tool_parser")
-    cfg.agentflow.middlewares = [
-        _resolve_ref(m, "router_middleware", f"agentflow.middlewares[{i}]", registries)
-        for i, m in enumerate(cfg.agentflow.middlewares)
-    ]
-    cfg.logging.trackers = [
-        _resolve_ref(t, "tracker", f"logging.trackers[{i}]", registries) for i, t in enumerate(cfg.logging.trackers)
-    ]
-    for i, source in enumerate(cfg.data_sources):
-        key = f"data_sources[{i}]"
-        source.dataset = _resolve_ref(source.dataset, "dataset", f"{key}.dataset", registries, "format")
-        source.agent = _resolve_ref(source.agent, "agent", f"{key}.agent", registries)
-        source.reward = _resolve_ref(source.reward, "reward", f"{key}.reward", registries)
+        alg.is_correction = spec.corrections[0].as_node()
+    alg.filters = [f.as_node() for f in spec.filters]
+    cfg["async"].window_policy = run.window_policy.as_node()
+    cfg.agentflow.middlewares = [m.as_node() for m in run.middlewares]
+    cfg.logging.trackers = [t.as_node() for t in run.trackers]
+    for node, source in zip(cfg.data_sources, run.sources):
+        node.dataset = source.dataset.as_node("format")
+        node.agent = source.agent.as_node()
+        node.reward = source.reward.as_node()
         if source.sandbox is not None:
-            source.sandbox = _resolve_ref(source.sandbox, "sandbox", f"{key}.sandbox", registries, "type")
-        source.filters = [
-            _resolve_ref(f, "data_filter", f"{key}.filters[{j}]", registries) for j, f in enumerate(source.filters)
-        ]
+            node.sandbox = source.sandbox.as_node("type")
+        node.filters = [f.as_node() for f in source.filters]
+
+
+def _resolve_plugins(cfg: DictConfig, registries: Registries) -> RunConfig:
+    resolve = registries.resolve
+    run = RunConfig(
+        cfg=cfg,
+        registries=registries,
+        algorithm=validate_algorithm(cfg.algorithm, registries),
+        sources=tuple(_source_spec(i, node, cfg, registries) for i, node in enumerate(cfg.data_sources)),
+        window_policy=resolve("window_policy", cfg["async"].window_policy, "async.window_policy"),
+        trackers=registries.resolve_all("tracker", cfg.logging.trackers, "logging.trackers"),
+        middlewares=registries.resolve_all("router_middleware", cfg.agentflow.middlewares, "agentflow.middlewares"),
+        tool_parser=resolve("tool_parser", cfg.agentflow.tool_parser, "agentflow.tool_parser"),
+        train_engine=resolve("engine", cfg.train.backend, "train.backend"),
+        rollout_engine=resolve("engine", cfg.rollout.backend, "rollout.backend"),
+    )
+    _write_back(cfg, run)
+    return run
+
+
+def _check_unbuilt(cfg: DictConfig) -> None:
+    """Refuse settings whose feature is not built yet, rather than accept and ignore them."""
+    for i, source in enumerate(cfg.data_sources):
+        if source.teacher is not None:
+            raise ConfigError(f"data_sources[{i}].teacher", "on-policy distillation (loongsage-distill's "
+                              "Teacher Manager) is not built yet; remove the teacher")
+    defaults = OmegaConf.structured(OPDConfig)
+    for name in defaults:
+        if cfg.opd[name] != defaults[name]:
+            raise ConfigError(f"opd.{name}", f"on-policy distillation is not built yet; leave opd.{name} "
+                              f"at its default ({defaults[name]!r})")
 
 
 def _check_data_sources(cfg: DictConfig) -> None:
@@ -189,15 +277,15 @@ def _check_data_sources(cfg: DictConfig) -> None:
             raise ConfigError(f"data_sources[{i}].weight", f"expected a positive proportion, got {source.weight}")
 
 
-def _check_agents(cfg: DictConfig, registries: Registries) -> None:
+def _check_agents(cfg: DictConfig, sources: tuple[SourceSpec, ...]) -> None:
     """Partial rollout needs agents that can continue an aborted sample (``continue_sample``)."""
     if not cfg.rollout.partial:
         return
-    for i, source in enumerate(cfg.data_sources):
-        name = source.agent["name"]
-        if not hasattr(registries.agent.get(name), "continue_sample"):
+    for source in sources:
+        name = source.agent.name
+        if not hasattr(source.agent.obj, "continue_sample"):
             raise ConfigError(
-                f"data_sources[{i}].agent",
+                f"{source.key}.agent",
                 f"agent {name!r} cannot continue a sample aborted at a weight update (it has no "
                 "continue_sample: a router-based agent's program has exited by then), which "
                 "rollout.partial=true needs; set rollout.partial=false (async runs without "
@@ -205,17 +293,8 @@ def _check_agents(cfg: DictConfig, registries: Registries) -> None:
             )
 
 
-def _algorithm_rules(cfg: DictConfig, registries: Registries) -> None:
-    """Cross-field algorithm rules live with the algorithms (M2PO vs IS correction, ...)."""
-    try:
-        module = importlib.import_module("loongsage.algorithms.validate")
-    except ModuleNotFoundError:
-        return
-    module.validate_algorithm(cfg.algorithm, registries)
-
-
-def validate_config(cfg: DictConfig, registries: Registries) -> DictConfig:
-    """Return the typed, resolved config or raise ``ConfigError``/``UnknownPluginError``."""
+def validate_config(cfg: DictConfig, registries: Registries) -> RunConfig:
+    """Return the typed config with its plugins resolved, or raise ``ConfigError``/``UnknownPluginError``."""
     cfg = _typed(cfg)
     missing = _missing_keys(cfg)
     for i, source in enumerate(cfg.data_sources):
@@ -224,11 +303,11 @@ def validate_config(cfg: DictConfig, registries: Registries) -> DictConfig:
         raise ConfigError(missing[0], f"required value missing (all missing: {', '.join(missing)})")
     _check_fields(cfg)
     _check_modes(cfg)
+    _check_unbuilt(cfg)
     _check_data_sources(cfg)
-    _resolve_plugins(cfg, registries)
-    _check_agents(cfg, registries)
-    _algorithm_rules(cfg, registries)
-    return cfg
+    run = _resolve_plugins(cfg, registries)
+    _check_agents(cfg, run.sources)
+    return run
 
 
 def as_container(cfg: DictConfig | ListConfig) -> Any:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from loongsage.controller.lifecycle import save_checkpoint
 from loongsage.errors import LoongSageError
 
 PING_TIMEOUT_S = 30.0
@@ -131,7 +132,7 @@ class FailureGuard:
                 return f"no RL step finished, nothing to checkpoint; {kept}"
             if latest is not None and latest[1]["step"] == done:
                 return f"trainer state through step {done} is in checkpoint {latest[0].name}"
-            self.run.save_checkpoint(done)
+            save_checkpoint(self.run, done)
         except Exception as err:  # the run is failing already: report, do not mask the first error
             return f"saving the trainer's state failed ({type(err).__name__}: {_first_line(err)}); {kept}"
         return (f"trainer state through step {done} saved as checkpoint {run_dir.checkpoint_dir(done).name}: "

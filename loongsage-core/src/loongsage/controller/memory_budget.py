@@ -102,7 +102,7 @@ def row_tokens(cfg: Any, sources: dict, tokenizer: Any) -> int:
             ids = tokenizer.apply_chat_template(source.get(index).messages, tools=tools, tokenize=True,
                                                 add_generation_prompt=True, return_dict=False)
             longest = max(longest, len(ids))
-    turns = max([int(getattr(s.agent_ref.params, "max_turns", 1) or 1) for s in sources.values() if s.agent_ref]
+    turns = max([int(getattr(s.spec.agent.params, "max_turns", 1) or 1) for s in sources.values()]
                 or [1])
     prompt = min(longest, cfg.rollout.max_prompt_tokens)
     return prompt + turns * cfg.rollout.max_new_tokens + (turns - 1) * TOOL_RESULT_TOKENS

@@ -1,29 +1,19 @@
-"""The training loop: generate -> score -> train (advantages, loss) -> sync weights.
+"""The training loop: generate -> score -> train (advantages, loss) -> publish weights.
 
 Reads like slime's train.py on purpose: build the pieces, then loop. Scheduling (which
 groups train in this step) sits behind the scheduler interface, so the asynchronous
-runtime swaps in without touching this loop.
+runtime swaps in without touching this loop; the verbs live in ``verbs.py``, the warm
+start, checkpoints and resume in ``lifecycle.py``, the building in ``build.py``.
 """
 
 from __future__ import annotations
 
-import time
-from contextlib import contextmanager
-from typing import Iterator
-
-from omegaconf import DictConfig
-
+from loongsage.config.validate import RunConfig
 from loongsage.controller.batching import rollout_metrics
+from loongsage.controller.build import build_run
 from loongsage.controller.failures import FailureGuard
-from loongsage.controller.setup import Run, build_run
-from loongsage.registry import Registries
-
-
-@contextmanager
-def timed(metrics: dict, key: str) -> Iterator[None]:
-    start = time.perf_counter()
-    yield
-    metrics[key] = time.perf_counter() - start
+from loongsage.controller.lifecycle import checkpoint_due, resume_or_warm_start, save_checkpoint, save_model, warm_start
+from loongsage.controller.verbs import Run, timed
 
 
 def train_one_step(run: Run, step: int) -> dict[str, float]:
@@ -40,37 +30,37 @@ def train_one_step(run: Run, step: int) -> dict[str, float]:
         if not colocated:  # generation overlapped training; stop it for the weight update
             run.scheduler.pause()
         with timed(metrics, "timing/weight_sync"):
-            version = run.sync_weights()
-        run.scheduler.on_weights_updated(version)
+            metrics.update(run.publish_weights())
     metrics.update(rollout_metrics(groups))
+    metrics.update(run.rollout.reward_metrics())
     metrics.update(run.scheduler.metrics())
     run.record(step, metrics, groups)
     return metrics
 
 
-def run_training(cfg: DictConfig, registries: Registries) -> str:
-    """Train per ``cfg``; return the run directory."""
-    with build_run(cfg, registries) as run:
+def run_training(spec: RunConfig) -> str:
+    """Train per ``spec``; return the run directory."""
+    with build_run(spec) as run:
         print(f"run directory: {run.run_dir.path}", flush=True)
-        first_step = run.resume_or_warm_start()
+        first_step = resume_or_warm_start(run)
         with FailureGuard(run) as guard:
-            for step in run.progress(range(first_step, cfg.trainer.steps)):
+            for step in run.progress(range(first_step, run.cfg.trainer.steps)):
                 guard.begin(step)
                 train_one_step(run, step)
-                if run.checkpoint_due(step):
-                    run.save_checkpoint(step)
-        if run.eval_due(cfg.trainer.steps):
-            run.record(cfg.trainer.steps, run.evaluate(), [])
+                if checkpoint_due(run, step):
+                    save_checkpoint(run, step)
+        if run.eval_due(run.cfg.trainer.steps):
+            run.record(run.cfg.trainer.steps, run.evaluate(), [])
         print(run.memory.summary_line(), flush=True)
         return str(run.run_dir.path)
 
 
-def run_sft_only(cfg: DictConfig, registries: Registries) -> str:
+def run_sft_only(spec: RunConfig) -> str:
     """Run only the supervised warm start and save the result."""
-    with build_run(cfg, registries, rollout=False) as run:
+    with build_run(spec, rollout=False) as run:
         print(f"run directory: {run.run_dir.path}", flush=True)
-        run.warm_start()
+        warm_start(run)
         folder = run.run_dir.path / "sft_model"
-        run.save_model(str(folder))
+        save_model(run, str(folder))
         print(f"warm-started model: {folder} (use it as model.path)", flush=True)
         return str(folder)

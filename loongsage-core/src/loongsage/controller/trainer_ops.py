@@ -17,7 +17,6 @@ def train_on_rollout(
     rewards: torch.Tensor,
     group_index: torch.Tensor,
     objective: Objective,
-    algorithm_cfg: dict,
     mini_batches: int,
 ) -> dict[str, float]:
     """pi_old (and reference) logprobs at step start, advantages, then the optimizer steps.
@@ -32,7 +31,7 @@ def train_on_rollout(
         rewards,
         group_index,
         batch.loss_mask,
-        algorithm_cfg,
+        objective.spec,
         old_logprobs=batch.extras["old_logprobs"],
         ref_logprobs=batch.extras.get("ref_logprobs"),
     )

@@ -86,7 +86,7 @@ class WeightSync:
                 f"weight version {version} was not applied by {sorted(self.last['failed'])}: "
                 f"{self.last['failed']}; those engines still serve their previous version"
             )
-        return {"perf/weight_sync_gb": self.last["bytes"] / 1e9}
+        return {"perf/weight_sync_gb": self.last["bytes"] / 1e9, "perf/weight_sync_s": self.last["seconds"]}
 
     def close(self) -> None:
         """Close every endpoint that is still reachable (an actor may have died)."""

@@ -1,66 +1,158 @@
-"""Data sources: build each ``data_sources[i]`` entry's dataset, reward and agent by name.
+"""Data sources: each ``data_sources[i]`` entry built from the plugins it names, resolved once.
 
-A ``DataSource`` bundles what one entry of the config names: the dataset (built as
-``cls(params, seed)``), the reward (``reward(text, ground_truth, params, **context)``),
-the agent (built as ``cls(params, tokenizer)``), an optional sandbox and teacher, filters,
-and per-source sampling overrides. Every name is looked up in the registries with the
-config key in the error (``data_sources[1].reward.name``), and every parameter mapping is
-validated against the plugin's parameter dataclass.
+Config validation turns every entry into a ``SourceSpec``: its settings plus every plugin it
+names resolved once (dataset, agent, reward, sandbox, filters: ``loongsage.registry.PluginRef``s
+with typed parameters); this module builds them and nothing here looks a name up again. A ``DataSource`` bundles the
+built dataset (``cls(params, seed)``), the reward (``reward(text, ground_truth, params,
+**context)``), the agent (``cls(params, context)``), the source's sandbox, filters and
+per-source sampling overrides.
+
+The source's sandbox (``data_sources[i].sandbox``) is the one its agent and its reward get:
+both receive it in their ``SourceContext`` / reward context as a ``SandboxFactory``, so a
+sandbox backend from a config-local ``plugins:`` module is as reachable as a built-in one.
 
 ``DataSource.get(index)`` is what the mixer reads: the dataset's prompt, stamped with the
 source's name and index, with the source's ``system_prompt`` (when set) as the first
 message, replacing a system message the dataset supplied.
+
+``RewardCall`` is the one scoring function: the reward bound to the source's sandbox,
+picklable, so a run scores in worker processes under the reward's deadline
+(``loongsage.data.scoring``) and ``DataSource.score`` runs the same call in-process. Reading
+the dataset runs in-process within the time budgets of the ``budgets`` section: building it
+(``dataset_load_s``) and each ``get`` (``dataset_get_s``); a stalled reader stops the run
+with an error naming it (``loongsage.deadline.budget``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
-
-from omegaconf import DictConfig, OmegaConf
+from typing import Any, Mapping
 
 from loongsage.data.types import Prompt
+from loongsage.deadline.budget import UNLIMITED, Budget
 from loongsage.errors import ConfigError
-from loongsage.registry import Registries, RegistryEntry
+from loongsage.registry import PluginRef, Registries
 
 
-@dataclass
-class PluginRef:
-    """A resolved reference: the registry entry and its validated parameters."""
+@dataclass(frozen=True)
+class SourceSpec:
+    """One validated ``data_sources[i]`` entry: its settings and its plugins, resolved."""
 
-    entry: RegistryEntry
-    params: Any
+    index: int
+    name: str
+    weight: float
+    dataset: PluginRef
+    agent: PluginRef
+    reward: PluginRef
+    sandbox: PluginRef | None = None
+    filters: tuple[PluginRef, ...] = ()
+    teacher: str | None = None
+    sampling: Mapping[str, Any] = field(default_factory=dict)
+    system_prompt: str | None = None
+    load_budget: Budget = UNLIMITED  # building the dataset (budgets.dataset_load_s)
+    get_budget: Budget = UNLIMITED  # one dataset.get (budgets.dataset_get_s)
 
     @property
-    def name(self) -> str:
-        return self.entry.name
+    def key(self) -> str:
+        return f"data_sources[{self.index}]"
+
+
+@dataclass(frozen=True)
+class SandboxFactory:
+    """Builds (unstarted) sandboxes of a source's ``sandbox`` backend with its parameters.
+
+    Use as ``async with factory(files={...}) as sandbox``; picklable, so it reaches reward
+    worker processes.
+    """
+
+    ref: PluginRef
+
+    def __call__(self, *, files: Mapping[str, bytes | str] | None = None, untrusted: bool = True) -> Any:
+        return self.ref.obj(self.ref.params, files=files, untrusted=untrusted, key=self.ref.key)
+
+
+@dataclass(frozen=True)
+class RewardCall:
+    """A source's reward bound to the source's sandbox: the one scoring function.
+
+    ``call(text, ground_truth, **context)`` runs ``reward(text, ground_truth, params,
+    **context, sandbox=...)`` and returns its result as a dict with a float ``score`` (a bare
+    number becomes ``{"score": x}``). Picklable (a ``PluginRef`` and a ``SandboxFactory``), so
+    it is what a reward worker process runs (``loongsage.data.scoring``).
+    """
+
+    reward: PluginRef
+    sandbox: SandboxFactory | None
+    source: str
+
+    def __call__(self, text: str, ground_truth: Any, **context: Any) -> dict[str, Any]:
+        result = self.reward.obj(text, ground_truth, self.reward.params, **context, sandbox=self.sandbox)
+        if isinstance(result, Mapping):
+            if "score" not in result:
+                raise ValueError(f"reward of source {self.source!r} returned a dict without 'score': "
+                                 f"{result!r}")
+            return {**result, "score": float(result["score"])}
+        return {"score": float(result)}
+
+
+@dataclass(frozen=True)
+class SourceContext:
+    """What a data source lends the agent it builds: tokenizer, sandbox, registries, its key."""
+
+    source: str
+    key: str  # "data_sources[i]", for errors
+    tokenizer: Any
+    registries: Registries
+    sandbox: SandboxFactory | None = None
+
+    def require_sandbox(self, who: str) -> SandboxFactory:
+        """The source's sandbox, or a ``ConfigError`` saying ``who`` needs one."""
+        if self.sandbox is None:
+            raise ConfigError(f"{self.key}.sandbox", f"{who} runs commands in a sandbox: name one, "
+                              "e.g. sandbox: {type: bwrap}")
+        return self.sandbox
 
 
 @dataclass
 class DataSource:
     """One data source, built: prompts, scoring, agent loop and sampling overrides."""
 
-    name: str
-    weight: float
+    spec: SourceSpec
     dataset: Any  # has get(index) -> Prompt, and __len__ unless infinite
-    reward: Callable[..., Any]
-    reward_params: Any
     agent: Any = None  # built agent; None when built without a tokenizer
-    agent_ref: PluginRef | None = None
-    sandbox: PluginRef | None = None
-    teacher: str | None = None
-    filters: list[PluginRef] = field(default_factory=list)
-    sampling: dict[str, Any] = field(default_factory=dict)
-    system_prompt: str | None = None
+    sandbox: SandboxFactory | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def weight(self) -> float:
+        return self.spec.weight
+
+    @property
+    def system_prompt(self) -> str | None:
+        return self.spec.system_prompt
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        return dict(self.spec.sampling)
+
+    @property
+    def reward_call(self) -> RewardCall:
+        """The source's reward with its sandbox, ready to run here or in a worker process."""
+        return RewardCall(self.spec.reward, self.sandbox, self.name)
 
     def size(self) -> int | None:
         """Number of prompts in one epoch, or ``None`` for an infinite dataset."""
         return len(self.dataset) if hasattr(self.dataset, "__len__") else None
 
     def get(self, index: int) -> Prompt:
-        """Prompt ``index`` of the dataset, stamped with this source."""
-        prompt = self.dataset.get(index)
+        """Prompt ``index`` of the dataset, stamped with this source (within ``spec.get_budget``)."""
+        what = f"{self.spec.key}.dataset: dataset '{self.spec.dataset.name}' get({index})"
+        prompt = self.spec.get_budget.run(what, self.dataset.get, index)
         messages = list(prompt.messages)
         if self.system_prompt:
             if messages and messages[0].get("role") == "system":
@@ -73,102 +165,45 @@ class DataSource:
         offered = getattr(self.agent, "tool_schemas", None)
         return list(offered()) if offered is not None else []
 
-    def tool_parser(self) -> str:
-        """The tool parser this source's agent reads tool calls with (``hermes`` by default)."""
-        settings = getattr(self.agent, "router_settings", None)
-        return settings().tool_parser if settings is not None else "hermes"
-
     def score(self, text: str, ground_truth: Any, **context: Any) -> dict[str, Any]:
-        """The reward as a dict with a float ``score`` (a bare float becomes ``{"score": x}``)."""
-        result = self.reward(text, ground_truth, self.reward_params, **context)
-        if isinstance(result, Mapping):
-            if "score" not in result:
-                raise ValueError(f"reward of source {self.name!r} returned a dict without 'score': {result!r}")
-            return {**result, "score": float(result["score"])}
-        return {"score": float(result)}
-
-    @property
-    def runtime(self) -> Any:
-        """What the rollout manager needs (``loongsage.controller.rollout.SourceRuntime``)."""
-        if self.agent is None:
-            raise RuntimeError(f"data source {self.name!r} was built without a tokenizer, so it has no agent")
-        from loongsage.controller.rollout import SourceRuntime
-
-        return SourceRuntime(self.name, self.agent, self.reward, self.reward_params, dict(self.sampling))
+        """The reward's result for one response, computed here (``RewardCall``)."""
+        return self.reward_call(text, ground_truth, **context)
 
 
-def _plain(node: Any) -> Any:
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
-
-
-def resolve_ref(
-    node: Any, kind: str, key: str, registries: Registries, name_field: str = "name"
-) -> PluginRef:
-    """Look up ``node`` (a bare name or ``{name_field: NAME, **params}``) in the ``kind`` registry."""
-    node = _plain(node)
-    if isinstance(node, str):
-        node = {name_field: node}
-    if not isinstance(node, Mapping) or name_field not in node:
-        raise ConfigError(key, f"expected a {kind} name or a mapping with '{name_field}', got {node!r}")
-    values = dict(node)
-    name = values.pop(name_field)
-    entry = registries[kind].entry(name, f"{key}.{name_field}")
-    return PluginRef(entry, entry.build_params(values, key))
-
-
-def build_source(
-    spec: Any, index: int, registries: Registries, seed: int = 0, tokenizer: Any = None
-) -> DataSource:
-    """Build ``data_sources[index]`` from its config mapping."""
-    key = f"data_sources[{index}]"
-    spec = _plain(spec)
-    if not isinstance(spec, Mapping):
-        raise ConfigError(key, f"expected a mapping, got {spec!r}")
-    for required in ("name", "dataset", "reward"):
-        if spec.get(required) in (None, "???"):
-            raise ConfigError(f"{key}.{required}", "required value missing")
-    dataset_ref = resolve_ref(spec["dataset"], "dataset", f"{key}.dataset", registries, "format")
-    reward_ref = resolve_ref(spec["reward"], "reward", f"{key}.reward", registries)
-    agent_ref = resolve_ref(spec.get("agent") or "single_turn", "agent", f"{key}.agent", registries)
-    sandbox = spec.get("sandbox")
-    sandbox_ref = resolve_ref(sandbox, "sandbox", f"{key}.sandbox", registries, "type") if sandbox else None
-    filters = [
-        resolve_ref(f, "data_filter", f"{key}.filters[{j}]", registries)
-        for j, f in enumerate(spec.get("filters") or [])
-    ]
+def check_reward(call: RewardCall) -> None:
+    """A ``ConfigError`` now, rather than on every sample, if the reward cannot be called or
+    cannot travel to a reward worker process."""
+    ref = call.reward
+    if not callable(ref.obj):
+        raise ConfigError(ref.key, f"reward '{ref.name}' of '{ref.entry.distribution}' is a "
+                          f"{type(ref.obj).__name__}, not a callable")
     try:
-        dataset = dataset_ref.entry.obj(dataset_ref.params, seed)
+        pickle.dumps(call)
+    except Exception as err:  # noqa: BLE001 - any pickling failure: say what to change
+        raise ConfigError(ref.key, f"reward '{ref.name}' of '{ref.entry.distribution}' cannot be sent "
+                          f"to a reward worker process ({type(err).__name__}: {err}); register a "
+                          "module-level function or class and picklable parameters") from None
+
+
+def build_source(spec: SourceSpec, registries: Registries, seed: int = 0, tokenizer: Any = None) -> DataSource:
+    """Build one data source from its ``spec`` (the agent only when a ``tokenizer`` is given)."""
+    what = f"{spec.key}.dataset: dataset '{spec.dataset.name}' building its prompts"
+    try:
+        dataset = spec.load_budget.run(what, spec.dataset.obj, spec.dataset.params, seed)
     except ConfigError as err:  # the dataset names its own field; prefix the source's key
-        raise ConfigError(f"{key}.{err.key}", err.problem) from None
+        raise ConfigError(f"{spec.key}.{err.key}", err.problem) from None
     except (OSError, ValueError) as err:  # missing file, bad record: the message names them
-        raise ConfigError(f"{key}.dataset", str(err)) from err
-    agent = agent_ref.entry.obj(agent_ref.params, tokenizer) if tokenizer is not None else None
-    return DataSource(
-        name=str(spec["name"]),
-        weight=spec.get("weight", 1.0),
-        dataset=dataset,
-        reward=reward_ref.entry.obj,
-        reward_params=reward_ref.params,
-        agent=agent,
-        agent_ref=agent_ref,
-        sandbox=sandbox_ref,
-        teacher=spec.get("teacher"),
-        filters=filters,
-        sampling=dict(spec.get("sampling") or {}),
-        system_prompt=spec.get("system_prompt"),
-    )
+        raise ConfigError(f"{spec.key}.dataset", str(err)) from err
+    sandbox = SandboxFactory(spec.sandbox) if spec.sandbox is not None else None
+    check_reward(RewardCall(spec.reward, sandbox, spec.name))
+    agent = None
+    if tokenizer is not None:
+        context = SourceContext(spec.name, spec.key, tokenizer, registries, sandbox)
+        agent = spec.agent.obj(spec.agent.params, context)
+    return DataSource(spec, dataset, agent, sandbox)
 
 
-def build_sources(cfg: Any, registries: Registries, tokenizer: Any = None) -> dict[str, DataSource]:
-    """Build every ``cfg.data_sources`` entry, keyed by source name, in config order."""
-    specs = cfg["data_sources"] if "data_sources" in cfg else None
-    if not specs:
-        raise ConfigError("data_sources", "at least one data source is required")
-    seed = int(cfg["trainer"]["seed"]) if "trainer" in cfg else 0
-    sources: dict[str, DataSource] = {}
-    for i, spec in enumerate(specs):
-        source = build_source(spec, i, registries, seed, tokenizer)
-        if source.name in sources:
-            raise ConfigError(f"data_sources[{i}].name", f"duplicate data source name {source.name!r}")
-        sources[source.name] = source
-    return sources
+def build_sources(specs: tuple[SourceSpec, ...], registries: Registries, seed: int = 0,
+                  tokenizer: Any = None) -> dict[str, DataSource]:
+    """Build every data source, keyed by name, in config order."""
+    return {spec.name: build_source(spec, registries, seed, tokenizer) for spec in specs}

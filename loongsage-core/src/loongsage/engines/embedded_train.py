@@ -24,11 +24,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from loongsage.config.schema import ModelConfig, TrainConfig
+from loongsage.schema import ModelConfig, TrainConfig
 from loongsage.engines.batch import LossContext, TrainBatch
 from loongsage.engines.embedded_train_logprobs import token_logprobs
 from loongsage.engines.embedded_train_state import load_train_state, save_train_state
-from loongsage.errors import ConfigError
+from loongsage.errors import ConfigError, NonFiniteLossError
 
 LossFn = Callable[[LossContext], Any]
 
@@ -244,29 +244,41 @@ class EmbeddedTrainEngine:
             ctx = LossContext(device_micro, logprobs, entropy, num_tokens, num_seqs)
             out = loss_fn(ctx)
             loss, extra = out if isinstance(out, tuple) else (out, {})
+            part = {key if "/" in key else f"train/{key}": float(value) for key, value in extra.items()}
+            loss_value = float(loss.detach())
+            if not math.isfinite(loss_value):
+                self._refuse_non_finite("loss", {"train/loss": loss_value, **part})
             loss.backward()
-            loss_total += float(loss.detach())
-            for key, value in extra.items():
-                name = key if "/" in key else f"train/{key}"
-                metrics[name] = metrics.get(name, 0.0) + float(value)
+            loss_total += loss_value
+            for name, value in part.items():
+                metrics[name] = metrics.get(name, 0.0) + value
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        clip = self.train_cfg.grad_clip if self.train_cfg.grad_clip > 0 else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
-        skipped = not math.isfinite(grad_norm)
-        if skipped:
-            self.optimizer.zero_grad(set_to_none=True)
-        else:
-            self.optimizer.step()
-            self.weight_version += 1
+        total_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+        grad_norm = float(total_norm)
+        if not math.isfinite(grad_norm):
+            self._refuse_non_finite("gradient", {"train/grad_norm": grad_norm, **metrics})
+        if self.train_cfg.grad_clip > 0:
+            torch.nn.utils.clip_grads_with_norm_(params, self.train_cfg.grad_clip, total_norm)
+        self.optimizer.step()
+        self.weight_version += 1
         self.optimizer.zero_grad(set_to_none=True)
         metrics.update({
             "train/loss": loss_total,
             "train/grad_norm": grad_norm,
             "train/lr": float(self.optimizer.param_groups[0]["lr"]),
-            "train/skipped_steps": float(skipped),
             "train/num_tokens": num_tokens,
         })
         return metrics
+
+    def _refuse_non_finite(self, what: str, values: dict[str, float]) -> None:
+        """Raise ``NonFiniteLossError`` naming the non-finite terms and parameter gradients."""
+        bad = {name: value for name, value in values.items() if not math.isfinite(value)}
+        bad.update({
+            f"grad[{name}]": float(p.grad.norm()) for name, p in self.model.named_parameters()
+            if p.grad is not None and not torch.isfinite(p.grad).all()
+        })
+        self.optimizer.zero_grad(set_to_none=True)
+        raise NonFiniteLossError(what, bad, self.weight_version + 1)
 
     # weights out -----------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """The asynchronous scheduler: rollouts run on an event loop while the trainer trains.
 
-``AsyncScheduler`` owns a private asyncio event loop on a daemon thread. Rollout calls
+``AsyncScheduler`` runs on the run's rollout event loop (``EventLoopThread``, shared with
+the rollout manager; a scheduler built without one starts and owns its own). Rollout calls
 run there concurrently, up to the window policy's dispatch gate; the controller's thread
 only blocks in ``next_batch`` (until a batch satisfying the gates, the staleness guard
 and the per-source quotas is ready) and in the weight-update calls. All bookkeeping is
@@ -34,12 +35,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Mapping, Optional, Protocol, Union
 
 from loongsage.data.types import Group, Prompt
+from loongsage.runtime.event_loop import EventLoopThread
 from loongsage.runtime.metrics import batch_metrics
 from loongsage.runtime.pipeline import Pipeline, Ticket
 from loongsage.runtime.window import WindowPolicy
@@ -76,6 +77,7 @@ class AsyncScheduler:
         partial: bool = False,
         abort_inflight: Optional[Callable[[], Union[Awaitable[None], None]]] = None,
         version: int = 0,
+        loop: Optional[EventLoopThread] = None,
     ) -> None:
         if partial and abort_inflight is None:
             raise ValueError(
@@ -103,9 +105,9 @@ class AsyncScheduler:
         self._idle_since: Optional[float] = None
         self._idle_total = 0.0
         self._metrics: dict[str, float] = {}
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="loongsage-scheduler", daemon=True)
-        self._thread.start()
+        self._owns_loop = loop is None
+        self._loop_thread = loop if loop is not None else EventLoopThread("loongsage-scheduler")
+        self._loop = self._loop_thread.loop
 
     # ------------------------------------------------------------ public API
     @property
@@ -166,11 +168,10 @@ class AsyncScheduler:
         if self._closed:
             return
         self._closed = True
-        if self._thread.is_alive():
-            asyncio.run_coroutine_threadsafe(self._cancel_all(), self._loop).result()
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
-        self._loop.close()
+        if not self._loop_thread.closed:
+            self._loop_thread.run(self._cancel_all())
+            if self._owns_loop:
+                self._loop_thread.close()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
@@ -178,7 +179,7 @@ class AsyncScheduler:
     def _call(self, coro: Awaitable[Any]) -> Any:
         if self._closed:
             raise RuntimeError("AsyncScheduler is closed")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        return self._loop_thread.run(coro)
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:

@@ -8,9 +8,11 @@ picks one without changing the loop.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Protocol
+from typing import Any, Optional, Protocol
 
 from loongsage.data.types import Group
+from loongsage.registry import PluginRef
+from loongsage.runtime.event_loop import EventLoopThread
 from loongsage.runtime.window import WindowPolicy
 
 
@@ -26,54 +28,32 @@ class Scheduler(Protocol):
     def close(self) -> None: ...
 
 
-def build_window_policy(ref: Any, registries: Optional[Any] = None) -> WindowPolicy:
-    """Instantiate ``async.window_policy`` (a name, or ``{name: ..., **params}``).
-
-    Parameters are validated by the policy's registered dataclass; errors name the key.
-    """
-    if registries is None:
-        from loongsage.plugins import get_registries
-
-        registries = get_registries()
-    values = {"name": ref} if isinstance(ref, str) else dict(_plain(ref))
-    if "name" not in values:
-        raise ValueError(f"async.window_policy: expected a name or a mapping with 'name', got {ref!r}")
-    name = values.pop("name")
-    entry = registries.window_policy.entry(name, "async.window_policy.name")
-    params = entry.build_params(values, "async.window_policy")
-    policy = entry.obj(params)
+def build_window_policy(ref: PluginRef) -> WindowPolicy:
+    """Build the window policy ``async.window_policy`` resolved to (its params typed already)."""
+    policy = ref.obj(ref.params)
     if not isinstance(policy, WindowPolicy):
         raise TypeError(
-            f"async.window_policy: '{name}' from '{entry.distribution}' built a "
+            f"{ref.key}: '{ref.name}' from '{ref.entry.distribution}' built a "
             f"{type(policy).__name__}, expected a subclass of loongsage.runtime.window.WindowPolicy"
         )
     return policy
 
 
-def _plain(ref: Any) -> Mapping[str, Any]:
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(ref, DictConfig):
-            return OmegaConf.to_container(ref, resolve=True)
-    except ImportError:  # pragma: no cover - omegaconf is a core dependency
-        pass
-    return ref
-
-
 def async_scheduler_from_config(
     cfg: Any,
+    window_policy: PluginRef,
     *,
     prompt_source: Any,
     rollout_group: Any,
     abort_inflight: Any = None,
-    registries: Optional[Any] = None,
     version: int = 0,
+    loop: Optional[EventLoopThread] = None,
 ) -> Any:
     """Build the ``AsyncScheduler`` a validated config asks for.
 
-    Reads ``async.window_policy``, ``async.stale_steps``, ``rollout.prompts_per_step``,
-    ``rollout.oversample_groups`` and ``rollout.partial``; per-source quotas come from
+    Builds ``window_policy`` (the resolved ``async.window_policy``); reads
+    ``async.stale_steps``, ``rollout.prompts_per_step``, ``rollout.oversample_groups`` and
+    ``rollout.partial``; per-source quotas come from
     ``prompt_source.quotas`` when it has them (``BatchedPromptSource``). Without
     ``async.enable`` (colocated + partial rollout) the window is synchronous, ``S = 0``:
     ``async.stale_steps`` (default 1) would otherwise double what each rollout phase
@@ -83,7 +63,7 @@ def async_scheduler_from_config(
 
     section = cfg["async"]
     return AsyncScheduler(
-        build_window_policy(section.window_policy, registries),
+        build_window_policy(window_policy),
         prompt_source,
         rollout_group,
         cfg.rollout.prompts_per_step,
@@ -93,4 +73,5 @@ def async_scheduler_from_config(
         partial=cfg.rollout.partial,
         abort_inflight=abort_inflight,
         version=version,
+        loop=loop,
     )

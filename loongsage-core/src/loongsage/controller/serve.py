@@ -14,6 +14,8 @@ import threading
 from typing import Any, TextIO
 
 from loongsage.agentflow.server import Router
+from loongsage.agentflow.settings import RouterSettings
+from loongsage.config.validate import RunConfig
 
 
 def describe(router: Router, example: str = "demo") -> str:
@@ -30,12 +32,21 @@ def describe(router: Router, example: str = "demo") -> str:
     ])
 
 
-def serve(cfg: Any, engine_urls: list[str], *, block: bool = True, out: TextIO = sys.stdout,
+def serve(run: RunConfig, engine_urls: list[str], *, block: bool = True, out: TextIO = sys.stdout,
           **settings: Any) -> Router:
-    """Start a router for ``cfg`` over ``engine_urls`` that opens trajectories on first use and
-    accepts any model name; print its endpoints; block until interrupted unless ``block=False``."""
+    """Start a router for ``run`` (its ``agentflow`` section, the model's tokenizer) over
+    ``engine_urls`` that opens trajectories on first use and accepts any model name; print its
+    endpoints; block until interrupted unless ``block=False``."""
+    from transformers import AutoTokenizer
+
+    from loongsage.engines.client import EngineClient
+
+    model = run.cfg.model
+    tokenizer = AutoTokenizer.from_pretrained(model.tokenizer_path or model.path,
+                                              trust_remote_code=model.trust_remote_code)
     options = {"auto_create_trajectories": True, "accept_any_model": True, **settings}
-    router = Router.from_config(cfg, engine_urls, **options)
+    router_settings = RouterSettings.from_config(run.cfg.agentflow, **options)
+    router = Router([EngineClient(u) for u in engine_urls], tokenizer, run.registries, router_settings)
     router.start()
     print(describe(router), file=out, flush=True)
     if block:
@@ -71,13 +82,13 @@ def run_serve(config_name: str, overrides: list[str], config_dir: str | None = N
     from loongsage.config.compose import load_config
     from loongsage.models.resolve import resolve_model_path
 
-    cfg, _ = load_config(config_name, overrides, config_dir)
-    cfg.model.path = str(resolve_model_path(cfg.model.path))
-    engines = [] if engine_urls else start_embedded_engines(cfg)
+    run = load_config(config_name, overrides, config_dir)
+    run.cfg.model.path = str(resolve_model_path(run.cfg.model.path))
+    engines = [] if engine_urls else start_embedded_engines(run.cfg)
     urls = list(engine_urls or [e.url for e in engines])
     print(f"engines: {', '.join(urls)}", file=out, flush=True)
     try:
-        router = serve(cfg, urls, block=block, out=out)
+        router = serve(run, urls, block=block, out=out)
     finally:
         if block:
             for engine in engines:

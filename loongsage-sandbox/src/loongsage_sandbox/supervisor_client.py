@@ -1,8 +1,8 @@
-"""Host side of the in-sandbox agent: start it, send one request at a time, always clean up.
+"""Host side of the in-sandbox supervisor: start it, send one request at a time, always clean up.
 
-``AgentSandbox`` is the shared base of the ``process``, ``bwrap`` and ``docker`` backends;
-each only says how to launch ``agent.py`` (``_launch_argv``) and where its work dir is. The
-agent process is started in a new session so that closing the sandbox can kill its whole
+``SupervisedSandbox`` is the shared base of the ``process``, ``bwrap`` and ``docker`` backends;
+each only says how to launch ``supervisor.py`` (``_launch_argv``) and where its work dir is. The
+supervisor process is started in a new session so that closing the sandbox can kill its whole
 process group; a reply that does not arrive within the exec timeout plus a grace period
 means the supervisor is gone, and the sandbox is torn down and reported as crashed.
 """
@@ -22,29 +22,29 @@ from loongsage_sandbox import leftovers
 from loongsage_sandbox.base import ExecResult, FileEntry, Sandbox
 from loongsage_sandbox.errors import SandboxCrashedError, SandboxError
 
-AGENT_SOURCE = Path(__file__).with_name("agent.py")
+SUPERVISOR_SOURCE = Path(__file__).with_name("supervisor.py")
 GRACE_S = 10.0  # on top of an exec's own timeout before the supervisor counts as hung
-_LIVE: "set[AgentSandbox]" = set()  # strong refs: an unclosed sandbox must still be found at exit
+_LIVE: "set[SupervisedSandbox]" = set()  # strong refs: an unclosed sandbox must still be found at exit
 
 
-class AgentSandbox(Sandbox):
-    """A sandbox whose commands run under ``agent.py`` inside some isolation boundary."""
+class SupervisedSandbox(Sandbox):
+    """A sandbox whose commands run under ``supervisor.py`` inside some isolation boundary."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
         self.state: leftovers.StateDir | None = None
-        self.agent_pid: int | None = None  # pid inside the sandbox (its own namespace)
+        self.supervisor_pid: int | None = None  # pid inside the sandbox (its own namespace)
 
     # -- what each backend provides ------------------------------------------------
-    def _launch_argv(self, agent_config: dict[str, Any]) -> list[str]:
+    def _launch_argv(self, supervisor_config: dict[str, Any]) -> list[str]:
         raise NotImplementedError
 
     def _launch_kwargs(self) -> dict[str, Any]:
         return {}
 
-    def _agent_config(self) -> dict[str, Any]:
+    def _supervisor_config(self) -> dict[str, Any]:
         p = self.params
         return {
             "limits": p.rlimits(),
@@ -65,7 +65,7 @@ class AgentSandbox(Sandbox):
     async def _start(self) -> None:
         leftovers.cleanup_once()
         self.state = leftovers.StateDir.create(self.backend)
-        argv = self._launch_argv(self._agent_config())
+        argv = self._launch_argv(self._supervisor_config())
         env = self._launch_env()
         kwargs = self._launch_kwargs()
         self._proc = await asyncio.create_subprocess_exec(
@@ -76,7 +76,7 @@ class AgentSandbox(Sandbox):
             os.close(fd)
         _LIVE.add(self)
         hello = await self._read_reply(30.0, "starting")
-        self.agent_pid = hello.get("pid")
+        self.supervisor_pid = hello.get("pid")
 
     async def _close(self) -> None:
         """Ask the supervisor to shut down, then kill and reap it whatever happened; a close that
@@ -213,7 +213,7 @@ def _close_all_at_exit() -> None:
         sb.state.remove()
 
 
-def _kill_everything(sandboxes: list[AgentSandbox]) -> None:
+def _kill_everything(sandboxes: list[SupervisedSandbox]) -> None:
     """Kill supervisors and every process tagged with their ids (children in their own sessions)."""
     for sb in sandboxes:
         sb._kill_group()

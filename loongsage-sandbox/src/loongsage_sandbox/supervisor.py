@@ -17,11 +17,11 @@ size) because it is shipped into the sandbox as a single file. Requests (binary 
 
 Answers are ``{"ok": true, ...}`` or ``{"ok": false, "error": kind, "message": text}``.
 
-Containment notes. With ``pidns`` (bwrap, docker: the agent shares a private PID namespace
+Containment notes. With ``pidns`` (bwrap, docker: the supervisor shares a private PID namespace
 with everything it starts) a timeout or reset kills *every* other process in the namespace
 with ``kill(-1, SIGKILL)``, so double-forked or ``setsid`` children cannot survive. Without
 it (``process``) only the command's process group is killed: not a security boundary. The
-agent makes itself non-dumpable so code of the same uid cannot ptrace it or open its
+supervisor makes itself non-dumpable so code of the same uid cannot ptrace it or open its
 protocol pipes through ``/proc``. Paths are resolved component by component with
 ``O_NOFOLLOW`` relative to the work directory, so ``..`` and symlinks cannot leave it.
 """
@@ -41,8 +41,8 @@ import time
 CHUNK = 65536
 
 
-class AgentError(Exception):
-    """A request the agent refuses; ``kind`` is a stable machine-readable label."""
+class SupervisorError(Exception):
+    """A request the supervisor refuses; ``kind`` is a stable machine-readable label."""
 
     def __init__(self, kind, message):
         super().__init__(message)
@@ -62,12 +62,12 @@ def _make_undumpable():
 def split_path(path):
     """Split a relative sandbox path into components, refusing anything that could leave."""
     if not isinstance(path, str) or "\x00" in path:
-        raise AgentError("bad_path", "path must be a string without NUL bytes")
+        raise SupervisorError("bad_path", "path must be a string without NUL bytes")
     if path.startswith("/"):
-        raise AgentError("path_escape", "path %r is absolute; paths are relative to the work dir" % path)
+        raise SupervisorError("path_escape", "path %r is absolute; paths are relative to the work dir" % path)
     parts = [p for p in path.split("/") if p not in ("", ".")]
     if any(p == ".." for p in parts):
-        raise AgentError("path_escape", "path %r contains '..'" % path)
+        raise SupervisorError("path_escape", "path %r contains '..'" % path)
     return parts
 
 
@@ -97,13 +97,13 @@ def _path_error(err, part):
     import errno
 
     if err.errno in (errno.ELOOP, errno.ENOTDIR):
-        return AgentError("path_escape", "%r is a symlink or not a directory; symlinks are not followed" % part)
+        return SupervisorError("path_escape", "%r is a symlink or not a directory; symlinks are not followed" % part)
     if err.errno == errno.ENOENT:
-        return AgentError("not_found", "%r does not exist" % part)
-    return AgentError("os_error", "%s: %s" % (part, err.strerror))
+        return SupervisorError("not_found", "%r does not exist" % part)
+    return SupervisorError("os_error", "%s: %s" % (part, err.strerror))
 
 
-class Agent:
+class Supervisor:
     def __init__(self, config):
         self.workdir = config["workdir"]
         self.limits = config.get("limits", {})
@@ -214,7 +214,7 @@ class Agent:
     def exec(self, req):
         argv = req.get("argv")
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-            raise AgentError("bad_request", "exec.argv must be a non-empty list of strings")
+            raise SupervisorError("bad_request", "exec.argv must be a non-empty list of strings")
         timeout = float(req.get("timeout") or self.limits.get("timeout_s") or 10.0)
         env = dict(self.base_env)
         env.update(req.get("env") or {})
@@ -227,9 +227,9 @@ class Agent:
                 env=env, preexec_fn=self._child_setup(cwd_fd), close_fds=True,
             )
         except FileNotFoundError:
-            raise AgentError("not_found", "command not found: %s" % argv[0]) from None
+            raise SupervisorError("not_found", "command not found: %s" % argv[0]) from None
         except PermissionError:
-            raise AgentError("permission", "command not executable: %s" % argv[0]) from None
+            raise SupervisorError("permission", "command not executable: %s" % argv[0]) from None
         finally:
             os.close(cwd_fd)
         self.groups.add(proc.pid)
@@ -324,11 +324,11 @@ class Agent:
     def write(self, req):
         parts = split_path(req.get("path", ""))
         if not parts:
-            raise AgentError("bad_path", "write needs a file path")
+            raise SupervisorError("bad_path", "write needs a file path")
         data = base64.b64decode(req.get("data", ""))
         fsize = self.limits.get("max_file_size_bytes")
         if fsize is not None and len(data) > int(fsize):
-            raise AgentError("too_large", "file of %d bytes exceeds the %d-byte file size limit" % (len(data), fsize))
+            raise SupervisorError("too_large", "file of %d bytes exceeds the %d-byte file size limit" % (len(data), fsize))
         dir_fd = open_dir(self.root_fd, parts[:-1], create=True)
         try:
             flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
@@ -341,7 +341,7 @@ class Agent:
                 while view:
                     view = view[os.write(fd, view):]
             except OSError as err:
-                raise AgentError("disk_full" if err.errno == 28 else "os_error", "write %s: %s" % (req["path"], err.strerror)) from None
+                raise SupervisorError("disk_full" if err.errno == 28 else "os_error", "write %s: %s" % (req["path"], err.strerror)) from None
             finally:
                 os.close(fd)
         finally:
@@ -351,7 +351,7 @@ class Agent:
     def read(self, req):
         parts = split_path(req.get("path", ""))
         if not parts:
-            raise AgentError("bad_path", "read needs a file path")
+            raise SupervisorError("bad_path", "read needs a file path")
         max_bytes = int(req.get("max_bytes", 16 << 20))
         dir_fd = open_dir(self.root_fd, parts[:-1])
         try:
@@ -362,9 +362,9 @@ class Agent:
             try:
                 st = os.fstat(fd)
                 if not stat.S_ISREG(st.st_mode):
-                    raise AgentError("not_a_file", "%r is not a regular file" % req["path"])
+                    raise SupervisorError("not_a_file", "%r is not a regular file" % req["path"])
                 if st.st_size > max_bytes:
-                    raise AgentError("too_large", "%r has %d bytes, more than max_bytes=%d" % (req["path"], st.st_size, max_bytes))
+                    raise SupervisorError("too_large", "%r has %d bytes, more than max_bytes=%d" % (req["path"], st.st_size, max_bytes))
                 chunks = []
                 while True:
                     chunk = os.read(fd, CHUNK)
@@ -408,9 +408,9 @@ class Agent:
 
 
 def serve(config, fin, fout):
-    agent = Agent(config)
-    ops = {"exec": agent.exec, "write": agent.write, "read": agent.read,
-           "list": agent.list, "reset": agent.reset}
+    supervisor = Supervisor(config)
+    ops = {"exec": supervisor.exec, "write": supervisor.write, "read": supervisor.read,
+           "list": supervisor.list, "reset": supervisor.reset}
     fout.write(json.dumps({"ok": True, "ready": True, "pid": os.getpid()}) + "\n")
     fout.flush()
     for line in fin:
@@ -421,21 +421,21 @@ def serve(config, fin, fout):
         else:
             op = req.get("op")
             if op == "shutdown":
-                agent.kill_all()
+                supervisor.kill_all()
                 fout.write(json.dumps({"ok": True}) + "\n")
                 fout.flush()
                 return
             try:
                 if op not in ops:
-                    raise AgentError("bad_request", "unknown op %r; expected one of %s" % (op, sorted(ops)))
+                    raise SupervisorError("bad_request", "unknown op %r; expected one of %s" % (op, sorted(ops)))
                 reply = dict(ops[op](req), ok=True)
-            except AgentError as err:
+            except SupervisorError as err:
                 reply = {"ok": False, "error": err.kind, "message": str(err)}
             except OSError as err:
                 reply = {"ok": False, "error": "os_error", "message": str(err)}
         fout.write(json.dumps(reply) + "\n")
         fout.flush()
-    agent.kill_all()  # the host went away: leave nothing behind
+    supervisor.kill_all()  # the host went away: leave nothing behind
 
 
 def main():

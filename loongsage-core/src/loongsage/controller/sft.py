@@ -36,42 +36,45 @@ from loongsage.errors import LoongSageError
 
 @dataclass
 class Demonstration:
-    """A prompt and the turns that should follow it; its assistant turns are the targets."""
+    """A prompt and the turns that should follow it; its assistant turns are the targets.
+
+    ``parser`` (the run's tool parser, ``agentflow.tool_parser``) writes tool calls the chat
+    template leaves out; only demonstrations with tool calls need one.
+    """
 
     messages: list[dict[str, Any]]
     completion: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)
-    tool_parser: str = "hermes"  # writes tool calls the chat template leaves out
+    parser: Any = None
 
 
-def demonstration_of(prompt: Any, tools: list[dict[str, Any]],
-                     tool_parser: str = "hermes") -> Demonstration:
+def demonstration_of(prompt: Any, tools: list[dict[str, Any]], parser: Any = None) -> Demonstration:
     """The demonstration a dataset's prompt carries, or its answer as one assistant turn."""
     completion = prompt.metadata.get("demonstration")
     if not completion:
         answer = prompt.metadata.get("solution") or f"\\boxed{{{prompt.ground_truth}}}"
         completion = [{"role": "assistant", "content": answer}]
-    return Demonstration(list(prompt.messages), [dict(m) for m in completion], list(tools),
-                         tool_parser)
+    return Demonstration(list(prompt.messages), [dict(m) for m in completion], list(tools), parser)
 
 
-def sft_examples(sources: Mapping[str, Any], n: int, seed: int = 0) -> list[Demonstration]:
+def sft_examples(sources: Mapping[str, Any], n: int, seed: int = 0, parser: Any = None) -> list[Demonstration]:
     """``n`` demonstrations drawn round-robin from data sources' prompts.
 
     Indices are drawn with a seeded RNG from each source's range (the first ``n`` indices
-    for unbounded sources); each source's agent names the tools its prompts are shown with.
+    for unbounded sources); each source's agent names the tools its prompts are shown with,
+    and ``parser`` (the run's tool parser) writes their tool calls.
     """
     if not sources:
         raise LoongSageError("sft: no data sources to draw examples from")
     rng = random.Random(f"sft:{seed}")
     names = list(sources)
-    tools = {name: (source.tool_schemas(), source.tool_parser()) for name, source in sources.items()}
+    tools = {name: source.tool_schemas() for name, source in sources.items()}
     out: list[Demonstration] = []
     for i in range(n):
         name = names[i % len(names)]
         size = sources[name].size()
         prompt = sources[name].get(rng.randrange(size) if size else i // len(names))
-        out.append(demonstration_of(prompt, *tools[name]))
+        out.append(demonstration_of(prompt, tools[name], parser))
     return out
 
 
@@ -81,17 +84,14 @@ def encode_demonstration(tokenizer: Any, demo: Demonstration) -> tuple[list[int]
     from loongsage.agentflow.store import Trajectory
     from loongsage.agentflow.tito import ChatRenderer, plan_turn, record_generation
 
-    from loongsage.plugins import get_registries
-
     renderer = ChatRenderer(tokenizer)
-    parser = get_registries().tool_parser.get(demo.tool_parser, key="sft tool_parser")()
     traj = Trajectory("sft", "0")
     history = [dict(m) for m in demo.messages]
     for message in demo.completion:
         if message.get("role") == "assistant":
             plan = plan_turn(traj, ChatRequest("openai_chat", "sft", list(history), demo.tools),
                              renderer)
-            text = renderer.assistant_text(history, message, demo.tools, parser)
+            text = renderer.assistant_text(history, message, demo.tools, demo.parser)
             ids = renderer.encode(text) + [tokenizer.eos_token_id]
             record_generation(traj, plan.segment, ids, [0.0] * len(ids), [0] * len(ids), "stop",
                               message, renderer.eos_text)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from loongsage.config.schema import ModelConfig, TrainConfig
+from loongsage.schema import ModelConfig, TrainConfig
+from loongsage.controller.sft import Demonstration, run_sft, sft_batch, sft_examples, train_sft
 from loongsage.data.types import Prompt
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
-from loongsage.models.sft import Demonstration, run_sft, sft_batch, sft_examples, train_sft
+from loongsage.plugins import get_registries
 
 
 def examples(n=12):
@@ -72,14 +73,12 @@ class _Source:
     def tool_schemas(self):
         return TOOLS if self.name == "b" else []
 
-    def tool_parser(self):
-        return "qwen3_xml" if self.name == "b" else "hermes"
-
 
 def test_sft_examples_alternate_sources_and_use_solutions():
     sources = {"a": _Source("a", 50), "b": _Source("b", None)}
-    ex = sft_examples(sources, 6, seed=3)
-    assert ex == sft_examples(sources, 6, seed=3)
+    parser = object()  # the run's tool parser, handed to every demonstration
+    ex = sft_examples(sources, 6, seed=3, parser=parser)
+    assert ex == sft_examples(sources, 6, seed=3, parser=parser)
     assert [d.messages[0]["content"][0] for d in ex] == ["a", "b"] * 3
     for demo in ex:
         index = demo.messages[0]["content"][1:]
@@ -87,7 +86,7 @@ def test_sft_examples_alternate_sources_and_use_solutions():
         [turn] = demo.completion
         assert turn == {"role": "assistant",
                         "content": f"sol {index}" if from_a else f"\\boxed{{{index}}}"}
-        assert (demo.tools, demo.tool_parser) == (([], "hermes") if from_a else (TOOLS, "qwen3_xml"))
+        assert (demo.tools, demo.parser) == ([] if from_a else TOOLS, parser)
     assert [d.messages[0]["content"] for d in ex[1::2]] == ["b0", "b1", "b2"]
     assert torch.tensor([int(d.messages[0]["content"][1:]) for d in ex[::2]]).lt(50).all()
 
@@ -108,7 +107,8 @@ def test_tool_demonstration_trains_both_assistant_turns_and_nothing_else(tiny_mo
     tools = [t.schema() for t in get_tools(["calculator"])]
     prompt = with_demo[0]
     answer, expr = prompt.ground_truth, prompt.metadata["expression"]
-    demo = Demonstration(prompt.messages, prompt.metadata["demonstration"], tools)
+    demo = Demonstration(prompt.messages, prompt.metadata["demonstration"], tools,
+                         get_registries().tool_parser.get("hermes")())
     batch = sft_batch(tok, [demo])
     n = int(batch.attention_mask[0].sum())
     ids, mask = batch.input_ids[0, :n].tolist(), batch.loss_mask[0, :n].tolist()
@@ -132,14 +132,13 @@ def test_tool_demonstration_trains_both_assistant_turns_and_nothing_else(tiny_mo
 
 
 def test_template_without_tool_support_gets_the_parsers_tool_call_text():
-    """SmolLM2's template drops tool calls: the demonstration's call is written by the source's
+    """SmolLM2's template drops tool calls: the demonstration's call is written by the run's
     tool parser instead, so the warm-started model writes what the router will parse."""
     from transformers import AutoTokenizer
 
     from loongsage.agentflow.tool_calls import ToolCall
     from loongsage.models.resolve import resolve_model_path
-    from loongsage.models.sft import encode_demonstration
-    from loongsage.plugins import get_registries
+    from loongsage.controller.sft import encode_demonstration
 
     tok = AutoTokenizer.from_pretrained(resolve_model_path("builtin:smollm2"))
     call = {"id": "c", "type": "function",
@@ -148,7 +147,8 @@ def test_template_without_tool_support_gets_the_parsers_tool_call_text():
                   {"role": "tool", "tool_call_id": "c", "content": "1023"},
                   {"role": "assistant", "content": "\\boxed{1023}"}]
     for name in ("hermes", "qwen3_xml"):
-        demo = Demonstration([{"role": "user", "content": "345 + 678?"}], completion, TOOLS, name)
+        parser = get_registries().tool_parser.get(name)()
+        demo = Demonstration([{"role": "user", "content": "345 + 678?"}], completion, TOOLS, parser)
         ids, mask = encode_demonstration(tok, demo)
         runs, run = [], []
         for tid, m in zip(ids, mask):
@@ -157,7 +157,6 @@ def test_template_without_tool_support_gets_the_parsers_tool_call_text():
             elif run:
                 runs, run = runs + [run], []
         first, second = (tok.decode(r) for r in runs + [run] if r)
-        parser = get_registries().tool_parser.get(name)()
         expected = parser.render([ToolCall.from_args("calculator", {"expression": "345 + 678"})])
         assert first == expected + "<|im_end|>" and second == "\\boxed{1023}<|im_end|>"
         assert "<|im_start|>tool\n1023<|im_end|>" in tok.decode(ids)  # the template's tool turn

@@ -1,0 +1,81 @@
+"""Which sibling distribution provides which plugin names, for the hint of an unknown name.
+
+Core never imports its siblings, so when a config names a plugin that no loaded
+distribution registered (``m2po`` without loongsage-algos), this table is the only way the
+error can say which ``pip install`` brings it. ``tests/plugins/test_catalogue.py`` compares it
+with what the installed siblings really register, so it cannot drift from them.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import metadata
+
+# distribution -> kind -> names it registers
+SIBLING_PLUGINS: dict[str, dict[str, tuple[str, ...]]] = {
+    "loongsage-agents": {
+        "agent": (
+            "chat",
+            "claude_code",
+            "codex",
+            "command",
+            "mini_swe_agent",
+            "opencode",
+            "single_turn",
+            "tool_loop",
+        ),
+        "dataset": ("jsonl", "parquet", "synthetic_math"),
+        "reward": ("code_exec", "math"),
+        "tool_parser": ("hermes", "qwen3_xml"),
+    },
+    "loongsage-algos": {
+        "advantage": ("dr_grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"),
+        "data_filter": ("dynamic_sampling", "length", "overlong", "overlong_reward_shaping"),
+        "is_correction": ("geometric", "icepop", "opsm", "sequence", "token"),
+        "policy_loss": ("cispo", "gspo", "gspo_token", "m2po", "reinforce"),
+    },
+    "loongsage-distill": {},
+    "loongsage-sandbox": {
+        "command": ("sandbox",),
+        "sandbox": ("bwrap", "docker", "process", "remote"),
+    },
+}
+
+
+def provider(kind: str, name: str) -> str | None:
+    """The sibling distribution that registers ``name`` as a ``kind``, if any."""
+    for distribution, kinds in SIBLING_PLUGINS.items():
+        if name in kinds.get(kind, ()):
+            return distribution
+    return None
+
+
+def is_installed(distribution: str) -> bool:
+    try:
+        metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _why_not_loaded() -> str:
+    if os.environ.get("LOONGSAGE_DISABLE_PLUGIN_AUTOLOAD"):
+        return "LOONGSAGE_DISABLE_PLUGIN_AUTOLOAD is set"
+    if os.environ.get("LOONGSAGE_LOAD_PLUGINS") is not None:
+        return "LOONGSAGE_LOAD_PLUGINS does not name it"
+    return "its entry point was not loaded"
+
+
+def install_hint(kind: str, name: str) -> str:
+    """Where ``name`` comes from and how to get it, or "" when no sibling provides it.
+
+    For example ``'m2po' (policy_loss) comes with loongsage-algos, which is not installed: pip
+    install loongsage-algos`` (the command last, so it can be copied as it stands).
+    """
+    distribution = provider(kind, name)
+    if distribution is None:
+        return ""
+    what = f"'{name}' ({kind}) comes with {distribution}, which"
+    if is_installed(distribution):
+        return f" {what} is installed but not loaded ({_why_not_loaded()})."
+    return f" {what} is not installed: pip install {distribution}"

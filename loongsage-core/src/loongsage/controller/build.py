@@ -1,0 +1,178 @@
+"""Build every component of a run from its resolved config, and tear it down again.
+
+``build_run`` starts (or attaches to) Ray, hosts the train engine and the rollout engines
+as actors, and builds the data sources, the mixer, the engine pool (the one load balancer),
+the AgentFlow routers, the reward worker processes (``reward.workers``), the rollout manager
+and the scheduler on the run's one rollout event loop, the objective and the trackers, and
+returns a ``Run`` whose verbs the loop in
+``run.py`` calls. Nothing here chooses an algorithm or looks a plugin name up: every plugin
+arrives resolved in the ``RunConfig``.
+
+Which scheduler: the synchronous one (``SyncScheduler``: dispatch a step's groups, wait for
+all, apply the data filters) unless the config asks for overlap (``async.enable``), partial
+rollout, or oversampling (``rollout.oversample_groups``), which the asynchronous scheduler's
+pipeline implements (without ``async.enable`` its window is synchronous, S = 0: B + O groups
+are dispatched, the first B to finish are trained and the rest carry over to the next step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import ray
+from omegaconf import DictConfig
+
+from loongsage.agentflow.settings import RouterSettings
+from loongsage.algorithms.filters import FilterChain, FilterResult
+from loongsage.algorithms.objective import Objective
+from loongsage.config.validate import RunConfig, as_container
+from loongsage.controller.actors import spawn_engine, split_cores, start_ray
+from loongsage.controller.agent_routers import AgentRouters
+from loongsage.controller.memory import RunMemory
+from loongsage.controller.memory_budget import check_run_memory
+from loongsage.controller.rollout import RolloutManager
+from loongsage.controller.run_dir import RunDirectory
+from loongsage.controller.verbs import Run
+from loongsage.controller.weight_sync import WeightSync
+from loongsage.data.mixer import DataMixer
+from loongsage.data.scoring import RewardScorer, reward_modules
+from loongsage.data.sources import build_sources
+from loongsage.deadline.budget import Budget
+from loongsage.deadline.pool import DeadlinePool
+from loongsage.engines.client import EngineClient
+from loongsage.engines.pool import EnginePool
+from loongsage.models.resolve import resolve_model_path
+from loongsage.runtime.event_loop import EventLoopThread
+from loongsage.runtime.prompt_source import BatchedPromptSource
+from loongsage.runtime.scheduler import async_scheduler_from_config
+from loongsage.runtime.sync_scheduler import SyncScheduler
+from loongsage.transfer import TransferConfig
+
+
+def data_filters(spec: RunConfig) -> tuple[Any, int]:
+    """One chain: each source's own filters on its groups, then ``algorithm.filters``."""
+    budget = Budget(spec.cfg.budgets.filter_s, "budgets.filter_s")
+    chain = FilterChain(spec.algorithm.filters, budget)
+    per_source = {s.name: FilterChain(s.filters, budget) for s in spec.sources}
+
+    def apply(groups: list) -> FilterResult:
+        metrics: dict[str, float] = {}
+        kept = []
+        for name, source_chain in per_source.items():
+            result = source_chain([g for g in groups if g.prompt.source == name])
+            kept += result.groups
+            for key, value in result.metrics.items():
+                metrics[key] = metrics.get(key, 0.0) + value
+        result = chain(sorted(kept, key=lambda g: g.group_id))
+        for key, value in result.metrics.items():
+            metrics[key] = metrics.get(key, 0.0) + value
+        return FilterResult(result.groups, metrics)
+
+    rounds = max([chain.max_rounds, *(c.max_rounds for c in per_source.values())])
+    return apply, rounds
+
+
+def build_scheduler(spec: RunConfig, mixer: DataMixer, rollout: RolloutManager, loop: EventLoopThread) -> Any:
+    """The synchronous scheduler, or the pipeline one for overlap, partial rollout or oversampling."""
+    cfg = spec.cfg
+    if not (cfg["async"].enable or cfg.rollout.partial or cfg.rollout.oversample_groups):
+        filters, rounds = data_filters(spec)
+        return SyncScheduler(mixer, rollout.generate_groups, cfg.rollout.prompts_per_step, filters, rounds)
+    return async_scheduler_from_config(
+        cfg,
+        spec.window_policy,
+        prompt_source=BatchedPromptSource(mixer, cfg.rollout.prompts_per_step),
+        rollout_group=rollout.generate_group,
+        abort_inflight=rollout.abort_all if cfg.rollout.partial else None,
+        loop=loop,
+    )
+
+
+def build_trackers(spec: RunConfig, run_dir: RunDirectory) -> list:
+    plain = as_container(spec.cfg)
+    return [ref.obj(ref.params, run_dir.path, plain) for ref in spec.trackers]
+
+
+def sampling_params(cfg: DictConfig, tokenizer: Any) -> dict[str, Any]:
+    r = cfg.rollout
+    return {
+        "temperature": r.temperature,
+        "top_p": r.top_p,
+        "top_k": r.top_k,
+        "max_new_tokens": r.max_new_tokens,
+        "stop_token_ids": [tokenizer.eos_token_id],
+    }
+
+
+def pinned_cores(cfg: DictConfig) -> tuple[list[int] | None, list[list[int]] | None]:
+    """Disaggregated on a local cluster: trainer and each engine on cores of their own.
+
+    Colocated phases take turns on every core; a remote cluster (``placement.ray_address`` /
+    ``RAY_ADDRESS``) places actors on other machines, so neither is pinned.
+    """
+    remote = cfg.placement.ray_address or os.environ.get("RAY_ADDRESS")
+    if cfg.placement.mode != "disaggregated" or remote or not hasattr(os, "sched_getaffinity"):
+        return None, None
+    return split_cores(
+        os.sched_getaffinity(0), cfg.placement.train_cpus, cfg.placement.rollout_cpus, cfg.rollout.num_engines
+    )
+
+
+def _start_rollout(run: Run, plain: dict, rollout_cores: list[list[int]] | None) -> None:
+    """Rollout engines, weight sync, engine pool, routers, rollout manager and scheduler."""
+    cfg, spec = run.cfg, run.spec
+    run.rollout_actors = [
+        spawn_engine(spec.rollout_engine.obj, plain, cfg.placement.rollout_cpus, cfg.rollout.num_threads,
+                     f"rollout{i}", rollout_cores[i] if rollout_cores else None)
+        for i in range(cfg.rollout.num_engines)
+    ]
+    urls = ray.get([a.call.remote("start") for a in run.rollout_actors])
+    run.weight_sync = WeightSync(run.train_actor, run.rollout_actors, TransferConfig(**plain["transfer"]))
+    pool = EnginePool([EngineClient(url) for url in urls])
+    run.loop = EventLoopThread()
+    base = RouterSettings.from_config(cfg.agentflow)
+    run.agent_routers = AgentRouters(run.sources, pool, run.tokenizer, spec.registries, base, run.run_dir.path)
+    for name, url in run.agent_routers.urls().items():
+        print(f"agentflow router for data source {name!r}: {url}", flush=True)
+    run.reward_pool = DeadlinePool(cfg.reward.workers, preload=reward_modules(run.sources))
+    scorer = RewardScorer(run.reward_pool, cfg.reward.drop_group_retries)
+    run.rollout = RolloutManager(run.sources, pool, run.loop, cfg.rollout.n_samples_per_prompt,
+                                 sampling_params(cfg, run.tokenizer), scorer,
+                                 on_scored=run.agent_routers.record_rewards)
+    mixer = DataMixer.from_sources(run.sources, cfg.trainer.seed, batch_size=cfg.rollout.prompts_per_step)
+    run.scheduler = build_scheduler(spec, mixer, run.rollout, run.loop)
+
+
+@contextmanager
+def build_run(spec: RunConfig, rollout: bool = True) -> Iterator[Run]:
+    """Start every component of ``spec``; close them all on exit, also after errors."""
+    from transformers import AutoTokenizer
+
+    cfg = spec.cfg.copy()
+    cfg.model.path = str(resolve_model_path(cfg.model.path))
+    spec = dataclasses.replace(spec, cfg=cfg)
+    run_dir = RunDirectory.for_config(cfg)
+    run_dir.write_config(cfg)
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
+    start_ray(cfg.placement)
+    plain = as_container(cfg)
+    train_cores, rollout_cores = pinned_cores(cfg)
+    train_threads = cfg.train.num_threads or (len(train_cores) if train_cores else 0)
+    train_actor = spawn_engine(spec.train_engine.obj, plain, cfg.placement.train_cpus, train_threads, "train",
+                               train_cores)
+    run = Run(spec, run_dir, tokenizer, train_actor, Objective(spec.algorithm))
+    try:
+        run.sources = build_sources(spec.sources, spec.registries, cfg.trainer.seed, tokenizer)
+        estimate = check_run_memory(cfg, run.sources, tokenizer)
+        if estimate:
+            print(estimate, flush=True)
+        if rollout:
+            _start_rollout(run, plain, rollout_cores)
+        run.memory = RunMemory.for_run(cfg, train_actor, run.rollout_actors)
+        run.trackers = build_trackers(spec, run_dir)
+        yield run
+    finally:
+        run.close()

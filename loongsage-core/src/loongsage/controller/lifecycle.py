@@ -1,0 +1,72 @@
+"""A run's lifecycle around the loop: warm start, model export, checkpoints, resume.
+
+A checkpoint is the trainer's state (weights, optimizer, RNG) plus the controller's (step,
+weight version, the scheduler's state with its data order); ``resume_or_warm_start`` either
+restores the newest complete one and republishes its weights, or runs the supervised warm
+start of a fresh run.
+"""
+
+from __future__ import annotations
+
+import ray
+
+from loongsage.controller.sft import sft_examples, train_sft
+from loongsage.controller.verbs import Run
+
+
+def warm_start(run: Run) -> None:
+    """Supervised warm start on the data sources' demonstrations (``trainer.sft``)."""
+    sft = run.cfg.trainer.sft
+    if sft.steps <= 0:
+        return
+    parser = run.spec.tool_parser.obj()
+    examples = sft_examples(run.sources, sft.examples, seed=run.cfg.trainer.seed, parser=parser)
+    losses = ray.get(run.train_actor.run.remote(train_sft, examples, sft.steps, sft.batch_size, sft.lr))
+    peak = run.memory.step_metrics().get("perf/train_rss_peak_gb", 0.0) if run.memory else 0.0
+    print(f"sft warm start: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {len(losses)} steps "
+          f"(train actor RSS peak {peak:.2f} GB)", flush=True)
+    if run.rollout_actors:
+        run.publish_weights()
+
+
+def save_model(run: Run, folder: str) -> None:
+    """Save the trainer's weights and tokenizer as a Hugging Face folder."""
+    ray.get(run.train_actor.call.remote("save", folder))
+
+
+def checkpoint_due(run: Run, step: int) -> bool:
+    interval = run.cfg.checkpoint.interval
+    last = step == run.cfg.trainer.steps - 1
+    return last or (interval > 0 and (step + 1) % interval == 0)
+
+
+def save_checkpoint(run: Run, step: int) -> None:
+    tmp = run.run_dir.begin_checkpoint(step)
+    ray.get(run.train_actor.call.remote("save", str(tmp / "trainer")))
+    state = {
+        "step": step,
+        "version": run.version,
+        "scheduler": run.scheduler.state_dict() if run.scheduler else None,
+    }
+    run.run_dir.commit_checkpoint(step, tmp, state, run.cfg.checkpoint.keep_last)
+
+
+def resume_or_warm_start(run: Run) -> int:
+    """Restore the latest checkpoint when resuming; otherwise warm start. Return the first step."""
+    latest = run.run_dir.latest_checkpoint() if run.cfg.trainer.resume else None
+    if latest is None:
+        warm_start(run)
+        return 0
+    folder, state = latest
+    ray.get(run.train_actor.call.remote("load", str(folder / "trainer")))
+    if run.scheduler and state["scheduler"] is not None:
+        run.scheduler.load_state_dict(state["scheduler"])
+    for tracker in run.trackers:
+        if hasattr(tracker, "truncate_before"):
+            tracker.truncate_before(state["step"] + 1)
+    if run.rollout_actors:
+        run.publish_weights(state["version"])
+    else:
+        run.version = state["version"]
+    print(f"resumed from {folder.name}: continuing at step {state['step'] + 1}", flush=True)
+    return state["step"] + 1

@@ -1,0 +1,165 @@
+"""The loop's verbs: what one training step of ``run.py`` asks of a built run.
+
+A ``Run`` holds every component ``build.build_run`` started; its methods are the steps of
+the loop (turn groups into a batch, train, evaluate, publish new weights, record) and carry
+no algorithm choice: those were resolved into the objective, the scheduler and the sources
+when the run was built.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Iterable, Iterator
+
+import ray
+import torch
+
+from loongsage.algorithms.objective import Objective
+from loongsage.config.validate import RunConfig
+from loongsage.controller.agent_routers import AgentRouters
+from loongsage.controller.batching import groups_to_batch, rollout_metrics
+from loongsage.controller.memory import RunMemory
+from loongsage.controller.rollout import RolloutManager
+from loongsage.controller.run_dir import RunDirectory
+from loongsage.controller.trainer_ops import train_on_rollout
+from loongsage.controller.weight_sync import WeightSync
+from loongsage.data.mixer import apportion
+from loongsage.deadline.pool import DeadlinePool
+from loongsage.runtime.event_loop import EventLoopThread
+from loongsage.runtime.partial import mask_offpolicy_tokens
+
+
+@contextmanager
+def timed(metrics: dict, key: str) -> Iterator[None]:
+    start = time.perf_counter()
+    yield
+    metrics[key] = time.perf_counter() - start
+
+
+@dataclass
+class Run:
+    """Everything the training loop touches."""
+
+    spec: RunConfig
+    run_dir: RunDirectory
+    tokenizer: Any
+    train_actor: Any
+    objective: Objective
+    loop: EventLoopThread | None = None
+    rollout_actors: list = field(default_factory=list)
+    rollout: RolloutManager | None = None
+    scheduler: Any = None
+    trackers: list = field(default_factory=list)
+    sources: dict = field(default_factory=dict)
+    weight_sync: WeightSync | None = None
+    agent_routers: AgentRouters | None = None
+    reward_pool: DeadlinePool | None = None
+    memory: RunMemory | None = None
+    version: int = 0
+    _bar: Any = None
+
+    @property
+    def cfg(self) -> Any:
+        return self.spec.cfg
+
+    @property
+    def pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return pad if pad is not None else self.tokenizer.eos_token_id
+
+    def to_batch(self, groups: list, metrics: dict) -> tuple[Any, torch.Tensor, torch.Tensor]:
+        """The training batch of ``groups``, masking off-policy prefixes when configured."""
+        if self.cfg.rollout.mask_offpolicy_in_partial_rollout:
+            metrics["rollout/offpolicy_masked_tokens"] = float(mask_offpolicy_tokens(groups))
+        return groups_to_batch(groups, self.pad_id)
+
+    def train(self, batch: Any, rewards: torch.Tensor, group_index: torch.Tensor) -> dict[str, float]:
+        ref = self.train_actor.run.remote(
+            train_on_rollout, batch, rewards, group_index, self.objective, self.cfg.train.mini_batches_per_step
+        )
+        return ray.get(ref)
+
+    def eval_due(self, step: int) -> bool:
+        interval = self.cfg.trainer.eval_interval
+        return interval > 0 and (step % interval == 0 or step == self.cfg.trainer.steps)
+
+    def evaluate(self) -> dict[str, float]:
+        """Score the fixed evaluation prompts, one greedy sample each, with current weights.
+
+        Reward failures counted since the last step's end are reported as ``eval/reward_*``:
+        exactly the evaluation's under the synchronous scheduler; under the asynchronous one
+        they include background rollouts that ended meanwhile.
+        """
+        prompts = eval_prompts(self.sources, self.cfg.trainer.eval_prompts, self.cfg.trainer.seed)
+        sampling = {"temperature": self.cfg.trainer.eval_temperature}
+        groups = self.rollout.generate_groups(prompts, -len(prompts), self.version, n=1, sampling=sampling)
+        metrics = {**rollout_metrics(groups), **self.rollout.reward_metrics()}
+        return {f"eval/{k.split('/', 1)[1]}": v for k, v in metrics.items()}
+
+    def publish_weights(self, version: int | None = None) -> dict[str, float]:
+        """Send the trainer's weights to every engine as ``version`` (default: the next one),
+        then tell the scheduler they are live; return the sync's ``perf/`` metrics."""
+        self.version = self.version + 1 if version is None else version
+        metrics = self.weight_sync.push(self.version)
+        self.scheduler.on_weights_updated(self.version)
+        return metrics
+
+    def record(self, step: int, metrics: dict[str, float], groups: list) -> None:
+        metrics["train/weight_version"] = float(self.version)
+        if self.memory is not None:
+            metrics.update(self.memory.step_metrics())
+        for tracker in self.trackers:
+            tracker.log(metrics, step)
+        self.run_dir.write_samples(step, groups, self.tokenizer, self.cfg.logging.samples_per_step)
+        if self._bar is not None:
+            self._bar.set_postfix(
+                reward=f"{metrics.get('rollout/reward_mean', float('nan')):.3f}",
+                loss=f"{metrics.get('train/loss', float('nan')):.3f}",
+                t=f"{metrics.get('timing/step', 0.0):.1f}s",
+            )
+
+    def progress(self, steps: Iterable[int]) -> Iterable[int]:
+        from tqdm import tqdm
+
+        steps = list(steps)
+        show = self.cfg.logging.progress_bar and sys.stderr.isatty()
+        self._bar = tqdm(steps, desc="train", disable=not show, dynamic_ncols=True) if show else None
+        return self._bar if self._bar is not None else steps
+
+    def close(self) -> None:
+        for tracker in self.trackers:
+            tracker.close()
+        if self.memory is not None:
+            self.memory.close()
+        if self.scheduler is not None:
+            self.scheduler.close()
+        if self.agent_routers is not None:
+            self.agent_routers.close()
+        if self.loop is not None:
+            self.loop.close()
+        if self.reward_pool is not None:
+            self.reward_pool.close()
+        if self.weight_sync is not None:
+            self.weight_sync.close()
+        if self._bar is not None:
+            self._bar.close()
+        for actor in [self.train_actor, *self.rollout_actors]:
+            ray.kill(actor)
+
+
+def eval_prompts(sources: dict, total: int, seed: int) -> list:
+    """A fixed evaluation set: ``total`` prompts split over sources by weight, seeded."""
+    weights = [Fraction(s.weight).limit_denominator(10**6) for s in sources.values()]
+    counts = apportion(total, [w / sum(weights) for w in weights])
+    prompts = []
+    for source, count in zip(sources.values(), counts):
+        size = source.size()
+        rng = random.Random(f"eval:{seed}:{source.name}")
+        indices = rng.sample(range(size), min(count, size)) if size else list(range(count))
+        prompts += [source.get(i) for i in indices]
+    return prompts

@@ -1,0 +1,108 @@
+"""A tool parser and a router middleware from a run-time plugin serve real router requests.
+
+``ScriptedEngine`` (conftest) is the engine replica, so the model "writes" the probe
+parser's own tool-call syntax; router, SDK client, chat template and store are real.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import pytest
+
+from loongsage import hookimpl
+from loongsage.agentflow.middleware import RouterMiddleware
+from loongsage.agentflow.tool_calls import ParsedOutput, ToolCall
+from loongsage.plugins import load_plugins
+
+openai = pytest.importorskip("openai")
+
+CALL = re.compile(r"CALL (\w+) (\{.*\})", re.S)
+LS = {
+    "type": "function",
+    "function": {
+        "name": "ls",
+        "description": "List files",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"],
+        },
+    },
+}
+
+
+class CallLineParser:
+    """Tool calls written as ``CALL name {json}`` (a syntax no shipped parser reads)."""
+
+    start_marker = "CALL "
+
+    def parse(self, text: str) -> ParsedOutput:
+        found = CALL.search(text)
+        if found is None:
+            return ParsedOutput(content=text)
+        return ParsedOutput(
+            text[: found.start()].strip(), [ToolCall.from_args(found[1], json.loads(found[2]))]
+        )
+
+    def render(self, calls: list[ToolCall]) -> str:
+        return "\n".join(f"CALL {c.name} {c.arguments}" for c in calls)
+
+
+@dataclass
+class TagParams:
+    """Tag every finished turn."""
+
+    tag: str = "probe"
+
+
+class Probe:
+    """The plugin: one tool parser, one middleware that records each turn's completion length."""
+
+    def __init__(self) -> None:
+        self.turns: list[tuple[str, int]] = []
+
+    @hookimpl
+    def loongsage_register_tool_parsers(self, register):
+        register("call_line", CallLineParser)
+
+    @hookimpl
+    def loongsage_register_router_middlewares(self, register):
+        turns = self.turns
+
+        class Tagging(RouterMiddleware):
+            def __init__(self, settings, params: TagParams, registries):
+                self.tag = params.tag
+
+            def on_result(self, ctx, result) -> None:
+                turns.append((self.tag, result.completion_tokens))
+
+        register("tagging", Tagging, params=TagParams)
+
+
+@pytest.mark.calls_hook("loongsage_register_tool_parsers", "loongsage_register_router_middlewares")
+def test_plugin_parser_and_middleware_serve_a_tool_call(make_router, scripted_engine, tokenizer):
+    probe = Probe()
+    registries = load_plugins(extra=[(probe, "probe-agentflow")])
+    reply = 'Let me look. CALL ls {"path": "src"}'
+    router = make_router(
+        [scripted_engine([reply])],
+        registries=registries,
+        tool_parser="call_line",
+        middlewares=[{"name": "tagging", "tag": "seen"}],
+    )
+    router.open_trajectory("t")
+    client = openai.OpenAI(base_url=router.base_urls("t")["openai"], api_key="x", max_retries=0)
+    out = client.chat.completions.create(
+        model="policy", tools=[LS], messages=[{"role": "user", "content": "ls"}]
+    )
+    message = out.choices[0].message
+    assert (
+        out.choices[0].finish_reason == "tool_calls" and message.content.strip() == "Let me look."
+    )
+    (call,) = message.tool_calls
+    assert (call.function.name, json.loads(call.function.arguments)) == ("ls", {"path": "src"})
+    eos = 1  # the scripted engine ends every reply with the end-of-turn token
+    assert probe.turns == [("seen", len(tokenizer.encode(reply, add_special_tokens=False)) + eos)]
