@@ -13,10 +13,11 @@ The LM head and log-softmax run only over real tokens (padding positions get 0),
 of ``chunk_tokens`` positions, so the fp32 ``[tokens, vocab]`` logits of a whole
 micro-batch never exist at once: for SmolLM2 (vocab 49,152) 8 rows of 100 tokens are
 157 MB of logits, and autograd used to keep them (and their gradient) for the backward.
-With grad enabled each chunk is checkpointed: only its hidden states are kept, and the
-backward recomputes the chunk's logits (one extra LM-head matmul per chunk, the price of
-never holding more than one chunk of logits; Liger's fused linear cross-entropy makes the
-same trade for a scalar loss, here the closure's per-token loss is not known in forward).
+With grad enabled every chunk but the last is checkpointed: only its hidden states are
+kept, and the backward recomputes its logits (one extra LM-head matmul per such chunk, the
+price of never holding more than one chunk of logits; Liger's fused linear cross-entropy
+makes the same trade for a scalar loss, here the closure's per-token loss is not known in
+forward). A micro-batch of at most ``chunk_tokens`` real tokens is one chunk and pays nothing.
 """
 
 from __future__ import annotations
@@ -74,12 +75,14 @@ def head_logprobs(
     if fp32_lm_head:  # cast once per call, not once per chunk
         weight = weight.float()
         bias = None if bias is None else bias.float()
-    grad = torch.is_grad_enabled()
+    starts = range(0, hidden.shape[0], chunk_tokens)
     chunks = []
-    for start in range(0, hidden.shape[0], chunk_tokens):
+    for start in starts:
         args = (hidden[start : start + chunk_tokens], targets[start : start + chunk_tokens],
                 weight, bias, fp32_lm_head, with_entropy)
-        chunks.append(checkpoint(_chunk_scores, *args, use_reentrant=False) if grad else _chunk_scores(*args))
+        # the last chunk's logits may stay for the backward: that is still one chunk
+        recompute = torch.is_grad_enabled() and start != starts[-1]
+        chunks.append(checkpoint(_chunk_scores, *args, use_reentrant=False) if recompute else _chunk_scores(*args))
     scores = torch.cat(chunks) if chunks else hidden.new_zeros(0, 1 + with_entropy, dtype=torch.float32)
     return scores[:, 0], (scores[:, 1] if with_entropy else None)
 
