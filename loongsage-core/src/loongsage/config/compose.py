@@ -15,7 +15,7 @@ failing override (``loongsage.hints``).
 
 from __future__ import annotations
 
-import os
+from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -34,16 +34,9 @@ from loongsage.registry import Registries
 
 
 def recipes_dir() -> Path:
-    """The folder of bundled recipes: ``$LOONGSAGE_RECIPES_DIR``, else the repository's."""
-    env = os.environ.get("LOONGSAGE_RECIPES_DIR")
-    if env:
-        return Path(env).resolve()
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        candidate = parent / "recipes"
-        if candidate.is_dir() and any(candidate.rglob("*.yaml")):
-            return candidate
-    return (Path.cwd() / "recipes").resolve()
+    """The bundled recipes: package data of ``loongsage`` (``loongsage/recipes``), so an
+    installed wheel finds them as the repository does; ``--config-dir`` adds the user's own."""
+    return Path(str(resources.files("loongsage") / "recipes"))
 
 
 def list_recipes(root: Path | None = None) -> list[str]:
