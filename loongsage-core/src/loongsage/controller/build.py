@@ -17,6 +17,7 @@ are dispatched, the first B to finish are trained and the rest carry over to the
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -44,6 +45,8 @@ from loongsage.runtime.prompt_source import BatchedPromptSource
 from loongsage.runtime.scheduler import async_scheduler_from_config
 from loongsage.runtime.sync_scheduler import SyncScheduler
 from loongsage.transfer import TransferConfig
+
+log = logging.getLogger(__name__)
 
 
 def data_filters(spec: RunConfig) -> tuple[Any, int]:
@@ -129,7 +132,7 @@ def _start_rollout(run: Run, plain: dict, rollout_cores: list[list[int]] | None)
     base = RouterSettings.from_config(cfg.agentflow)
     run.agent_routers = AgentRouters(run.sources, pool, run.tokenizer, spec.registries, base, run.run_dir.path)
     for name, url in run.agent_routers.urls().items():
-        print(f"agentflow router for data source {name!r}: {url}", flush=True)
+        log.info(f"agentflow router for data source {name!r}: {url}")
     run.rollout = RolloutManager(run.sources, pool, run.loop, cfg.rollout.n_samples_per_prompt,
                                  sampling_params(cfg, run.tokenizer), on_scored=run.agent_routers.record_rewards)
     mixer = DataMixer.from_sources(run.sources, cfg.trainer.seed, batch_size=cfg.rollout.prompts_per_step)

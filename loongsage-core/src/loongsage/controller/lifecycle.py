@@ -8,10 +8,16 @@ start of a fresh run.
 
 from __future__ import annotations
 
+import logging
+
 import ray
 
-from loongsage.controller.sft import sft_examples, train_sft
+from loongsage.controller.sft import sft_examples, sft_progress, train_sft
 from loongsage.controller.verbs import Run
+
+log = logging.getLogger(__name__)
+
+PROGRESS_EVERY_S = 10.0  # how often a long warm start reports its step and loss
 
 
 def warm_start(run: Run) -> None:
@@ -21,8 +27,12 @@ def warm_start(run: Run) -> None:
         return
     parser = run.spec.tool_parser.obj()
     examples = sft_examples(run.sources, sft.examples, seed=run.cfg.trainer.seed, parser=parser)
-    losses = ray.get(run.train_actor.run.remote(train_sft, examples, sft.steps, sft.batch_size, sft.lr))
-    print(f"sft warm start: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {len(losses)} steps", flush=True)
+    done = run.train_actor.run.remote(train_sft, examples, sft.steps, sft.batch_size, sft.lr)
+    while not ray.wait([done], timeout=PROGRESS_EVERY_S)[0]:
+        now = ray.get(run.train_actor.run.remote(sft_progress))
+        log.info(f"sft warm start: step {now['step']}/{now['steps']} loss {now['loss']:.3f}")
+    losses = ray.get(done)
+    log.info(f"sft warm start: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {len(losses)} steps")
     if run.rollout_actors:
         run.publish_weights()
 
@@ -66,5 +76,5 @@ def resume_or_warm_start(run: Run) -> int:
         run.publish_weights(state["version"])
     else:
         run.version = state["version"]
-    print(f"resumed from {folder.name}: continuing at step {state['step'] + 1}", flush=True)
+    log.info(f"resumed from {folder.name}: continuing at step {state['step'] + 1}")
     return state["step"] + 1
