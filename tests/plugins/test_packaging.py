@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import email
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -82,9 +83,12 @@ def test_every_runtime_import_is_a_declared_dependency(distribution):
 
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory) -> dict[str, zipfile.ZipFile]:
-    out = tmp_path_factory.mktemp("wheels")
+    out, sources = tmp_path_factory.mktemp("wheels"), tmp_path_factory.mktemp("sources")
+    for dist in DISTRIBUTIONS:  # a copy, so setuptools' build/ folder stays out of the checkout
+        shutil.copytree(REPO / dist, sources / dist, ignore=shutil.ignore_patterns(
+            "build", "*.egg-info", "__pycache__", "tests"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "-w", str(out), *(str(REPO / d) for d in DISTRIBUTIONS)], check=True, timeout=600)
+                    "-w", str(out), *(str(sources / d) for d in DISTRIBUTIONS)], check=True, timeout=600)
     found = {}
     for wheel in out.glob("*.whl"):
         name = wheel.name.split("-")[0].replace("_", "-")

@@ -37,6 +37,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "loongsage.tracking.plugin",
     "loongsage.agentflow.plugin",
     "loongsage.models.plugin",
+    "loongsage.viz.plugin",
 )
 
 

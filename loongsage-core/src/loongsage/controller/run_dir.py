@@ -4,7 +4,7 @@ Layout::
 
     <run_dir>/config.yaml            resolved, validated config
     <run_dir>/metrics.jsonl          one JSON object per step (jsonl tracker)
-    <run_dir>/samples/step_000003.jsonl   decoded trajectories + token ids
+    <run_dir>/samples/step_000003.jsonl   decoded trajectories, token ids and per-token arrays
     <run_dir>/trajectories/<source>/trajectories.jsonl   every AgentFlow trajectory, token-exact
     <run_dir>/trajectories/<source>/rewards.jsonl        their rewards, written once scored
     <run_dir>/checkpoints/step_000003/    trainer state + controller state (state.json)
@@ -54,7 +54,9 @@ class RunDirectory:
         (self.path / "config.yaml").write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
 
     def write_samples(self, step: int, groups: Iterable[Group], tokenizer: Any, limit: int) -> None:
-        """Save up to ``limit`` trajectories of this step: decoded text plus token ids."""
+        """Save up to ``limit`` trajectories of this step: decoded text, token ids and, aligned
+        with ``response_ids``, the loss mask, the rollout engine's and the trainer's (pi_old)
+        logprob and the weight version of every response token."""
         rows = []
         for group in groups:
             for sample in group.samples:
@@ -73,7 +75,10 @@ class RunDirectory:
                         "reward": sample.reward,
                         "reward_info": sample.reward_info,
                         "finish_reason": sample.finish_reason,
-                        "weight_versions": sorted(set(sample.weight_versions)),
+                        "loss_mask": sample.loss_mask,
+                        "rollout_logprobs": sample.response_logprobs,
+                        "train_logprobs": sample.train_logprobs,
+                        "weight_versions": sample.weight_versions,
                     }
                 )
         path = self.samples / f"step_{step:06d}.jsonl"
