@@ -152,7 +152,8 @@ class RunConfig:
 
     ``cfg`` is the typed config with every plugin's parameters (defaults included) written
     back, so ``loongsage config show`` prints all of them; the other fields are what the
-    run is built from. Nothing downstream looks a plugin name up again.
+    run is built from. Nothing downstream looks a plugin name up again. ``recipe`` and
+    ``overrides`` say what the config was composed from (the exported model card names them).
     """
 
     cfg: DictConfig
@@ -165,6 +166,8 @@ class RunConfig:
     tool_parser: PluginRef
     train_engine: PluginRef
     rollout_engine: PluginRef
+    recipe: str = ""
+    overrides: tuple[str, ...] = ()
 
 
 def _source_spec(i: int, node: DictConfig, registries: Registries) -> SourceSpec:

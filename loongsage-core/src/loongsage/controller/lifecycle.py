@@ -9,6 +9,7 @@ start of a fresh run.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import ray
 
@@ -35,6 +36,23 @@ def warm_start(run: Run) -> None:
     log.info(f"sft warm start: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {len(losses)} steps")
     if run.rollout_actors:
         run.publish_weights()
+
+
+def export_final_model(run: Run) -> Path:
+    """``<run_dir>/final_model``: the newest checkpoint's model with a model card naming the
+    recipe and the run's metrics (saved first if the run ended without a checkpoint)."""
+    from loongsage.controller.model_card import model_card
+    from loongsage.tracking.jsonl import read_metrics
+
+    latest = run.run_dir.latest_checkpoint()
+    if latest is None:
+        save_checkpoint(run, max(run.cfg.trainer.steps - 1, 0))
+        latest = run.run_dir.latest_checkpoint()
+    rows = read_metrics(run.run_dir.path / "metrics.jsonl")
+    card = model_card(run.cfg, run.spec.recipe, run.spec.overrides, rows)
+    folder = run.run_dir.export_model(latest[0] / "trainer", card)
+    log.info(f"final model: {folder} (model card: {folder / 'README.md'})")
+    return folder
 
 
 def save_model(run: Run, folder: str) -> None:

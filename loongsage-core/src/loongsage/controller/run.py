@@ -13,7 +13,8 @@ import logging
 from loongsage.config.validate import RunConfig
 from loongsage.controller.batching import rollout_metrics
 from loongsage.controller.build import build_run
-from loongsage.controller.lifecycle import checkpoint_due, resume_or_warm_start, save_checkpoint, save_model, warm_start
+from loongsage.controller.lifecycle import (checkpoint_due, export_final_model, resume_or_warm_start, save_checkpoint,
+                                            save_model, warm_start)
 from loongsage.controller.verbs import Run, timed
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ def run_training(spec: RunConfig) -> str:
                 save_checkpoint(run, step)
         if run.eval_due(run.cfg.trainer.steps):
             run.record(run.cfg.trainer.steps, run.evaluate(), [])
+        export_final_model(run)
         return str(run.run_dir.path)
 
 

@@ -9,6 +9,7 @@ Layout::
     <run_dir>/trajectories/<source>/rewards.jsonl        their rewards, written once scored
     <run_dir>/checkpoints/step_000003/    trainer state + controller state (state.json)
     <run_dir>/checkpoints/latest          name of the newest complete checkpoint
+    <run_dir>/final_model/                the last checkpoint's model (hard links) + README.md card
 
 A checkpoint is written to a temporary folder and renamed into place, and ``latest`` is
 replaced atomically afterwards, so a run killed mid-save resumes from the previous one.
@@ -27,6 +28,7 @@ from typing import Any, Iterable
 from omegaconf import DictConfig, OmegaConf
 
 from loongsage.data.types import Group
+from loongsage.engines.embedded_train_state import STATE_FILE
 
 
 class RunDirectory:
@@ -84,6 +86,24 @@ class RunDirectory:
         path = self.samples / f"step_{step:06d}.jsonl"
         with open(path, "w", encoding="utf-8") as handle:
             handle.writelines(json.dumps(row, default=str) + "\n" for row in rows)
+
+    def export_model(self, model_folder: Path, card: Any) -> Path:
+        """``final_model/``: the HF files of ``model_folder`` (hard links, no second copy of the
+        weights; the trainer state stays behind) and ``card`` saved as its README.md."""
+        final = self.path / "final_model"
+        tmp = self.path / ".final_model.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        for file in model_folder.iterdir():
+            if file.is_file() and file.name != STATE_FILE:
+                try:
+                    os.link(file, tmp / file.name)
+                except OSError:  # another filesystem
+                    shutil.copy2(file, tmp / file.name)
+        card.save(tmp / "README.md")
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        return final
 
     # checkpoints ---------------------------------------------------------------------
 
