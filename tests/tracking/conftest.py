@@ -44,16 +44,29 @@ def records(path: Path) -> list:
     return out
 
 
+def finished(path: Path, timeout: float = 60.0) -> list:
+    """The records once the run's ``exit`` record is on disk: ``run.finish()`` returns before
+    wandb-core has flushed the offline log (measured: up to about a second later)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        found = records(path)
+        if any(r.WhichOneof("record_type") == "exit" for r in found) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
 def history(path: Path) -> list[dict]:
     """Every history row: ``{key: value}`` with W&B's ``_step``, ``_runtime``, ... included."""
     return [{item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in r.history.item}
-            for r in records(path) if r.WhichOneof("record_type") == "history"]
+            for r in finished(path) if r.WhichOneof("record_type") == "history"]
 
 
 def config(path: Path) -> dict:
     """The run's config as the last config record (or the run record) set it."""
     out: dict = {}
-    for record in records(path):
+    for record in finished(path):
         kind = record.WhichOneof("record_type")
         items = record.config.update if kind == "config" else record.run.config.update if kind == "run" else []
         for item in items:
@@ -63,4 +76,4 @@ def config(path: Path) -> dict:
 
 @pytest.fixture
 def wandb_log() -> SimpleNamespace:
-    return SimpleNamespace(records=records, history=history, config=config)
+    return SimpleNamespace(records=records, finished=finished, history=history, config=config)

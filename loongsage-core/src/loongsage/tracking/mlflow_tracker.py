@@ -13,6 +13,7 @@ value, so a step logged twice shows both). Needs ``mlflow-skinny`` (extra
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
@@ -64,8 +65,6 @@ class MlflowTracker(Tracker):
             self.client.log_batch(self.run_id, params=values[start:start + PARAMS_PER_CALL])
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
-        import time
-
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)

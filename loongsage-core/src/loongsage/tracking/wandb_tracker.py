@@ -4,7 +4,9 @@
 entry that ``wandb login`` writes) and offline otherwise, so a run never blocks on a login
 prompt; an offline run lands under ``<run_dir>/wandb`` and ``wandb sync`` uploads it later.
 ``WANDB_MODE`` in the environment wins over ``mode``. The run's resolved config is the W&B
-config; metric names (``section/name``) are W&B keys, so the sections become panels.
+config; metric names (``section/name``) are W&B keys, so the sections become panels. W&B's
+own service process writes the offline log: ``finish()`` returns before the last records are
+on disk (about a second later).
 Needs the ``wandb`` package (extra ``loongsage-core[wandb]``).
 """
 
@@ -28,7 +30,7 @@ class WandbParams:
 
     project: str = "loongsage"
     entity: Optional[str] = None
-    name: Optional[str] = None  # default: the run directory's name
+    run_name: Optional[str] = None  # default: the run directory's name
     mode: str = "auto"  # auto | online | offline | disabled
     tags: List[str] = field(default_factory=list)
 
@@ -66,7 +68,7 @@ class WandbTracker(Tracker):
 
         self.mode = resolve_mode(params.mode)
         self._run = wandb.init(
-            project=params.project, entity=params.entity, name=params.name or self.run_dir.name,
+            project=params.project, entity=params.entity, name=params.run_name or self.run_dir.name,
             tags=list(params.tags), config=dict(config), dir=str(self.run_dir), mode=self.mode,
             settings=wandb.Settings(silent=True, console="off"),
         )
