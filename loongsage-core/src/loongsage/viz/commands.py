@@ -11,7 +11,8 @@ def plot_main(argv: Sequence[str], registries: Any = None) -> int:
     """``loongsage plot RUN_DIR [RUN_DIR ...] [--metrics M ...] [-o out.png]``."""
     from loongsage.viz.plot import DEFAULT_METRICS, plot_runs
 
-    parser = argparse.ArgumentParser(prog="loongsage plot", description=plot_main.__doc__.strip("`"))
+    parser = argparse.ArgumentParser(prog="loongsage plot",
+                                     description="Draw runs' curves from their metrics.jsonl to a PNG.")
     parser.add_argument("run_dirs", nargs="+", type=Path, help="run directories (overlaid)")
     parser.add_argument("--metrics", "-m", nargs="+", default=None,
                         help=f"metrics to draw (default: those of {', '.join(DEFAULT_METRICS)} logged)")
@@ -29,7 +30,8 @@ def view_main(argv: Sequence[str], registries: Any = None) -> int:
     """``loongsage view RUN_DIR [--host 127.0.0.1] [--port 8765]``: the trajectory viewer."""
     from loongsage.viz.server import serve_viewer
 
-    parser = argparse.ArgumentParser(prog="loongsage view", description=view_main.__doc__.strip("`"))
+    parser = argparse.ArgumentParser(prog="loongsage view",
+                                     description="Serve the trajectory viewer page over a run directory.")
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     parser.add_argument("--port", type=int, default=8765, help="0 picks a free port")
