@@ -5,7 +5,10 @@ Python callable (TRL's ``reward_funcs`` habit) with the reward contract
 ``fn(text, ground_truth, params, **context) -> float | dict`` (``params`` is ``None``; context
 holds ``prompt``, ``sample`` and ``sandbox``). It is registered for this one run through the
 same plugin path as any reward, a run-time plugin handed to ``load_config(extra_plugins=)``,
-under its ``__name__``, and every data source of the recipe scores with it.
+under its ``__name__``, and every data source of the recipe scores with it. Rewards run in
+worker processes, which cannot import a notebook's (or a script's) functions, so the
+callable's module is sent by value (``cloudpickle.register_pickle_by_value``): the function's
+code travels with each call, and module globals it touches are the worker's copies.
 """
 
 from __future__ import annotations
@@ -42,6 +45,18 @@ class CallableRewards:
             register(name, fn, doc=(fn.__doc__ or f"Python callable {name} (loongsage.train)").strip())
 
 
+def _send_by_value(fn: Callable) -> None:
+    """Pickle ``fn``'s module by value, so reward workers need not import it."""
+    import inspect
+    import sys
+
+    import cloudpickle
+
+    module = inspect.getmodule(fn)
+    if module is not None and module.__name__ not in sys.builtin_module_names:
+        cloudpickle.register_pickle_by_value(module)
+
+
 def _reward_overrides(config_name: str, overrides: Sequence[str], config_dir: str | None,
                       plugin: CallableRewards, name: str) -> list[str]:
     """``data_sources.i.reward=NAME`` (a bare name replaces the recipe's reward node with its
@@ -67,6 +82,7 @@ def train(config_name: str, overrides: Sequence[str] = (), *, config_dir: str | 
         if not callable(reward):
             raise TypeError(f"reward must be a callable (text, ground_truth, params, **context), got {reward!r}")
         name = getattr(reward, "__name__", "python_reward").replace("<lambda>", "python_reward")
+        _send_by_value(reward)
         plugin = CallableRewards({name: reward})
         extra = [(plugin, "loongsage.train")]
         overrides += _reward_overrides(config_name, overrides, config_dir, plugin, name)
