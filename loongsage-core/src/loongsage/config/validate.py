@@ -167,7 +167,8 @@ class RunConfig:
 
     ``cfg`` is the typed config with every plugin's parameters (defaults included) written
     back, so ``loongsage config show`` prints all of them; the other fields are what the
-    run is built from. Nothing downstream looks a plugin name up again.
+    run is built from. Nothing downstream looks a plugin name up again. ``recipe`` and
+    ``overrides`` say what the config was composed from (the exported model card names them).
     """
 
     cfg: DictConfig
@@ -180,6 +181,8 @@ class RunConfig:
     tool_parser: PluginRef
     train_engine: PluginRef
     rollout_engine: PluginRef
+    recipe: str = ""
+    overrides: tuple[str, ...] = ()
 
 
 def _reward(node: DictConfig, key: str, cfg: DictConfig, registries: Registries) -> PluginRef:

@@ -45,6 +45,14 @@ def groups_to_batch(groups: Sequence[Group], pad_id: int) -> tuple[TrainBatch, t
     return batch, rewards, group_index
 
 
+def attach_train_logprobs(groups: Sequence[Group], logprobs: torch.Tensor) -> None:
+    """Set ``train_logprobs`` of the first ``len(logprobs)`` samples from their batch rows."""
+    samples = [s for g in groups for s in g.samples]
+    for row, sample in zip(range(logprobs.shape[0]), samples):
+        p, r = len(sample.prompt_ids), len(sample.response_ids)
+        sample.train_logprobs = logprobs[row, p : p + r].tolist()
+
+
 def rollout_metrics(groups: Sequence[Group]) -> dict[str, float]:
     """Reward, length and per-reward-field statistics of the step's samples."""
     samples = [s for g in groups for s in g.samples]

@@ -18,6 +18,7 @@ are dispatched, the first B to finish are trained and the rest carry over to the
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -50,6 +51,8 @@ from loongsage.runtime.prompt_source import BatchedPromptSource
 from loongsage.runtime.scheduler import async_scheduler_from_config
 from loongsage.runtime.sync_scheduler import SyncScheduler
 from loongsage.transfer import TransferConfig
+
+log = logging.getLogger(__name__)
 
 
 def data_filters(spec: RunConfig) -> tuple[Any, int]:
@@ -136,7 +139,7 @@ def _start_rollout(run: Run, plain: dict, rollout_cores: list[list[int]] | None)
     base = RouterSettings.from_config(cfg.agentflow)
     run.agent_routers = AgentRouters(run.sources, pool, run.tokenizer, spec.registries, base, run.run_dir.path)
     for name, url in run.agent_routers.urls().items():
-        print(f"agentflow router for data source {name!r}: {url}", flush=True)
+        log.info(f"agentflow router for data source {name!r}: {url}")
     run.reward_pool = DeadlinePool(cfg.reward.workers, preload=reward_modules(run.sources))
     scorer = RewardScorer(run.reward_pool, cfg.reward.drop_group_retries)
     run.rollout = RolloutManager(run.sources, pool, run.loop, cfg.rollout.n_samples_per_prompt,
@@ -168,7 +171,7 @@ def build_run(spec: RunConfig, rollout: bool = True) -> Iterator[Run]:
         run.sources = build_sources(spec.sources, spec.registries, cfg.trainer.seed, tokenizer)
         estimate = check_run_memory(cfg, run.sources, tokenizer)
         if estimate:
-            print(estimate, flush=True)
+            log.info(estimate)
         if rollout:
             _start_rollout(run, plain, rollout_cores)
         run.memory = RunMemory.for_run(cfg, train_actor, run.rollout_actors)

@@ -15,6 +15,7 @@ of a step is still seen. Figures are bytes; metrics are GB (1e9 bytes).
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import threading
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from typing import Any, Callable
 
 GB = 1e9
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+log = logging.getLogger(__name__)
 
 
 def rss_bytes(pid: int | str = "self") -> int:
@@ -179,7 +182,7 @@ class RunMemory:
         actors = {"train": train_actor, **{f"rollout{i}": a for i, a in enumerate(rollout_actors)}}
         memory = cls(actors, local=not remote)
         pids = ", ".join(f"{role} {pid}" for role, pid in memory.pids().items())
-        print(f"actor processes: {pids}", flush=True)
+        log.info(f"actor processes: {pids}")
         return memory
 
     def pids(self) -> dict[str, int]:

@@ -8,12 +8,17 @@ start, checkpoints and resume in ``lifecycle.py``, the building in ``build.py``.
 
 from __future__ import annotations
 
+import logging
+
 from loongsage.config.validate import RunConfig
 from loongsage.controller.batching import rollout_metrics
 from loongsage.controller.build import build_run
 from loongsage.controller.failures import FailureGuard
-from loongsage.controller.lifecycle import checkpoint_due, resume_or_warm_start, save_checkpoint, save_model, warm_start
+from loongsage.controller.lifecycle import (checkpoint_due, export_final_model, resume_or_warm_start, save_checkpoint,
+                                            save_model, warm_start)
 from loongsage.controller.verbs import Run, timed
+
+log = logging.getLogger(__name__)
 
 
 def train_one_step(run: Run, step: int) -> dict[str, float]:
@@ -26,7 +31,7 @@ def train_one_step(run: Run, step: int) -> dict[str, float]:
         if colocated:  # the engines hand the cores to the trainer (partial: abort, resume later)
             run.scheduler.pause()
         with timed(metrics, "timing/train"):
-            metrics.update(run.train(batch, rewards, group_index))
+            metrics.update(run.train(batch, rewards, group_index, groups))
         if not colocated:  # generation overlapped training; stop it for the weight update
             run.scheduler.pause()
         with timed(metrics, "timing/weight_sync"):
@@ -41,7 +46,7 @@ def train_one_step(run: Run, step: int) -> dict[str, float]:
 def run_training(spec: RunConfig) -> str:
     """Train per ``spec``; return the run directory."""
     with build_run(spec) as run:
-        print(f"run directory: {run.run_dir.path}", flush=True)
+        log.info(f"run directory: {run.run_dir.path}")
         first_step = resume_or_warm_start(run)
         with FailureGuard(run) as guard:
             for step in run.progress(range(first_step, run.cfg.trainer.steps)):
@@ -51,16 +56,17 @@ def run_training(spec: RunConfig) -> str:
                     save_checkpoint(run, step)
         if run.eval_due(run.cfg.trainer.steps):
             run.record(run.cfg.trainer.steps, run.evaluate(), [])
-        print(run.memory.summary_line(), flush=True)
+        log.info(run.memory.summary_line())
+        export_final_model(run)
         return str(run.run_dir.path)
 
 
 def run_sft_only(spec: RunConfig) -> str:
     """Run only the supervised warm start and save the result."""
     with build_run(spec, rollout=False) as run:
-        print(f"run directory: {run.run_dir.path}", flush=True)
+        log.info(f"run directory: {run.run_dir.path}")
         warm_start(run)
         folder = run.run_dir.path / "sft_model"
         save_model(run, str(folder))
-        print(f"warm-started model: {folder} (use it as model.path)", flush=True)
+        log.info(f"warm-started model: {folder} (use it as model.path)")
         return str(folder)

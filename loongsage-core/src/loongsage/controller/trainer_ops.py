@@ -18,11 +18,14 @@ def train_on_rollout(
     group_index: torch.Tensor,
     objective: Objective,
     mini_batches: int,
-) -> dict[str, float]:
+    keep_logprobs: int = 0,
+) -> tuple[dict[str, float], torch.Tensor]:
     """pi_old (and reference) logprobs at step start, advantages, then the optimizer steps.
 
     Advantages are computed here, after the logprobs, because a KL penalty used as a
-    reward (``algorithm.kl.use_as=reward``) needs pi_old and pi_ref first.
+    reward (``algorithm.kl.use_as=reward``) needs pi_old and pi_ref first. Returns the step's
+    metrics and the pi_old logprobs of the first ``keep_logprobs`` rows (the samples the run
+    directory saves), so only those cross back from the actor.
     """
     batch.extras["old_logprobs"] = engine.compute_logprobs(batch)["logprobs"]
     if objective.needs_reference:
@@ -36,4 +39,5 @@ def train_on_rollout(
         ref_logprobs=batch.extras.get("ref_logprobs"),
     )
     objective.prepare(batch)  # batch-level statistics (M2PO's mask) before any split
-    return engine.train_step(batch, objective, mini_batches=mini_batches)
+    kept = batch.extras["old_logprobs"][:keep_logprobs].clone()
+    return engine.train_step(batch, objective, mini_batches=mini_batches), kept

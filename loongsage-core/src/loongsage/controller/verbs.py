@@ -22,7 +22,7 @@ import torch
 from loongsage.algorithms.objective import Objective
 from loongsage.config.validate import RunConfig
 from loongsage.controller.agent_routers import AgentRouters
-from loongsage.controller.batching import groups_to_batch, rollout_metrics
+from loongsage.controller.batching import attach_train_logprobs, groups_to_batch, rollout_metrics
 from loongsage.controller.memory import RunMemory
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
@@ -78,11 +78,16 @@ class Run:
             metrics["rollout/offpolicy_masked_tokens"] = float(mask_offpolicy_tokens(groups))
         return groups_to_batch(groups, self.pad_id)
 
-    def train(self, batch: Any, rewards: torch.Tensor, group_index: torch.Tensor) -> dict[str, float]:
+    def train(self, batch: Any, rewards: torch.Tensor, group_index: torch.Tensor,
+              groups: list) -> dict[str, float]:
+        """One training step on ``batch``; the samples ``record`` saves get their pi_old logprobs."""
         ref = self.train_actor.run.remote(
-            train_on_rollout, batch, rewards, group_index, self.objective, self.cfg.train.mini_batches_per_step
+            train_on_rollout, batch, rewards, group_index, self.objective, self.cfg.train.mini_batches_per_step,
+            self.cfg.logging.samples_per_step,
         )
-        return ray.get(ref)
+        metrics, train_logprobs = ray.get(ref)
+        attach_train_logprobs(groups, train_logprobs)
+        return metrics
 
     def eval_due(self, step: int) -> bool:
         interval = self.cfg.trainer.eval_interval

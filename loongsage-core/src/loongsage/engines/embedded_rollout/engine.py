@@ -14,8 +14,6 @@ under the new weights rather than continuing on KV computed by the old ones.
 
 from __future__ import annotations
 
-import socket
-import threading
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -64,8 +62,7 @@ class EmbeddedRolloutEngine:
             weight_version=weight_version, num_threads=num_threads,
         )
         self._params = dict(self.model.state_dict(keep_vars=True))
-        self._server = None
-        self._server_thread: threading.Thread | None = None
+        self._server = None  # a ThreadedServer once started
         self.url: str | None = None
 
     @classmethod
@@ -115,37 +112,27 @@ class EmbeddedRolloutEngine:
     # ---- lifecycle ----------------------------------------------------------------------
     def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Start the decode loop and the HTTP server; returns the base URL."""
-        import uvicorn
-
         from loongsage.engines.embedded_rollout.server import build_app
+        from loongsage.http_thread import ThreadedServer
 
         if self._server is not None:
             return self.url
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        bound_port = sock.getsockname()[1]
+        self._server = ThreadedServer(build_app(self), host, port, name="embedded-rollout-http",
+                                      timeout_graceful_shutdown=2)
         self.scheduler.start()
-        config = uvicorn.Config(build_app(self), log_level="warning", access_log=False,
-                                timeout_graceful_shutdown=2)
-        self._server = uvicorn.Server(config)
-        self._server_thread = threading.Thread(target=self._server.run,
-                                               kwargs={"sockets": [sock]},
-                                               name="embedded-rollout-http", daemon=True)
-        self._server_thread.start()
-        while not self._server.started:
-            if not self._server_thread.is_alive():
-                raise RuntimeError(f"embedded rollout server failed to start on {host}:{port}")
-            threading.Event().wait(0.01)
-        self.url = f"http://{host}:{bound_port}"
+        try:
+            self.url = self._server.start()
+        except BaseException:
+            self._server = None
+            self.scheduler.stop()
+            raise
         return self.url
 
     def stop(self) -> None:
         """Abort everything in flight, stop the server and the decode loop."""
         self.scheduler.stop()
         if self._server is not None:
-            self._server.should_exit = True
-            self._server_thread.join(timeout=10)
+            self._server.stop()
             self._server = None
         self.url = None
 
