@@ -8,8 +8,6 @@ start of a fresh run.
 
 from __future__ import annotations
 
-import ray
-
 from loongsage.controller.sft import sft_examples, train_sft
 from loongsage.controller.verbs import Run
 
@@ -21,15 +19,16 @@ def warm_start(run: Run) -> None:
         return
     parser = run.spec.tool_parser.obj()
     examples = sft_examples(run.sources, sft.examples, seed=run.cfg.trainer.seed, parser=parser)
-    losses = ray.get(run.train_actor.run.remote(train_sft, examples, sft.steps, sft.batch_size, sft.lr))
+    per_rank = run.trainers.run(train_sft, examples, sft.steps, sft.batch_size, sft.lr)
+    losses = [sum(shares) for shares in zip(*per_rank)]  # each rank's loss is its share
     print(f"sft warm start: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {len(losses)} steps", flush=True)
     if run.rollout_actors:
         run.publish_weights()
 
 
 def save_model(run: Run, folder: str) -> None:
-    """Save the trainer's weights and tokenizer as a Hugging Face folder."""
-    ray.get(run.train_actor.call.remote("save", folder))
+    """Save the trainer's weights and tokenizer as a Hugging Face folder (every rank takes part)."""
+    run.trainers.call("save", folder)
 
 
 def checkpoint_due(run: Run, step: int) -> bool:
@@ -40,7 +39,7 @@ def checkpoint_due(run: Run, step: int) -> bool:
 
 def save_checkpoint(run: Run, step: int) -> None:
     tmp = run.run_dir.begin_checkpoint(step)
-    ray.get(run.train_actor.call.remote("save", str(tmp / "trainer")))
+    run.trainers.call("save", str(tmp / "trainer"))
     state = {
         "step": step,
         "version": run.version,
@@ -56,7 +55,7 @@ def resume_or_warm_start(run: Run) -> int:
         warm_start(run)
         return 0
     folder, state = latest
-    ray.get(run.train_actor.call.remote("load", str(folder / "trainer")))
+    run.trainers.call("load", str(folder / "trainer"))
     if run.scheduler and state["scheduler"] is not None:
         run.scheduler.load_state_dict(state["scheduler"])
     for tracker in run.trackers:
