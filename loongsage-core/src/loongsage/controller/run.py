@@ -29,6 +29,7 @@ def train_one_step(run: Run, step: int) -> dict[str, float]:
         run.phases.to_rollout()
     metrics.update(rollout_metrics(groups))
     metrics.update(run.scheduler.metrics())
+    metrics.update(run.rollout.engine_metrics())
     run.record(step, metrics, groups)
     return metrics
 
