@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import random
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -67,8 +68,9 @@ def cluster():
         ray.shutdown()
 
 
-def train_once(model_dir, groups, dp_size: int, strategy: str, minis: int = 2):
-    """One GRPO step on ``groups``: (metrics, state dict after the step, the shards)."""
+@contextmanager
+def ranks(model_dir, dp_size: int, strategy: str):
+    """``dp_size`` train actors joined as one ``TrainGroup`` (killed on exit)."""
     cfg = {"model": {"path": str(model_dir)},
            "train": {"lr": 0.1, "eps": 1.0, "micro_batch_size": 3, "grad_clip": 0.0,
                      "num_threads": 1},
@@ -78,15 +80,25 @@ def train_once(model_dir, groups, dp_size: int, strategy: str, minis: int = 2):
     try:
         group = TrainGroup(actors)
         group.connect("127.0.0.1", strategy)
-        ordered, shards = plan_shards(groups, SOURCES, minis, dp_size, offset=0)
-        batch, rewards, group_index = groups_to_batch(ordered, pad_id=0)
-        objective = Objective.from_config({}, get_registries())
-        metrics = group.train(batch, rewards, group_index, shards, objective)
-        states = group.run(_full_state)
-        return metrics, states[0], shards
+        yield group
     finally:
         for actor in actors:
             ray.kill(actor)
+
+
+def step(group: TrainGroup, groups: list[Group], minis: int = 2):
+    """One GRPO step on ``groups``: (metrics, the shards)."""
+    ordered, shards = plan_shards(groups, SOURCES, minis, group.world_size, offset=0)
+    batch, rewards, group_index = groups_to_batch(ordered, pad_id=0)
+    objective = Objective.from_config({}, get_registries())
+    return group.train(batch, rewards, group_index, shards, objective), shards
+
+
+def train_once(model_dir, groups, dp_size: int, strategy: str):
+    """One step from the initial weights: (metrics, full state dict after it, the shards)."""
+    with ranks(model_dir, dp_size, strategy) as group:
+        metrics, shards = step(group, groups)
+        return metrics, group.run(_full_state)[0], shards
 
 
 def _full_state(engine) -> dict[str, np.ndarray]:
@@ -99,9 +111,10 @@ def _max_diff(a: dict, b: dict) -> float:
     return max(float(np.abs(a[k] - b[k]).max()) for k in a)
 
 
-@pytest.mark.parametrize("count", [8, 7], ids=["even", "short-batch-padded"])
-def test_two_ranks_update_the_weights_like_one(cluster, tiny_model_dir, count):
-    groups = make_groups(count)
+def test_two_ranks_update_the_weights_like_one(cluster, tiny_model_dir):
+    """7 groups, 2 mini-batches: the first splits evenly (2 + 2 groups), the second leaves
+    rank 1 one group short, padded with masked rows."""
+    groups = make_groups(7)
     base_metrics, base, _ = train_once(tiny_model_dir, groups, 1, "ddp")
     from safetensors.torch import load_file
 
@@ -112,11 +125,44 @@ def test_two_ranks_update_the_weights_like_one(cluster, tiny_model_dir, count):
     assert base_metrics["train/optimizer_steps"] == 2
     for strategy in ("ddp", "fsdp2"):
         metrics, state, shards = train_once(tiny_model_dir, groups, 2, strategy)
-        assert shards.world_size == 2 and bool(shards.pad[0].any() or shards.pad[1].any()) == (
-            count == 7)
+        assert shards.world_size == 2 and shards.pad[1].any() and not shards.pad[0].any()
         assert _max_diff(state, base) < 1e-6, strategy
         for key in ("train/loss", "train/pg_loss", "train/grad_norm", "train/is_approx_k3_kl"):
             assert metrics[key] == pytest.approx(base_metrics[key], rel=1e-5, abs=1e-9), (strategy, key)
         # token counts are global and leave the padding rows out
         assert metrics["train/num_tokens"] == base_metrics["train/num_tokens"]
         assert 2 * base_metrics["train/num_tokens"] == pytest.approx(real_tokens, abs=1)
+
+
+def test_fsdp2_checkpoint_resumes_exactly_and_loads_into_another_dp_size(cluster, tiny_model_dir,
+                                                                          tmp_path):
+    """Same dp_size: the shards restore weights and AdamW moments, so the next step is the
+    uninterrupted one. Another dp_size: the HF export restores the weights, moments restart."""
+    first, second = make_groups(8, seed=1), make_groups(8, seed=2)
+    folder = str(tmp_path / "ckpt")
+    with ranks(tiny_model_dir, 2, "fsdp2") as group:
+        step(group, first)
+        after_first = group.run(_full_state)[0]
+        group.call("save", folder)
+        step(group, second)
+        uninterrupted = group.run(_full_state)[0]
+    assert (tmp_path / "ckpt" / "model.safetensors").is_file()
+    shards = sorted((tmp_path / "ckpt" / "sharded").glob("*.distcp"))
+    assert len(shards) == 2 and (tmp_path / "ckpt" / "sharded" / "meta.json").is_file()
+    with ranks(tiny_model_dir, 2, "fsdp2") as group:
+        group.call("load", folder)
+        assert group.run(_restored) == [(2, True)] * 2  # two optimizer steps, moments loaded
+        step(group, second)
+        assert _max_diff(group.run(_full_state)[0], uninterrupted) < 1e-6
+    with ranks(tiny_model_dir, 1, "ddp") as group:
+        group.call("load", folder)
+        assert group.run(_restored) == [(2, False)]  # the weights, not the moments
+        assert _max_diff(group.run(_full_state)[0], after_first) == 0.0
+        step(group, second)
+        fresh_moments = group.run(_full_state)[0]
+    assert _max_diff(fresh_moments, uninterrupted) > 1e-4  # what restarting the moments costs
+
+
+def _restored(engine) -> tuple[int, bool]:
+    """The weight version and whether the optimizer holds moments."""
+    return engine.weight_version, bool(engine.optimizer.state)
