@@ -10,10 +10,11 @@ IPC / NCCL on GPUs), never through the driver or Ray's object store. The functio
 ``actor_`` run inside an actor (shipped with ``EngineHost.run``); each actor process keeps
 its mesh endpoint in ``_ENDPOINT``.
 
-Each sender's ring of shared-memory slots is sized to hold its whole part of a version, so a
+A CPU sender's ring of shared-memory slots is sized to hold its whole part of a version, so a
 receiver on the same host applies straight from views of the ring (one copy per sync,
 1.1-1.3x memcpy measured) instead of staging every bucket (two copies, 2.3x); the cost is a
-shared segment the size of the rank's part on the trainer's host. Transports are chosen by
+shared segment the size of the rank's part on the trainer's host. A GPU sender keeps the
+configured number of device slots (``transfer.num_slots``), not a copy of its part. Transports are chosen by
 host and device; on a GPU the host id carries the physical GPU id, because every actor sees
 its own GPU as ``cuda:0`` and only a receiver on the sender's very GPU may take CUDA IPC.
 """
@@ -59,9 +60,11 @@ def actor_start_sender(engine: Any, config: TransferConfig, rank: int,
     sizes = [(name, t.numel() * t.element_size()) for name, t in named]
     owners = owners_by_size(sizes, world_size)
     _ENDPOINT["owned"] = {name for name, owner in owners.items() if owner == rank}
-    part_bytes = sum(size for name, size in sizes if owners[name] == rank)
-    slots = max(config.num_slots, 2 + part_bytes // config.bucket_bytes)
     host, device = mesh_place(engine.device)
+    slots = config.num_slots
+    if device == "cpu":  # a shared-memory ring that holds the whole part: zero-copy receivers
+        part_bytes = sum(size for name, size in sizes if owners[name] == rank)
+        slots = max(slots, 2 + part_bytes // config.bucket_bytes)
     mesh = TransferMesh(dataclasses.replace(config, num_slots=slots), sender_rank=rank,
                         host_id=host, device=device)
     _ENDPOINT["mesh"] = mesh.start()
