@@ -13,7 +13,7 @@ from loongsage.plugins import get_registries
 
 sandbox_testing = pytest.importorskip("loongsage_sandbox.testing", reason="needs loongsage-sandbox")
 SANDBOX = "bwrap" if sandbox_testing.bwrap_unavailable_reason() is None else "process"
-PARAMS = {"timeout_s": 5}
+PARAMS = {"exec_timeout_s": 5}
 SOURCE_SANDBOX = {"type": SANDBOX, **({} if SANDBOX == "bwrap" else {"allow_untrusted_code": True})}
 ADD = "Here you go:\n```python\ndef add(a, b):\n    return a + b\n```\n"
 WRONG = "```python\ndef add(a, b):\n    return a - b\n```"
@@ -67,7 +67,7 @@ def test_exit_hacks_and_missing_code_score_zero():
 
 def test_runaway_code_is_contained_and_reported():
     out = reward()("```python\nwhile True:\n    pass\n```", {"inputs": ["x"], "outputs": ["y"]},
-                   {**PARAMS, "timeout_s": 1}, sandbox=sandbox(cpu_time_s=5))
+                   {**PARAMS, "exec_timeout_s": 1}, sandbox=sandbox(cpu_time_s=5))
     assert out["score"] == 0.0 and out["timed_out"] is True
 
 

@@ -44,7 +44,11 @@ class Service:
             self.proc.kill()
             raise RuntimeError(f"sandbox service did not start: {line!r} {self.proc.stderr.read()}")
         self.url = line.strip().rsplit(" ", 1)[1]
-        _wait_healthy(self.url, self.token)
+        try:
+            _wait_healthy(self.url, self.token)
+        except BaseException:  # a service that never gets healthy must not outlive the test
+            self.proc.kill()
+            raise
 
     def stop(self) -> int:
         self.proc.terminate()

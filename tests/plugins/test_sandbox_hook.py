@@ -63,7 +63,7 @@ def test_code_reward_runs_its_tests_in_the_plugin_sandbox(tmp_path, monkeypatch)
         def reward(text, ground_truth, params):
             return code_exec(text, ground_truth, params, sandbox=sandbox)
 
-        params = {"timeout_s": 10}
+        params = {"exec_timeout_s": 10}
         solution = "```python\ndef add(a, b):\n    return a + b\n```"
         wrong = "```python\ndef add(a, b):\n    return a - b\n```"
         tests = {"tests": ["assert add(1, 2) == 3", "assert add(2, 2) == 4"]}

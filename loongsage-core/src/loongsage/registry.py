@@ -8,9 +8,11 @@ match, and nothing can be registered once the registry is frozen.
 ``Registries.resolve`` is the one way a config node naming a plugin (a bare name, or a
 mapping ``{name: ..., <params>}``; datasets key it by ``format``, sandboxes by ``type``)
 becomes a ``PluginRef``: the registry entry plus its parameters typed by the plugin's own
-dataclass, and the config key it came from (for every later error). Everything downstream
-(validation, data sources, the objective, schedulers, the router, trackers) receives
-``PluginRef``s and never looks a name up again.
+dataclass, and the config key it came from (for every later error); for kinds whose nodes
+also carry generic keys the core reads (every reward node's ``timeout_s`` and ``on_error``),
+those are split off and typed by the core's own dataclass (``PluginRef.options``).
+Everything downstream (validation, data sources, the objective, schedulers, the router,
+trackers) receives ``PluginRef``s and never looks a name up again.
 """
 
 from __future__ import annotations
@@ -82,6 +84,25 @@ def resolve_target(target: str) -> Any:
     return obj
 
 
+def typed_values(schema: Any, values: Mapping[str, Any], key: str, what: str) -> Any:
+    """``values`` merged over ``schema`` (a dataclass type, or an instance giving defaults) and
+    built into an instance; a wrong name, type or value raises ``ConfigError`` under ``key``."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from loongsage.hints import omegaconf_error
+
+    structured = OmegaConf.structured(schema)
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(structured, dict(values)))
+    except OmegaConfBaseException as err:
+        known = OmegaConf.to_container(structured, resolve=False)
+        error = omegaconf_error(err, known, prefix=key)
+        raise ConfigError(error.key, f"invalid parameter for {what}: {error.problem}") from None
+    except (ValueError, TypeError) as err:  # the dataclass's own checks (__post_init__)
+        raise ConfigError(key, f"invalid parameters for {what}: {err}") from None
+
+
 @dataclass(frozen=True)
 class RegistryEntry:
     """One registered plugin object with where it came from and its parameter type.
@@ -129,21 +150,7 @@ class RegistryEntry:
                     key, f"{self.kind} '{self.name}' takes no parameters, got {sorted(values)}"
                 )
             return None
-        from omegaconf import OmegaConf
-        from omegaconf.errors import OmegaConfBaseException
-
-        from loongsage.hints import omegaconf_error
-
-        schema = OmegaConf.structured(self.params)
-        try:
-            return OmegaConf.to_object(OmegaConf.merge(schema, values))
-        except OmegaConfBaseException as err:
-            known = OmegaConf.to_container(schema, resolve=False)
-            error = omegaconf_error(err, known, prefix=key)
-            what = f"invalid parameter for {self.kind} '{self.name}'"
-            raise ConfigError(error.key, f"{what}: {error.problem}") from None
-        except (ValueError, TypeError) as err:  # the dataclass's own checks (__post_init__)
-            raise ConfigError(key, f"invalid parameters for {self.kind} '{self.name}': {err}") from None
+        return typed_values(self.params, values, key, f"{self.kind} '{self.name}'")
 
     def param_schema(self) -> list[dict[str, Any]]:
         """Describe the parameters as plain data (name, type, default) for listings."""
@@ -173,6 +180,7 @@ class PluginRef:
     entry: RegistryEntry
     params: Any
     key: str
+    options: Any = None  # the generic keys of the node, when its kind has some (a reward's deadline)
 
     @property
     def name(self) -> str:
@@ -193,8 +201,18 @@ class PluginRef:
 
     def as_node(self, name_field: str = "name") -> dict[str, Any]:
         """The reference as a plain config node, every parameter (defaults included) spelled out."""
+        generic = dataclasses.asdict(self.options) if dataclasses.is_dataclass(self.options) else {}
         values = dataclasses.asdict(self.params) if dataclasses.is_dataclass(self.params) else {}
-        return {name_field: self.name, **values}
+        return {name_field: self.name, **generic, **values}
+
+
+def _check_reserved(entry: RegistryEntry, generic: set[str], key: str) -> None:
+    own = {f.name for f in dataclasses.fields(entry.params)} if entry.params is not None else set()
+    clash = sorted(own & generic)
+    if clash:
+        raise ConfigError(key, f"{entry.kind} '{entry.name}' of distribution '{entry.distribution}' "
+                          f"declares parameter(s) {clash}, which every {entry.kind} node reserves for "
+                          f"the core ({', '.join(sorted(generic))}); the plugin must rename them")
 
 
 def _plain(node: Any) -> Any:
@@ -299,11 +317,18 @@ class Registries:
         for registry in self._by_kind.values():
             registry.freeze()
 
-    def resolve(self, kind: str, node: Any, key: str, name_field: str = "name") -> PluginRef:
+    def resolve(
+        self, kind: str, node: Any, key: str, name_field: str = "name", options: Any = None
+    ) -> PluginRef:
         """Resolve one config node naming a ``kind`` plugin; errors name ``key``.
 
         ``node`` is the plugin's name or a mapping with ``name_field`` and its parameters,
-        validated by the plugin's parameter dataclass.
+        validated by the plugin's parameter dataclass. ``options`` (a dataclass instance) holds
+        the generic keys every node of this kind may set next to the plugin's own parameters,
+        with their defaults (a reward's ``timeout_s`` and ``on_error``): the node's values for
+        them are taken out before the plugin's parameters are built, validated by the
+        dataclass, and returned as ``PluginRef.options``. A plugin may not declare a parameter
+        of the same name, which it could never receive.
         """
         node = _plain(node)
         name_key = key if isinstance(node, str) else f"{key}.{name_field}"
@@ -314,13 +339,18 @@ class Registries:
         values = dict(node)
         name = values.pop(name_field)
         entry = self[kind].entry(name, name_key)
+        generic = {f.name for f in dataclasses.fields(options)} if options is not None else set()
+        if generic:
+            _check_reserved(entry, generic, key)
+            given = {k: values.pop(k) for k in list(values) if k in generic}
+            options = typed_values(options, given, key, f"{kind} '{name}'")
         try:
             params = entry.build_params(values, key)
         except (ValueError, TypeError) as err:
             if isinstance(err, ConfigError):
                 raise
             raise ConfigError(key, f"invalid parameters for {kind} '{name}': {err}") from None
-        return PluginRef(entry, params, key)
+        return PluginRef(entry, params, key, options)
 
     def resolve_all(self, kind: str, nodes: Any, key: str, name_field: str = "name") -> tuple[PluginRef, ...]:
         """``resolve`` each node of a list (``None`` is an empty list); keys get ``[i]``."""

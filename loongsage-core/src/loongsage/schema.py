@@ -122,6 +122,33 @@ class PlacementConfig:
 
 
 @dataclass
+class RewardOptions:
+    """The generic keys of every ``data_sources[i].reward`` node, next to the reward's own
+    parameters; their defaults come from the run-wide ``reward`` section."""
+
+    timeout_s: float = 30.0  # deadline of one reward call; past it the worker is killed
+    on_error: str = "zero"  # a timed-out or failed call: zero | drop_group | fail
+
+
+@dataclass
+class RewardConfig(RewardOptions):
+    """Reward calls: their worker processes and the defaults of every source's reward node."""
+
+    workers: int = 0  # reward worker processes; 0 = one per core this process may use
+    drop_group_retries: int = 2  # on_error=drop_group: regenerations of a prompt's group before the run fails
+
+
+@dataclass
+class BudgetConfig:
+    """Time budgets of plugin calls that run in-process (past one, the run stops with an error
+    naming the plugin)."""
+
+    dataset_load_s: float = 600.0  # building one data source's dataset (reading its file)
+    dataset_get_s: float = 60.0  # one dataset.get(index)
+    filter_s: float = 120.0  # one data filter call on a round of groups
+
+
+@dataclass
 class DataSourceConfig:
     """One data source: its prompts, agent, reward, sandbox, teacher and sampling."""
 
@@ -213,4 +240,6 @@ SECTIONS: Dict[str, type] = {
     "checkpoint": CheckpointConfig,
     "trainer": TrainerConfig,
     "transfer": TransferConfig,  # weight sync: bucket size, slots, checksum, delta
+    "reward": RewardConfig,
+    "budgets": BudgetConfig,
 }

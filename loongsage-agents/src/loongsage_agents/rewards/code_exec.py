@@ -23,6 +23,10 @@ asks for an *untrusted* sandbox, so the ``process`` backend refuses unless the s
 
 The result is a dict ``{"score", "passed", "total", "has_code", "timed_out", "error"}``;
 ``score`` is the pass fraction with ``partial_credit``, else 1.0 only when all pass.
+``exec_timeout_s`` limits each command in the sandbox; the whole call, every case
+included, runs under the data source's ``reward.timeout_s`` (default 30 s) in a reward
+worker process, so a task with many stdin/stdout cases needs that raised to
+``cases x exec_timeout_s`` plus the sandbox's start-up.
 ``code_exec_reward_async`` is the native coroutine; ``code_exec_reward`` is the plain
 callable of the reward contract (it runs the coroutine on a private event loop).
 """
@@ -46,7 +50,7 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 class CodeExecParams:
     """Code execution reward: run the task's tests on the sample's last code block in a sandbox."""
 
-    timeout_s: float = 10.0  # per exec: the whole assert suite, or one stdin/stdout case
+    exec_timeout_s: float = 10.0  # per exec: the whole assert suite, or one stdin/stdout case
     partial_credit: bool = False  # score = passed / total instead of all-or-nothing
     no_code_score: float = 0.0  # no fenced code block in the sample
     python: str = "python3"  # interpreter inside the sandbox
@@ -118,13 +122,13 @@ async def _run_tests(sb: Any, p: CodeExecParams, code: str, kind: str, cases: An
     if kind == "io":
         passed, timed_out = 0, False
         for stdin, expected in cases:
-            r = await sb.exec([p.python, "solution.py"], stdin=str(stdin), timeout=p.timeout_s)
+            r = await sb.exec([p.python, "solution.py"], stdin=str(stdin), timeout=p.exec_timeout_s)
             timed_out |= r.timed_out
             passed += int(r.exit_code == 0 and _same_output(r.text, expected))
         return {"passed": passed, "total": len(cases), "timed_out": timed_out, "error": None}
     nonce = secrets.token_hex(16)
     # the harness arrives on stdin, never as a file: the solution cannot read the nonce from disk
-    r = await sb.exec([p.python, "-"], stdin=_harness(cases, nonce), timeout=p.timeout_s)
+    r = await sb.exec([p.python, "-"], stdin=_harness(cases, nonce), timeout=p.exec_timeout_s)
     last = r.text.strip().splitlines()[-1:] or [""]
     head, _, count = last[0].partition(" ")
     passed = int(count) if head == nonce and count.isdigit() and r.exit_code == 0 else 0

@@ -13,10 +13,19 @@ when there is no box (``boxed`` then means "an answer in the requested format").
 without the requested format: the last number in the text is checked for correctness
 (``boxed`` stays false, so the format credit still rewards learning the format).
 
-math-verify enforces its timeouts with ``SIGALRM``, which only works in a process's main
-thread; elsewhere (reward worker threads, Ray async actors) the timeouts are disabled
-rather than failing, and the caller owns the time limit. math-verify then logs a warning
-on every call; that one message is filtered out, other warnings still show.
+Answers too costly to compare never reach sympy: ``math_guards.costly_answer`` rejects,
+from the text alone, overlong answers and huge factorials and powers
+(``\\boxed{99999999!}``); such an answer is wrong, keeps its format credit, and its result
+names the guard in ``unchecked``.
+
+math-verify enforces its own timeouts (``timeout_seconds`` per parse and per comparison)
+with ``SIGALRM``, which only works in a process's main thread. In a run every reward call
+runs in the main thread of a reward worker process (``loongsage.deadline``), so they apply,
+and the call's deadline (``reward.timeout_s``, default 30 s) backs them up: it kills the
+worker when sympy is stuck in C code, where no signal handler runs. Called from another
+thread (a test's, a Ray async actor's), the reward runs without math-verify's timeouts rather
+than failing, and math-verify's warning about that, logged on every call, is filtered out
+(other warnings still show).
 """
 
 from __future__ import annotations
@@ -29,8 +38,8 @@ from typing import Any
 from math_verify import parse, verify
 from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
 
+from loongsage_agents.rewards.math_guards import costly_answer
 from loongsage_agents.rewards.params import MathRewardParams
-
 
 
 class _DropDisabledTimeoutWarning(logging.Filter):
@@ -122,9 +131,15 @@ def math_reward(
     if answer is None and params.accept_answer_line:
         lines = _ANSWER_LINE.findall(sample_text)
         answer = lines[-1].strip("$* ") if lines else None
+    if answer is not None and answer.strip():
+        unchecked = costly_answer(answer.strip(), params)
+        if unchecked:
+            return {"score": float(params.format_score), "correct": False, "boxed": True,
+                    "unchecked": unchecked}
     if answer is None or not answer.strip() or not _parses(answer.strip(), params):
         numbers = _NUMBER.findall(sample_text) if params.accept_last_number else []
-        if numbers and answers_match(numbers[-1], ground_truth, params):
+        last = numbers[-1] if numbers else None
+        if last and not costly_answer(last, params) and answers_match(last, ground_truth, params):
             return {"score": float(params.correct_score), "correct": True, "boxed": False}
         return {"score": float(params.no_answer_score), "correct": False, "boxed": False}
     correct = answers_match(answer.strip(), ground_truth, params)

@@ -15,4 +15,7 @@ class MathRewardParams:
     accept_answer_line: bool = False  # also read a last "Answer: X" line (DAPO-Math prompts ask for it)
     accept_last_number: bool = False  # else fall back to the last number in the text (lm-eval's
     # "flexible extract"); such an answer can be correct but never earns format credit
-    timeout_seconds: int = 5  # math-verify parse/verify limit (main thread only; see rewards.math)
+    timeout_seconds: int = 5  # math-verify's own limit per parse/verify (SIGALRM; see rewards.math)
+    max_answer_chars: int = 300  # longer answers are not compared (wrong); 0 = no limit
+    max_factorial: int = 10000  # n! above this, or of a power/factorial, is not compared; 0 = off
+    max_exponent: int = 100000  # a^b with b above this, or b a power/factorial, is not compared; 0 = off

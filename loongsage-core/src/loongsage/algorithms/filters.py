@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from loongsage.data.types import Group
+from loongsage.deadline.budget import UNLIMITED, Budget
 
 
 @dataclass
@@ -45,10 +46,15 @@ class FillResult:
 
 
 class FilterChain:
-    """Filters (resolved ``data_filter`` ``PluginRef``s) applied in order; metrics summed."""
+    """Filters (resolved ``data_filter`` ``PluginRef``s) applied in order; metrics summed.
 
-    def __init__(self, components: Sequence[Any] = ()):
+    Each filter call runs within ``budget`` (``budgets.filter_s`` in a run): one that overruns
+    it raises ``BudgetExceeded`` naming the filter and its config key instead of stalling the step.
+    """
+
+    def __init__(self, components: Sequence[Any] = (), budget: Budget = UNLIMITED):
         self.components = tuple(components)
+        self.budget = budget
 
     @property
     def max_rounds(self) -> int:
@@ -58,7 +64,8 @@ class FilterChain:
     def __call__(self, groups: list[Group]) -> FilterResult:
         metrics: dict[str, float] = {}
         for comp in self.components:
-            result = comp.obj(list(groups), comp.params)
+            what = f"{comp.key}: data filter '{comp.name}'"
+            result = self.budget.run(what, comp.obj, list(groups), comp.params)
             groups = result.groups
             for name, value in result.metrics.items():
                 metrics[name] = metrics.get(name, 0.0) + float(value)

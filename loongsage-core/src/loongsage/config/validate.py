@@ -6,10 +6,14 @@ rules (invalid mode combinations). Every plugin-bound field is resolved once aga
 registry (``Registries.resolve``) and its parameters are validated by the plugin's own
 dataclass; ``validate_config`` returns them in a ``RunConfig``, and writes the resolved
 parameters, defaults included, back into the config so ``config show`` prints all of them.
+A reward node's generic keys (``timeout_s``, ``on_error``) default to the ``reward`` section
+and are checked by the same rules as its keys; the ``budgets`` section's limits travel in
+each ``SourceSpec``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -19,10 +23,11 @@ from omegaconf.errors import OmegaConfBaseException
 from loongsage.algorithms.validate import AlgorithmSpec, validate_algorithm
 from loongsage.config.store import data_source_schema, root_schema
 from loongsage.data.sources import SourceSpec
+from loongsage.deadline.budget import Budget
 from loongsage.errors import ConfigError
 from loongsage.hints import closest, first_leaf_key, omegaconf_error, unknown_key_error
 from loongsage.registry import PluginRef, Registries
-from loongsage.schema import OPDConfig
+from loongsage.schema import OPDConfig, RewardOptions
 
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
@@ -33,6 +38,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "placement.rollout_strategy": PLACEMENT_STRATEGIES,
     "train.strategy": ("ddp", "fsdp2"),
     "algorithm.kl.use_as": ("loss", "reward"),
+    "reward.on_error": ("zero", "drop_group", "fail"),
     "algorithm.loss_agg_mode": (
         "token_mean",
         "seq_mean_token_mean",
@@ -66,6 +72,12 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "trainer.steps": (lambda v: v >= 0, ">= 0"),
     "checkpoint.interval": (lambda v: v >= 0, ">= 0"),
     "checkpoint.keep_last": (lambda v: v >= 1, ">= 1"),
+    "reward.timeout_s": (lambda v: v > 0, "a positive number of seconds"),
+    "reward.workers": (lambda v: v >= 0, ">= 0 (0 = one per available core)"),
+    "reward.drop_group_retries": (lambda v: v >= 0, ">= 0"),
+    "budgets.dataset_load_s": (lambda v: v > 0, "a positive number of seconds"),
+    "budgets.dataset_get_s": (lambda v: v > 0, "a positive number of seconds"),
+    "budgets.filter_s": (lambda v: v > 0, "a positive number of seconds"),
 }
 
 
@@ -108,17 +120,20 @@ def _missing_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
     return sorted(prefix + k for k in OmegaConf.missing_keys(cfg))
 
 
+def _check_value(key: str, rule: str, value: Any) -> None:
+    """Check ``value`` against the ``CHOICES`` / ``RANGES`` entry ``rule``; errors name ``key``."""
+    if rule in CHOICES and value not in CHOICES[rule]:
+        choices = CHOICES[rule]
+        match = closest(str(value), choices)
+        hint = f"; did you mean {match!r}?" if match else ""
+        raise ConfigError(key, f"expected one of {', '.join(choices)}, got {value!r}{hint}")
+    if rule in RANGES and not RANGES[rule][0](value):
+        raise ConfigError(key, f"expected {RANGES[rule][1]}, got {value!r}")
+
+
 def _check_fields(cfg: DictConfig) -> None:
-    for key, choices in CHOICES.items():
-        value = OmegaConf.select(cfg, key)
-        if value not in choices:
-            match = closest(str(value), choices)
-            hint = f"; did you mean {match!r}?" if match else ""
-            raise ConfigError(key, f"expected one of {', '.join(choices)}, got {value!r}{hint}")
-    for key, (ok, expected) in RANGES.items():
-        value = OmegaConf.select(cfg, key)
-        if not ok(value):
-            raise ConfigError(key, f"expected {expected}, got {value!r}")
+    for key in (*CHOICES, *RANGES):
+        _check_value(key, key, OmegaConf.select(cfg, key))
 
 
 def _check_modes(cfg: DictConfig) -> None:
@@ -203,7 +218,17 @@ class RunConfig:
     rollout_engine: PluginRef
 
 
-def _source_spec(i: int, node: DictConfig, registries: Registries) -> SourceSpec:
+def _reward(node: DictConfig, key: str, cfg: DictConfig, registries: Registries) -> PluginRef:
+    """The source's reward with its generic keys (defaults: the ``reward`` section) checked."""
+    section = cfg.reward
+    defaults = RewardOptions(timeout_s=section.timeout_s, on_error=section.on_error)
+    ref = registries.resolve("reward", node, key, options=defaults)
+    for field in dataclasses.fields(RewardOptions):  # checked like the run-wide keys they default from
+        _check_value(f"{key}.{field.name}", f"reward.{field.name}", getattr(ref.options, field.name))
+    return ref
+
+
+def _source_spec(i: int, node: DictConfig, cfg: DictConfig, registries: Registries) -> SourceSpec:
     key = f"data_sources[{i}]"
     sandbox = node.sandbox
     return SourceSpec(
@@ -212,12 +237,14 @@ def _source_spec(i: int, node: DictConfig, registries: Registries) -> SourceSpec
         weight=float(node.weight),
         dataset=registries.resolve("dataset", node.dataset, f"{key}.dataset", "format"),
         agent=registries.resolve("agent", node.agent, f"{key}.agent"),
-        reward=registries.resolve("reward", node.reward, f"{key}.reward"),
+        reward=_reward(node.reward, f"{key}.reward", cfg, registries),
         sandbox=registries.resolve("sandbox", sandbox, f"{key}.sandbox", "type") if sandbox is not None else None,
         filters=registries.resolve_all("data_filter", node.filters, f"{key}.filters"),
         teacher=node.teacher,
         sampling=as_container(node.sampling),
         system_prompt=node.system_prompt,
+        load_budget=Budget(cfg.budgets.dataset_load_s, "budgets.dataset_load_s"),
+        get_budget=Budget(cfg.budgets.dataset_get_s, "budgets.dataset_get_s"),
     )
 
 
@@ -249,7 +276,7 @@ def _resolve_plugins(cfg: DictConfig, registries: Registries) -> RunConfig:
         cfg=cfg,
         registries=registries,
         algorithm=validate_algorithm(cfg.algorithm, registries),
-        sources=tuple(_source_spec(i, node, registries) for i, node in enumerate(cfg.data_sources)),
+        sources=tuple(_source_spec(i, node, cfg, registries) for i, node in enumerate(cfg.data_sources)),
         window_policy=resolve("window_policy", cfg["async"].window_policy, "async.window_policy"),
         trackers=registries.resolve_all("tracker", cfg.logging.trackers, "logging.trackers"),
         middlewares=registries.resolve_all("router_middleware", cfg.agentflow.middlewares, "agentflow.middlewares"),

@@ -3,8 +3,9 @@
 ``build_run`` starts (or attaches to) Ray, reserves the placement groups
 (``controller.placement``), hosts the train ranks and the rollout engines as actors in
 their bundles (printing the layout and saving it as ``layout.json``), joins the train
-ranks into one process group (``TrainGroup``), and builds the data sources, the mixer, the engine pool (the one load balancer),
-the AgentFlow routers, the rollout manager and the scheduler on the run's one rollout event
+ranks into one process group (``TrainGroup``), and builds the data sources, the mixer, the
+engine pool (the one load balancer), the AgentFlow routers, the reward worker processes
+(``reward.workers``), the rollout manager and the scheduler on the run's one rollout event
 loop, the objective and the trackers, and returns a ``Run`` whose verbs the loop in
 ``run.py`` calls. Nothing here chooses an algorithm or looks a plugin name up: every plugin
 arrives resolved in the ``RunConfig``.
@@ -40,7 +41,10 @@ from loongsage.controller.train_group import TrainGroup
 from loongsage.controller.verbs import Run
 from loongsage.controller.weight_sync import WeightSync
 from loongsage.data.mixer import DataMixer
+from loongsage.data.scoring import RewardScorer, reward_modules
 from loongsage.data.sources import build_sources
+from loongsage.deadline.budget import Budget
+from loongsage.deadline.pool import DeadlinePool
 from loongsage.engines.client import EngineClient
 from loongsage.engines.pool import EnginePool
 from loongsage.models.resolve import resolve_model_path
@@ -53,8 +57,9 @@ from loongsage.transfer import TransferConfig
 
 def data_filters(spec: RunConfig) -> tuple[Any, int]:
     """One chain: each source's own filters on its groups, then ``algorithm.filters``."""
-    chain = FilterChain(spec.algorithm.filters)
-    per_source = {s.name: FilterChain(s.filters) for s in spec.sources}
+    budget = Budget(spec.cfg.budgets.filter_s, "budgets.filter_s")
+    chain = FilterChain(spec.algorithm.filters, budget)
+    per_source = {s.name: FilterChain(s.filters, budget) for s in spec.sources}
 
     def apply(groups: list) -> FilterResult:
         metrics: dict[str, float] = {}
@@ -127,7 +132,8 @@ def _start_actors(run: Run, plain: dict, rollout: bool) -> None:
                           for seat in rollout_seats]
     run.trainers = TrainGroup(trainers)
     actors = trainers + run.rollout_actors
-    rows = layout(placement, train_seats + rollout_seats, ray.get([a.where.remote() for a in actors]))
+    reports = ray.get([actor.where.remote() for actor in actors])
+    rows = layout(placement, train_seats + rollout_seats, reports)
     print(format_layout(rows), flush=True)
     run.run_dir.write_layout(placement.plan.mode, rows)
     run.trainers.connect(rows[0]["node_ip"], run.cfg.train.strategy)
@@ -137,17 +143,23 @@ def _start_rollout(run: Run, plain: dict) -> None:
     """Weight sync, engine pool, routers, rollout manager, scheduler and phases."""
     cfg, spec = run.cfg, run.spec
     urls = ray.get([a.call.remote("start") for a in run.rollout_actors])
-    run.weight_sync = WeightSync(run.trainers, run.rollout_actors, TransferConfig(**plain["transfer"]))
+    transfer = TransferConfig(**plain["transfer"])
+    run.weight_sync = WeightSync(run.trainers, run.rollout_actors, transfer)
     pool = EnginePool([EngineClient(url) for url in urls])
     run.loop = EventLoopThread()
     base = RouterSettings.from_config(cfg.agentflow)
     run.agent_routers = AgentRouters(run.sources, pool, run.tokenizer, spec.registries, base, run.run_dir.path)
     for name, url in run.agent_routers.urls().items():
         print(f"agentflow router for data source {name!r}: {url}", flush=True)
+    run.reward_pool = DeadlinePool(cfg.reward.workers, preload=reward_modules(run.sources))
+    scorer = RewardScorer(run.reward_pool, cfg.reward.drop_group_retries)
     run.rollout = RolloutManager(run.sources, pool, run.loop, cfg.rollout.n_samples_per_prompt,
-                                 sampling_params(cfg, run.tokenizer), on_scored=run.agent_routers.record_rewards)
-    mixer = DataMixer.from_sources(run.sources, cfg.trainer.seed, batch_size=cfg.rollout.prompts_per_step,
-                                   mini_batches=cfg.train.mini_batches_per_step, dp_size=cfg.train.dp_size)
+                                 sampling_params(cfg, run.tokenizer), scorer,
+                                 on_scored=run.agent_routers.record_rewards)
+    mixer = DataMixer.from_sources(run.sources, cfg.trainer.seed,
+                                   batch_size=cfg.rollout.prompts_per_step,
+                                   mini_batches=cfg.train.mini_batches_per_step,
+                                   dp_size=cfg.train.dp_size)
     run.scheduler = build_scheduler(spec, mixer, run.rollout, run.loop)
     run.phases = PHASES[cfg.placement.mode](run.scheduler, run.trainers, run.rollout_actors)
 

@@ -2,9 +2,13 @@
 
 For each prompt it runs the data source's agent ``n`` times against the run's engine pool
 (the one load balancer, shared with the AgentFlow routers), scores every sample with the
-source's reward, hands the scored samples to ``on_scored`` (the run persists router
-trajectories' rewards there) and returns a ``Group``. Its coroutines run on the run's one
-rollout event loop, whichever scheduler drives them: the synchronous scheduler through
+source's reward in the reward worker processes, under the reward's deadline
+(``loongsage.data.scoring``), hands the scored samples to ``on_scored`` (the run persists
+router trajectories' rewards there) and returns a ``Group``. A group the reward's
+``on_error: drop_group`` drops is generated again from its prompt before
+``generate_group`` returns, so every scheduler receives complete scored groups and never
+waits for a slot a dropped group left empty. Its coroutines run on the run's one rollout
+event loop, whichever scheduler drives them: the synchronous scheduler through
 ``generate_groups``, the asynchronous one by awaiting ``generate_group``.
 """
 
@@ -13,19 +17,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable, Mapping, Sequence
 
+from loongsage.data.scoring import RewardScorer
 from loongsage.data.sources import DataSource
 from loongsage.data.types import Group, Prompt, Sample
 from loongsage.engines.pool import EnginePool
 from loongsage.runtime.event_loop import EventLoopThread
 
 OnScored = Callable[[str, list[Sample]], None]
-
-
-def apply_score(sample: Sample, result: Mapping[str, Any]) -> None:
-    """Set ``sample.reward`` from a reward's result dict; its other fields join ``reward_info``
-    next to what the agent reported (turns, tool calls, exit code)."""
-    sample.reward = float(result["score"])
-    sample.reward_info = {**sample.reward_info, **{k: v for k, v in result.items() if k != "score"}}
 
 
 class RolloutManager:
@@ -38,6 +36,7 @@ class RolloutManager:
         loop: EventLoopThread,
         n_samples: int,
         sampling_params: dict[str, Any],
+        scorer: RewardScorer,
         on_scored: OnScored | None = None,
     ) -> None:
         self.sources = dict(sources)
@@ -45,17 +44,19 @@ class RolloutManager:
         self.loop = loop
         self.n_samples = n_samples
         self.sampling_params = dict(sampling_params)
+        self.scorer = scorer
         self.on_scored = on_scored
 
-    async def _score(self, source: DataSource, prompt: Prompt, samples: list[Sample]) -> None:
-        async def one(sample: Sample) -> None:
-            result = await asyncio.to_thread(source.score, sample.text, prompt.ground_truth,
-                                             prompt=prompt, sample=sample)
-            apply_score(sample, result)
-
-        await asyncio.gather(*(one(s) for s in samples))
+    async def _score(self, source: DataSource, prompt: Prompt, samples: list[Sample]) -> bool:
+        """Score the group (``False``: dropped by ``on_error: drop_group``) and report it."""
+        kept = await self.scorer.score_group(source, prompt, samples)
         if self.on_scored is not None:
             self.on_scored(source.name, samples)
+        return kept
+
+    def reward_metrics(self) -> dict[str, float]:
+        """Reward timeouts, errors and dropped groups since the last call (``RewardScorer``)."""
+        return self.scorer.metrics()
 
     async def generate_group(
         self,
@@ -71,16 +72,21 @@ class RolloutManager:
 
         A group whose generation was aborted at a weight update comes back unscored with
         its aborted samples' partial tokens; the scheduler passes it back as
-        ``resume_from`` and the agent continues those samples under the new weights.
+        ``resume_from`` and the agent continues those samples under the new weights. A
+        group the reward drops (``on_error: drop_group``) is generated again from scratch.
         """
         source = self.sources[prompt.source]
         params = {**self.sampling_params, **source.sampling, **(sampling or {})}
+        count = n or self.n_samples if resume_from is None else len(resume_from.samples)
         if resume_from is None:
-            samples = await source.agent.run_group(prompt, n or self.n_samples, self.pool, params)
+            samples = await source.agent.run_group(prompt, count, self.pool, params)
         else:
             samples = list(await asyncio.gather(*(self._resume(source, s, params) for s in resume_from.samples)))
-        if not any(s.finish_reason == "abort" for s in samples):
-            await self._score(source, prompt, samples)
+        drops = 0
+        while not _aborted(samples) and not await self._score(source, prompt, samples):
+            drops += 1
+            self.scorer.dropped(source, prompt, drops)
+            samples = await source.agent.run_group(prompt, count, self.pool, params)
         dispatched = version if resume_from is None else resume_from.dispatch_version
         return Group(group_id=group_id, prompt=prompt, samples=samples, dispatch_version=dispatched)
 
@@ -110,3 +116,7 @@ class RolloutManager:
             )
 
         return self.loop.run(all_groups())
+
+
+def _aborted(samples: list[Sample]) -> bool:
+    return any(s.finish_reason == "abort" for s in samples)

@@ -29,6 +29,7 @@ from loongsage.controller.run_dir import RunDirectory
 from loongsage.controller.train_group import TrainGroup
 from loongsage.controller.weight_sync import WeightSync
 from loongsage.data.mixer import apportion
+from loongsage.deadline.pool import DeadlinePool
 from loongsage.runtime.event_loop import EventLoopThread
 from loongsage.runtime.partial import mask_offpolicy_tokens
 
@@ -59,6 +60,7 @@ class Run:
     sources: dict = field(default_factory=dict)
     weight_sync: WeightSync | None = None
     agent_routers: AgentRouters | None = None
+    reward_pool: DeadlinePool | None = None
     version: int = 0
     _bar: Any = None
 
@@ -91,11 +93,17 @@ class Run:
         return interval > 0 and (step % interval == 0 or step == self.cfg.trainer.steps)
 
     def evaluate(self) -> dict[str, float]:
-        """Score the fixed evaluation prompts, one greedy sample each, with current weights."""
+        """Score the fixed evaluation prompts, one greedy sample each, with current weights.
+
+        Reward failures counted since the last step's end are reported as ``eval/reward_*``:
+        exactly the evaluation's under the synchronous scheduler; under the asynchronous one
+        they include background rollouts that ended meanwhile.
+        """
         prompts = eval_prompts(self.sources, self.cfg.trainer.eval_prompts, self.cfg.trainer.seed)
         sampling = {"temperature": self.cfg.trainer.eval_temperature}
         groups = self.rollout.generate_groups(prompts, -len(prompts), self.version, n=1, sampling=sampling)
-        return {f"eval/{k.split('/', 1)[1]}": v for k, v in rollout_metrics(groups).items()}
+        metrics = {**rollout_metrics(groups), **self.rollout.reward_metrics()}
+        return {f"eval/{k.split('/', 1)[1]}": v for k, v in metrics.items()}
 
     def publish_weights(self, version: int | None = None) -> dict[str, float]:
         """Send the trainer's weights to every engine as ``version`` (default: the next one),
@@ -134,6 +142,8 @@ class Run:
             self.agent_routers.close()
         if self.loop is not None:
             self.loop.close()
+        if self.reward_pool is not None:
+            self.reward_pool.close()
         if self.weight_sync is not None:
             self.weight_sync.close()
         if self._bar is not None:

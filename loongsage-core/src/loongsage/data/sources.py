@@ -14,15 +14,24 @@ sandbox backend from a config-local ``plugins:`` module is as reachable as a bui
 ``DataSource.get(index)`` is what the mixer reads: the dataset's prompt, stamped with the
 source's name and index, with the source's ``system_prompt`` (when set) as the first
 message, replacing a system message the dataset supplied.
+
+``RewardCall`` is the one scoring function: the reward bound to the source's sandbox,
+picklable, so a run scores in worker processes under the reward's deadline
+(``loongsage.data.scoring``) and ``DataSource.score`` runs the same call in-process. Reading
+the dataset runs in-process within the time budgets of the ``budgets`` section: building it
+(``dataset_load_s``) and each ``get`` (``dataset_get_s``); a stalled reader stops the run
+with an error naming it (``loongsage.deadline.budget``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from loongsage.data.types import Prompt
+from loongsage.deadline.budget import UNLIMITED, Budget
 from loongsage.errors import ConfigError
 from loongsage.registry import PluginRef, Registries
 
@@ -42,6 +51,8 @@ class SourceSpec:
     teacher: str | None = None
     sampling: Mapping[str, Any] = field(default_factory=dict)
     system_prompt: str | None = None
+    load_budget: Budget = UNLIMITED  # building the dataset (budgets.dataset_load_s)
+    get_budget: Budget = UNLIMITED  # one dataset.get (budgets.dataset_get_s)
 
     @property
     def key(self) -> str:
@@ -60,6 +71,30 @@ class SandboxFactory:
 
     def __call__(self, *, files: Mapping[str, bytes | str] | None = None, untrusted: bool = True) -> Any:
         return self.ref.obj(self.ref.params, files=files, untrusted=untrusted, key=self.ref.key)
+
+
+@dataclass(frozen=True)
+class RewardCall:
+    """A source's reward bound to the source's sandbox: the one scoring function.
+
+    ``call(text, ground_truth, **context)`` runs ``reward(text, ground_truth, params,
+    **context, sandbox=...)`` and returns its result as a dict with a float ``score`` (a bare
+    number becomes ``{"score": x}``). Picklable (a ``PluginRef`` and a ``SandboxFactory``), so
+    it is what a reward worker process runs (``loongsage.data.scoring``).
+    """
+
+    reward: PluginRef
+    sandbox: SandboxFactory | None
+    source: str
+
+    def __call__(self, text: str, ground_truth: Any, **context: Any) -> dict[str, Any]:
+        result = self.reward.obj(text, ground_truth, self.reward.params, **context, sandbox=self.sandbox)
+        if isinstance(result, Mapping):
+            if "score" not in result:
+                raise ValueError(f"reward of source {self.source!r} returned a dict without 'score': "
+                                 f"{result!r}")
+            return {**result, "score": float(result["score"])}
+        return {"score": float(result)}
 
 
 @dataclass(frozen=True)
@@ -106,20 +141,18 @@ class DataSource:
         return dict(self.spec.sampling)
 
     @property
-    def reward(self) -> Any:
-        return self.spec.reward.obj
-
-    @property
-    def reward_params(self) -> Any:
-        return self.spec.reward.params
+    def reward_call(self) -> RewardCall:
+        """The source's reward with its sandbox, ready to run here or in a worker process."""
+        return RewardCall(self.spec.reward, self.sandbox, self.name)
 
     def size(self) -> int | None:
         """Number of prompts in one epoch, or ``None`` for an infinite dataset."""
         return len(self.dataset) if hasattr(self.dataset, "__len__") else None
 
     def get(self, index: int) -> Prompt:
-        """Prompt ``index`` of the dataset, stamped with this source."""
-        prompt = self.dataset.get(index)
+        """Prompt ``index`` of the dataset, stamped with this source (within ``spec.get_budget``)."""
+        what = f"{self.spec.key}.dataset: dataset '{self.spec.dataset.name}' get({index})"
+        prompt = self.spec.get_budget.run(what, self.dataset.get, index)
         messages = list(prompt.messages)
         if self.system_prompt:
             if messages and messages[0].get("role") == "system":
@@ -132,29 +165,37 @@ class DataSource:
         offered = getattr(self.agent, "tool_schemas", None)
         return list(offered()) if offered is not None else []
 
-    def reward_context(self, **context: Any) -> dict[str, Any]:
-        """The keyword context a reward is called with: ``context`` plus the source's sandbox."""
-        return {**context, "sandbox": self.sandbox}
-
     def score(self, text: str, ground_truth: Any, **context: Any) -> dict[str, Any]:
-        """The reward as a dict with a float ``score`` (a bare float becomes ``{"score": x}``)."""
-        result = self.reward(text, ground_truth, self.reward_params, **self.reward_context(**context))
-        if isinstance(result, Mapping):
-            if "score" not in result:
-                raise ValueError(f"reward of source {self.name!r} returned a dict without 'score': {result!r}")
-            return {**result, "score": float(result["score"])}
-        return {"score": float(result)}
+        """The reward's result for one response, computed here (``RewardCall``)."""
+        return self.reward_call(text, ground_truth, **context)
+
+
+def check_reward(call: RewardCall) -> None:
+    """A ``ConfigError`` now, rather than on every sample, if the reward cannot be called or
+    cannot travel to a reward worker process."""
+    ref = call.reward
+    if not callable(ref.obj):
+        raise ConfigError(ref.key, f"reward '{ref.name}' of '{ref.entry.distribution}' is a "
+                          f"{type(ref.obj).__name__}, not a callable")
+    try:
+        pickle.dumps(call)
+    except Exception as err:  # noqa: BLE001 - any pickling failure: say what to change
+        raise ConfigError(ref.key, f"reward '{ref.name}' of '{ref.entry.distribution}' cannot be sent "
+                          f"to a reward worker process ({type(err).__name__}: {err}); register a "
+                          "module-level function or class and picklable parameters") from None
 
 
 def build_source(spec: SourceSpec, registries: Registries, seed: int = 0, tokenizer: Any = None) -> DataSource:
     """Build one data source from its ``spec`` (the agent only when a ``tokenizer`` is given)."""
+    what = f"{spec.key}.dataset: dataset '{spec.dataset.name}' building its prompts"
     try:
-        dataset = spec.dataset.obj(spec.dataset.params, seed)
+        dataset = spec.load_budget.run(what, spec.dataset.obj, spec.dataset.params, seed)
     except ConfigError as err:  # the dataset names its own field; prefix the source's key
         raise ConfigError(f"{spec.key}.{err.key}", err.problem) from None
     except (OSError, ValueError) as err:  # missing file, bad record: the message names them
         raise ConfigError(f"{spec.key}.dataset", str(err)) from err
     sandbox = SandboxFactory(spec.sandbox) if spec.sandbox is not None else None
+    check_reward(RewardCall(spec.reward, sandbox, spec.name))
     agent = None
     if tokenizer is not None:
         context = SourceContext(spec.name, spec.key, tokenizer, registries, sandbox)
