@@ -28,14 +28,15 @@ def warm_start(run: Run) -> None:
         return
     parser = run.spec.tool_parser.obj()
     examples = sft_examples(run.sources, sft.examples, seed=run.cfg.trainer.seed, parser=parser)
-    done = run.train_actor.run.remote(train_sft, examples, sft.steps, sft.batch_size, sft.lr)
-    while not ray.wait([done], timeout=PROGRESS_EVERY_S)[0]:
-        now = ray.get(run.train_actor.run.remote(sft_progress))
-        log.info(f"sft warm start: step {now['step']}/{now['steps']} loss {now['loss']:.3f}")
-    losses = ray.get(done)
-    peak = run.memory.step_metrics().get("perf/train_rss_peak_gb", 0.0) if run.memory else 0.0
-    log.info(f"sft warm start: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {len(losses)} steps "
-             f"(train actor RSS peak {peak:.2f} GB)")
+    done = run.trainers.start(train_sft, examples, sft.steps, sft.batch_size, sft.lr)
+    while len(ray.wait(done, num_returns=len(done), timeout=PROGRESS_EVERY_S)[0]) < len(done):
+        now = run.trainers.inspect(sft_progress)  # each rank's loss is its share of the step's
+        log.info(f"sft warm start: step {now[0]['step']}/{now[0]['steps']} loss {sum(r['loss'] for r in now):.3f}")
+    losses = [sum(shares) for shares in zip(*ray.get(done))]
+    peak = ""
+    if run.memory is not None:
+        peak = f" (train actor RSS peak {run.memory.step_metrics().get('perf/train_rss_peak_gb', 0.0):.2f} GB)"
+    log.info(f"sft warm start: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {len(losses)} steps{peak}")
     if run.rollout_actors:
         run.publish_weights()
 
@@ -58,8 +59,8 @@ def export_final_model(run: Run) -> Path:
 
 
 def save_model(run: Run, folder: str) -> None:
-    """Save the trainer's weights and tokenizer as a Hugging Face folder."""
-    ray.get(run.train_actor.call.remote("save", folder))
+    """Save the trainer's weights and tokenizer as a Hugging Face folder (every rank takes part)."""
+    run.trainers.call("save", folder)
 
 
 def checkpoint_due(run: Run, step: int) -> bool:
@@ -70,7 +71,7 @@ def checkpoint_due(run: Run, step: int) -> bool:
 
 def save_checkpoint(run: Run, step: int) -> None:
     tmp = run.run_dir.begin_checkpoint(step)
-    ray.get(run.train_actor.call.remote("save", str(tmp / "trainer")))
+    run.trainers.call("save", str(tmp / "trainer"))
     state = {
         "step": step,
         "version": run.version,
@@ -86,7 +87,7 @@ def resume_or_warm_start(run: Run) -> int:
         warm_start(run)
         return 0
     folder, state = latest
-    ray.get(run.train_actor.call.remote("load", str(folder / "trainer")))
+    run.trainers.call("load", str(folder / "trainer"))
     if run.scheduler and state["scheduler"] is not None:
         run.scheduler.load_state_dict(state["scheduler"])
     for tracker in run.trackers:

@@ -155,6 +155,11 @@ class ActorMemory:
     peak_rss: int  # since the previous report
 
 
+def is_train_role(role: str) -> bool:
+    """``train`` or ``train<rank>`` (``RunMemory.for_run``'s role names)."""
+    return role == "train" or (role.startswith("train") and role[5:].isdigit())
+
+
 @dataclass
 class RunMemory:
     """The driver's view: per-step memory metrics of every actor and the run's peaks.
@@ -176,10 +181,15 @@ class RunMemory:
             self._run = PeakSampler(lambda: tree_pss_bytes(root), interval_s=1.0)
 
     @classmethod
-    def for_run(cls, cfg: Any, train_actor: Any, rollout_actors: list) -> "RunMemory":
-        """The run's train actor and rollout engines; prints their process ids (for ``top``)."""
+    def for_run(cls, cfg: Any, train_actors: list, rollout_actors: list) -> "RunMemory":
+        """The run's train ranks and rollout engines; logs their process ids (for ``top``).
+
+        One train rank is ``train``; with data parallelism they are ``train0``, ``train1``...
+        """
         remote = cfg.placement.ray_address or os.environ.get("RAY_ADDRESS")
-        actors = {"train": train_actor, **{f"rollout{i}": a for i, a in enumerate(rollout_actors)}}
+        trainers = {"train": train_actors[0]} if len(train_actors) == 1 else {
+            f"train{r}": a for r, a in enumerate(train_actors)}
+        actors = {**trainers, **{f"rollout{i}": a for i, a in enumerate(rollout_actors)}}
         memory = cls(actors, local=not remote)
         pids = ", ".join(f"{role} {pid}" for role, pid in memory.pids().items())
         log.info(f"actor processes: {pids}")
@@ -200,18 +210,19 @@ class RunMemory:
     def step_metrics(self) -> dict[str, float]:
         """``perf/*_gb`` for the step that just ended; peaks are since the previous call.
 
-        ``perf/train_rss_gb`` is the train actor's RSS at the end of the step (after handing
+        ``perf/train_rss_gb`` is the (largest) train rank's RSS at the end of the step (after handing
         freed heap memory back, ``release_free_memory``) and
         ``perf/train_rss_peak_gb`` its peak during the step; the rollout figures are the
         largest engine's; ``perf/run_pss_peak_gb`` is the whole run's summed PSS at its peak
         during the step (local clusters only).
         """
         reports = self._reports()
-        rollout = [r for role, r in reports.items() if role != "train"]
+        train = [r for role, r in reports.items() if is_train_role(role)]
+        rollout = [r for role, r in reports.items() if not is_train_role(role)]
         metrics = {}
-        if "train" in reports:
-            metrics["perf/train_rss_gb"] = reports["train"].rss / GB
-            metrics["perf/train_rss_peak_gb"] = reports["train"].peak_rss / GB
+        if train:
+            metrics["perf/train_rss_gb"] = max(r.rss for r in train) / GB
+            metrics["perf/train_rss_peak_gb"] = max(r.peak_rss for r in train) / GB
         if rollout:
             metrics["perf/rollout_rss_gb"] = max(r.rss for r in rollout) / GB
             metrics["perf/rollout_rss_peak_gb"] = max(r.peak_rss for r in rollout) / GB

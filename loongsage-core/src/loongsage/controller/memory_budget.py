@@ -133,10 +133,12 @@ def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int) -> Estimate:
     in_step = weights + activations + logits  # gradients and what one micro-batch needs
     slack = in_step // 2
     est = Estimate()
-    est.parts["train actor"] = PROCESS_BYTES + 3 * weights + reference + in_step + slack
-    est.detail["train actor"] = (f"weights, gradients and AdamW {4 * weights / GB:.1f} GB, activations "
-                                 f"{activations / GB:.1f} GB for {rows} rows x {tokens_per_row} tokens, "
-                                 f"allocator slack {slack / GB:.1f} GB")
+    shard = t.dp_size if t.dp_size > 1 and t.strategy == "fsdp2" else 1  # FSDP2 shards weights, grads, AdamW
+    rank = PROCESS_BYTES + (3 * weights + reference + weights) // shard + in_step - weights + slack
+    est.parts["train actor"] = t.dp_size * rank
+    est.detail["train actor"] = (f"{t.dp_size} x (weights, gradients and AdamW {4 * weights / shard / GB:.1f} GB, "
+                                 f"activations {activations / GB:.1f} GB for {rows} rows x {tokens_per_row} tokens, "
+                                 f"allocator slack {slack / GB:.1f} GB)")
     requests = min(r.max_running_requests, (r.prompts_per_step + r.oversample_groups) * r.n_samples_per_prompt)
     kv = requests * tokens_per_row * shape.layers * 2 * shape.kv_heads * shape.head_dim * b
     engine = PROCESS_BYTES + weights + 3 * kv + 2 * requests * shape.vocab * 4

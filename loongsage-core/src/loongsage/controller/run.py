@@ -23,22 +23,20 @@ log = logging.getLogger(__name__)
 
 def train_one_step(run: Run, step: int) -> dict[str, float]:
     metrics = run.evaluate() if run.eval_due(step) else {}
-    colocated = run.cfg.placement.mode == "colocated"
     with timed(metrics, "timing/step"):
         with timed(metrics, "timing/rollout"):
             groups = run.scheduler.next_batch(step)
-        batch, rewards, group_index = run.to_batch(groups, metrics)
-        if colocated:  # the engines hand the cores to the trainer (partial: abort, resume later)
-            run.scheduler.pause()
+        run.phases.to_train()  # colocated: engines hand the devices over (partial: abort)
         with timed(metrics, "timing/train"):
-            metrics.update(run.train(batch, rewards, group_index, groups))
-        if not colocated:  # generation overlapped training; stop it for the weight update
-            run.scheduler.pause()
+            metrics.update(run.train(groups, step, metrics))
+        run.phases.to_sync()  # disaggregated: generation overlapped training, stop it now
         with timed(metrics, "timing/weight_sync"):
             metrics.update(run.publish_weights())
+        run.phases.to_rollout()
     metrics.update(rollout_metrics(groups))
     metrics.update(run.rollout.reward_metrics())
     metrics.update(run.scheduler.metrics())
+    metrics.update(run.rollout.engine_metrics())
     run.record(step, metrics, groups)
     return metrics
 
@@ -48,6 +46,7 @@ def run_training(spec: RunConfig) -> str:
     with build_run(spec) as run:
         log.info(f"run directory: {run.run_dir.path}")
         first_step = resume_or_warm_start(run)
+        run.phases.to_rollout()
         with FailureGuard(run) as guard:
             for step in run.progress(range(first_step, run.cfg.trainer.steps)):
                 guard.begin(step)

@@ -3,6 +3,7 @@
 Layout::
 
     <run_dir>/config.yaml            resolved, validated config
+    <run_dir>/layout.json            which actor runs where (role, rank, bundle, node, GPUs, cores)
     <run_dir>/metrics.jsonl          one JSON object per step (jsonl tracker)
     <run_dir>/samples/step_000003.jsonl   decoded trajectories, token ids and per-token arrays
     <run_dir>/trajectories/<source>/trajectories.jsonl   every AgentFlow trajectory, token-exact
@@ -54,6 +55,11 @@ class RunDirectory:
 
     def write_config(self, cfg: DictConfig) -> None:
         (self.path / "config.yaml").write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
+
+    def write_layout(self, mode: str, actors: list[dict]) -> None:
+        """The actor layout of ``controller.placement.layout``."""
+        payload = {"mode": mode, "actors": actors}
+        (self.path / "layout.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
 
     def write_samples(self, step: int, groups: Iterable[Group], tokenizer: Any, limit: int) -> None:
         """Save up to ``limit`` trajectories of this step: decoded text, token ids and, aligned

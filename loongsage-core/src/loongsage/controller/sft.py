@@ -158,7 +158,8 @@ def run_sft(
     try:
         for step in range(steps):
             chosen = [examples[rng.randrange(len(examples))] for _ in range(batch_size)]
-            metrics = engine.train_step(sft_batch(tokenizer, chosen), token_mean_nll)
+            batch = engine.parallel.local_rows(sft_batch(tokenizer, chosen))  # this rank's share
+            metrics = engine.train_step(batch, token_mean_nll)
             losses.append(metrics["train/loss"])
             SFT_PROGRESS.update(step=step + 1, loss=losses[-1])
     finally:

@@ -5,7 +5,9 @@ loop) in one background thread and a uvicorn server in another, so it works the 
 plain process, a test and a Ray actor (nothing needs the main thread or a running event
 loop). Callers use :class:`loongsage.engines.client.EngineClient` on :meth:`start`'s URL;
 the only in-process call is :meth:`apply_weights`, which TransferMesh's shared-memory path
-uses to skip HTTP.
+uses to skip HTTP. The model lives on the ``device`` the engine is given (the GPU Ray
+assigned its actor, else the CPU); ``offload``/``onload`` move it to host memory and back
+between colocated phases.
 
 Deviation from SGLang: weight versions are integers (sent as decimal strings on the wire,
 where SGLang carries any string); after a weight swap, running requests are re-prefilled
@@ -20,6 +22,7 @@ import numpy as np
 import torch
 
 from loongsage.engines.embedded_rollout.scheduler import Scheduler
+from loongsage.engines.memory import offload_module, onload_module
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -39,7 +42,8 @@ class EmbeddedRolloutEngine:
     def __init__(self, model_path: str, *, tokenizer_path: str | None = None,
                  dtype: str = "float32", fp32_lm_head: bool = True,
                  max_running_requests: int = 64, num_threads: int = 0, seed: int = 0,
-                 weight_version: int = 0, trust_remote_code: bool = False):
+                 weight_version: int = 0, trust_remote_code: bool = False,
+                 device: str = "cpu"):
         from transformers import AutoModelForCausalLM
 
         if dtype not in _DTYPES:
@@ -48,9 +52,10 @@ class EmbeddedRolloutEngine:
             raise ValueError("rollout.max_running_requests: must be >= 1")
         self.model_path = str(model_path)
         self.tokenizer_path = str(tokenizer_path or model_path)
+        self.device = torch.device(device)
         self.model = AutoModelForCausalLM.from_pretrained(
             self.model_path, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code
-        ).eval()
+        ).eval().to(self.device)
         self.model.requires_grad_(False)
         self.tokenizer = self._load_tokenizer(trust_remote_code)
         cfg = self.model.config.get_text_config()
@@ -66,7 +71,7 @@ class EmbeddedRolloutEngine:
         self.url: str | None = None
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "EmbeddedRolloutEngine":
+    def from_config(cls, cfg: Any, device: str | None = None) -> "EmbeddedRolloutEngine":
         """Build from a resolved LoongSage config (its ``model`` and ``rollout`` sections)."""
         model, rollout = _section(cfg, "model"), _section(cfg, "rollout")
         trainer = _section(cfg, "trainer")
@@ -84,6 +89,7 @@ class EmbeddedRolloutEngine:
             num_threads=int(_get(rollout, "num_threads", 0)),
             seed=int(_get(trainer, "seed", 0)),
             trust_remote_code=bool(_get(model, "trust_remote_code", False)),
+            device=device or "cpu",
         )
 
     def _load_tokenizer(self, trust_remote_code: bool):
@@ -167,6 +173,20 @@ class EmbeddedRolloutEngine:
                     self._params[name].copy_(tensor)
 
         return self.scheduler.swap_weights(write, new_version).result()
+
+    def offload(self) -> bool:
+        """Release the device while the trainer uses it: weights to host memory, KV cache freed
+        (call with generation paused and nothing running). A no-op on CPU; True if moved."""
+        return self.scheduler.call(lambda: self._move(offload_module)).result()
+
+    def onload(self) -> bool:
+        """Weights back on the device, before the weight update and the next generation."""
+        return self.scheduler.call(lambda: self._move(onload_module)).result()
+
+    def _move(self, move: Any) -> bool:
+        moved = move(self.model, self.device)
+        self.scheduler.head.refresh()
+        return moved
 
     def model_info(self) -> dict[str, Any]:
         return {
