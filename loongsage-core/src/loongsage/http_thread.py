@@ -3,6 +3,12 @@
 Binding the socket first makes ``port=0`` work (the OS picks a free port and the URL names it)
 and makes a taken port fail at once with the address in the error. Used by the rollout
 engine's HTTP server, the AgentFlow router and the trajectory viewer.
+
+An idle keep-alive connection stays open for ``KEEP_ALIVE_S``, longer than any of our clients
+keeps one for reuse (``engines.client.KEEPALIVE_EXPIRY_S``; httpx and Node's defaults are 5 s
+and 4 s). uvicorn's own default, 5 s, equals httpx's: a client that reuses a connection at
+the moment the server closes it gets a reset (``ReadError``) for a request the server never
+read (a SmolLM2 tool-recipe run on a busy machine failed at step 0 on such a reset of /generate).
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ import socket
 import threading
 from typing import Any
 
+KEEP_ALIVE_S = 75.0  # seconds an idle client connection is kept (see the module docstring)
+
 
 class ThreadedServer:
     """``start()`` returns the base URL once uvicorn accepts connections; ``stop()`` joins."""
@@ -18,7 +26,8 @@ class ThreadedServer:
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, name: str = "http",
                  **uvicorn_options: Any) -> None:
         self.app, self.host, self.port, self.name = app, host, port, name
-        self.options = {"log_level": "warning", "access_log": False, **uvicorn_options}
+        self.options = {"log_level": "warning", "access_log": False, "timeout_keep_alive": KEEP_ALIVE_S,
+                        **uvicorn_options}
         self.url: str | None = None
         self._server: Any = None
         self._thread: threading.Thread | None = None

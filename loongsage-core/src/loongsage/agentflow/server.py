@@ -248,7 +248,7 @@ class Router:
         from loongsage.http_thread import ThreadedServer
 
         self._server = ThreadedServer(self.app, self.settings.host, self.settings.port, name="agentflow-router",
-                                      lifespan="off", timeout_keep_alive=30)
+                                      lifespan="off")
         self.url = self._server.start()
         return self.url
 

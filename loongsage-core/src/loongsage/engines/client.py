@@ -146,6 +146,12 @@ def _raise_for(resp: httpx.Response, endpoint: str) -> None:
     raise EngineError(endpoint, message, resp.status_code, fld)
 
 
+# Idle connections are dropped after this many seconds, well before a server closes them
+# (SGLang's uvicorn: 5 s; ours: http_thread.KEEP_ALIVE_S): reusing a connection the server is
+# closing resets it, and the request fails unread (httpx's own default is also 5 s).
+KEEPALIVE_EXPIRY_S = 2.0
+
+
 class EngineClient:
     """Client of one rollout engine (embedded or SGLang) at ``base_url``.
 
@@ -155,7 +161,8 @@ class EngineClient:
     def __init__(self, base_url: str, timeout: float | None = 600.0):
         self.base_url = base_url.rstrip("/")
         self.timeout = httpx.Timeout(timeout, connect=None if timeout is None else min(10.0, timeout))
-        self._client = httpx.Client(base_url=self.base_url, timeout=self.timeout)
+        self.limits = httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)
+        self._client = httpx.Client(base_url=self.base_url, timeout=self.timeout, limits=self.limits)
         self._aclients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
@@ -166,7 +173,7 @@ class EngineClient:
         loop = asyncio.get_running_loop()
         client = self._aclients.get(loop)
         if client is None:
-            client = httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout)
+            client = httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout, limits=self.limits)
             self._aclients[loop] = client
         return client
 
