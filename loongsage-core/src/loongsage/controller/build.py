@@ -3,8 +3,9 @@
 ``build_run`` starts (or attaches to) Ray, hosts the train engine and the rollout engines
 as actors, and builds the data sources, the mixer, the engine pool (the one load balancer),
 the AgentFlow routers, the reward worker processes (``reward.workers``), the rollout manager
-and the scheduler on the run's one rollout event loop, the objective and the trackers, and
-returns a ``Run`` whose verbs the loop in
+and the scheduler on the run's one rollout event loop, the distiller with its teachers when
+``opd.teachers`` are set (``distill.py``), the objective and the trackers, and returns a
+``Run`` whose verbs the loop in
 ``run.py`` calls. Nothing here chooses an algorithm or looks a plugin name up: every plugin
 arrives resolved in the ``RunConfig``.
 
@@ -31,6 +32,7 @@ from loongsage.algorithms.objective import Objective
 from loongsage.config.validate import RunConfig, as_container
 from loongsage.controller.actors import spawn_engine, split_cores, start_ray
 from loongsage.controller.agent_routers import AgentRouters
+from loongsage.controller.distill import build_distiller
 from loongsage.controller.memory import RunMemory
 from loongsage.controller.memory_budget import check_run_memory
 from loongsage.controller.rollout import RolloutManager
@@ -171,7 +173,11 @@ def build_run(spec: RunConfig, rollout: bool = True) -> Iterator[Run]:
             print(estimate, flush=True)
         if rollout:
             _start_rollout(run, plain, rollout_cores)
-        run.memory = RunMemory.for_run(cfg, train_actor, run.rollout_actors)
+        if rollout and spec.distill is not None:
+            run.distiller = build_distiller(spec.distill, plain, train_threads, train_cores)
+            run.objective = Objective(spec.algorithm, run.distiller.train_term)
+        run.memory = RunMemory.for_run(cfg, train_actor, run.rollout_actors,
+                                       run.distiller.actors if run.distiller else {})
         run.trackers = build_trackers(spec, run_dir)
         yield run
     finally:

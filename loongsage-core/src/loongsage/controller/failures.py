@@ -67,7 +67,9 @@ def dead_actors(actors: dict[str, Any], timeout_s: float = PING_TIMEOUT_S) -> li
 
 
 def describe(death: ActorDeath) -> str:
-    what = "the train actor" if death.role == "train" else f"rollout engine {death.role!r}"
+    kinds = {"train": "the train actor", "rollout": "rollout engine", "teacher": "teacher slot"}
+    kind = death.role.rstrip("0123456789")
+    what = kinds["train"] if death.role == "train" else f"{kinds.get(kind, 'actor')} {death.role!r}"
     if death.out_of_memory:
         return f"Ray's memory monitor killed {what} ({death.reason})"
     return f"{what} died ({death.reason})"

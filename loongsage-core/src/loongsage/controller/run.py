@@ -26,7 +26,7 @@ def train_one_step(run: Run, step: int) -> dict[str, float]:
         if colocated:  # the engines hand the cores to the trainer (partial: abort, resume later)
             run.scheduler.pause()
         with timed(metrics, "timing/train"):
-            metrics.update(run.train(batch, rewards, group_index))
+            metrics.update(run.train(batch, rewards, group_index, groups))
         if not colocated:  # generation overlapped training; stop it for the weight update
             run.scheduler.pause()
         with timed(metrics, "timing/weight_sync"):

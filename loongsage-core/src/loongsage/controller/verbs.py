@@ -23,6 +23,7 @@ from loongsage.algorithms.objective import Objective
 from loongsage.config.validate import RunConfig
 from loongsage.controller.agent_routers import AgentRouters
 from loongsage.controller.batching import groups_to_batch, rollout_metrics
+from loongsage.controller.distill import Distiller
 from loongsage.controller.memory import RunMemory
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
@@ -60,6 +61,7 @@ class Run:
     agent_routers: AgentRouters | None = None
     reward_pool: DeadlinePool | None = None
     memory: RunMemory | None = None
+    distiller: Distiller | None = None
     version: int = 0
     _bar: Any = None
 
@@ -78,11 +80,19 @@ class Run:
             metrics["rollout/offpolicy_masked_tokens"] = float(mask_offpolicy_tokens(groups))
         return groups_to_batch(groups, self.pad_id)
 
-    def train(self, batch: Any, rewards: torch.Tensor, group_index: torch.Tensor) -> dict[str, float]:
+    def train(self, batch: Any, rewards: torch.Tensor, group_index: torch.Tensor, groups: list) -> dict[str, float]:
+        """One training step on ``batch`` (rows in the order of ``groups``' samples), after the
+        distiller's teachers have added their outputs to it."""
+        metrics: dict[str, float] = {}
+        if self.distiller is not None:
+            with timed(metrics, "timing/teacher"):
+                sources = [g.prompt.source for g in groups for _ in g.samples]
+                metrics.update(self.distiller.teacher_outputs(batch, sources))
         ref = self.train_actor.run.remote(
             train_on_rollout, batch, rewards, group_index, self.objective, self.cfg.train.mini_batches_per_step
         )
-        return ray.get(ref)
+        metrics.update(ray.get(ref))
+        return metrics
 
     def eval_due(self, step: int) -> bool:
         interval = self.cfg.trainer.eval_interval
@@ -136,6 +146,8 @@ class Run:
             tracker.close()
         if self.memory is not None:
             self.memory.close()
+        if self.distiller is not None:
+            self.distiller.close()
         if self.scheduler is not None:
             self.scheduler.close()
         if self.agent_routers is not None:
