@@ -21,8 +21,10 @@ from loongsage.algorithms.objective import Objective
 from loongsage.config.compose import load_config
 from loongsage.config.validate import as_container
 from loongsage.controller.distill import build_distiller
+from loongsage.controller.placement import Seat
 from loongsage.controller.trainer_ops import train_on_rollout
 from loongsage.engines.batch import TrainBatch
+from loongsage.engines.distributed import RankShards
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 from loongsage.plugins import clear_cache
 from loongsage.schema import ModelConfig, TrainConfig
@@ -95,6 +97,11 @@ def cross_entropy(engine, b, term) -> float:
     return float((values * b.loss_mask).sum() / b.loss_mask.sum())
 
 
+def one_rank(rows: int) -> RankShards:
+    """Every row on the one rank, one mini-batch."""
+    return RankShards([torch.arange(rows)], [torch.zeros(rows, dtype=torch.bool)], 1)
+
+
 @pytest.mark.calls_hook("loongsage_register_distillers")
 @pytest.mark.parametrize("gkd_ratio", [1.0, 0.5])
 def test_a_plugin_distiller_trains_through_the_objective(tmp_path, monkeypatch, tiny_model_dir, gkd_ratio):
@@ -107,7 +114,7 @@ def test_a_plugin_distiller_trains_through_the_objective(tmp_path, monkeypatch, 
             "opd.teachers=[{name: probe_teacher, path: builtin:tiny}]", "data_sources.0.teacher=probe_teacher",
             f"opd.gkd_ratio={gkd_ratio}"])
         probe = sys.modules["probe_distill_plugin"]
-        distiller = build_distiller(spec.distill, as_container(spec.cfg), threads=1, cores=None)
+        distiller = build_distiller(spec.distill, as_container(spec.cfg), Seat("train", 0, "", 0, 0, 0, threads=1))
     finally:
         clear_cache()
     (context,) = probe.BUILT
@@ -123,12 +130,14 @@ def test_a_plugin_distiller_trains_through_the_objective(tmp_path, monkeypatch, 
     objective = Objective(spec.algorithm, distiller.train_term)
     rewards, groups = torch.tensor([1.0, 0.0, 1.0, 0.0]), torch.tensor([0, 0, 1, 1])
     for _ in range(3):
-        out = train_on_rollout(engine, b, rewards, groups, objective, mini_batches=1)
+        out, kept = train_on_rollout(engine, (b, rewards, groups), one_rank(len(b)), objective, keep_rows=[0])
     assert out["probe/finished"] == 1.0 and out["probe/ce"] > 0
     assert cross_entropy(engine, b, distiller.train_term) < before - 1.0  # the term's loss was optimised
     if gkd_ratio == 1.0:  # no RL at all: no π_old forward, no advantages, no RL loss
         assert "old_logprobs" not in b.extras and "advantages" not in b.extras and not probe.SHAPED
+        assert kept is None  # no pi_old forward: no logprobs for the saved samples
         assert out["train/loss"] == pytest.approx(out["probe/ce"], rel=1e-6) and "train/pg_loss" not in out
     else:
         assert len(probe.SHAPED) == 3 and out["probe/shaped"] == 1.0 and "train/pg_loss" in out
+        assert kept.shape == (1, b.input_ids.shape[1])
         assert (b.extras["advantages"][b.loss_mask > 0] >= 0).all()  # shaped: grpo's ±A plus 1

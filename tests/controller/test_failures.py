@@ -23,6 +23,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 import ray, torch
 from loongsage.controller.actors import spawn_engine
 from loongsage.controller.failures import dead_actors, describe
+from loongsage.controller.placement import Seat
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 
 def hog(engine):
@@ -31,7 +32,7 @@ def hog(engine):
 
 ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 28)
 cfg = {"model": {"path": sys.argv[1]}}
-actors = {role: spawn_engine(EmbeddedTrainEngine, cfg, 0, 1, role) for role in ("train", "rollout0")}
+actors = {role: spawn_engine(EmbeddedTrainEngine, cfg, Seat(role, 0, "", 0, num_cpus=0, num_gpus=0, threads=1)) for role in ("train", "rollout0")}
 ray.get([a.memory.remote() for a in actors.values()])
 try:
     ray.get(actors["rollout0"].run.remote(hog))

@@ -72,3 +72,13 @@ def test_estimate_grows_with_the_settings_it_names(tiny_model_dir):
     more_requests = estimate_run(tiny_cfg(tiny_model_dir, "rollout.n_samples_per_prompt=32",
                                           "rollout.max_running_requests=256"), shape, 100)
     assert more_requests.parts["rollout engines"] > base.parts["rollout engines"]
+
+
+def test_data_parallel_ranks_each_count_and_fsdp2_shards_the_model_state(tiny_model_dir):
+    shape = ModelShape.from_folder(str(tiny_model_dir))
+    one = estimate_run(tiny_cfg(tiny_model_dir), shape, 100).parts["train actor"]
+    ddp = estimate_run(tiny_cfg(tiny_model_dir, "train.dp_size=2"), shape, 100).parts["train actor"]
+    fsdp = estimate_run(tiny_cfg(tiny_model_dir, "train.dp_size=2", "train.strategy=fsdp2"), shape, 100)
+    assert ddp == 2 * one
+    model_state = 4 * shape.parameters * 4  # fp32 weights, gradients, AdamW's two moments
+    assert ddp - fsdp.parts["train actor"] == pytest.approx(model_state, rel=0.01)  # each rank keeps half

@@ -160,3 +160,46 @@ def test_template_without_tool_support_gets_the_parsers_tool_call_text():
         expected = parser.render([ToolCall.from_args("calculator", {"expression": "345 + 678"})])
         assert first == expected + "<|im_end|>" and second == "\\boxed{1023}<|im_end|>"
         assert "<|im_start|>tool\n1023<|im_end|>" in tok.decode(ids)  # the template's tool turn
+
+
+def test_warm_start_reports_progress_while_the_train_actor_runs(tiny_model_dir, monkeypatch, caplog):
+    """The warm start polls the real train actor (a Ray actor running calls concurrently) for
+    ``sft_progress`` while ``train_sft`` runs, and logs each step count it sees."""
+    import logging
+    import types
+
+    import ray
+
+    from loongsage.controller import lifecycle
+    from loongsage.controller.actors import spawn_engine
+    from loongsage.controller.placement import Seat
+    from loongsage.controller.train_group import TrainGroup
+    from loongsage.controller.sft import sft_progress
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setattr(lifecycle, "PROGRESS_EVERY_S", 0.2)
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        cfg = {"model": {"path": str(tiny_model_dir)}, "train": {}}
+        actor = spawn_engine(EmbeddedTrainEngine, cfg, Seat("train", 0, "", 0, num_cpus=1, num_gpus=0, threads=1))
+        sft = types.SimpleNamespace(steps=30, batch_size=8, lr=3e-3, examples=len(examples()))
+        run = types.SimpleNamespace(
+            cfg=types.SimpleNamespace(trainer=types.SimpleNamespace(sft=sft, seed=0)),
+            spec=types.SimpleNamespace(tool_parser=types.SimpleNamespace(obj=lambda: None)),
+            sources={}, trainers=TrainGroup([actor]), rollout_actors=[], memory=None)
+        monkeypatch.setattr(lifecycle, "sft_examples", lambda *a, **k: examples())
+        with caplog.at_level(logging.INFO, logger="loongsage"):
+            lifecycle.warm_start(run)
+        lines = [r.getMessage() for r in caplog.records if r.name == "loongsage.controller.lifecycle"]
+        progress = [line for line in lines if "/30 loss" in line]
+        steps = [int(line.split("step ")[1].split("/")[0]) for line in progress]
+        assert progress and steps == sorted(steps) and all(0 <= s <= 30 for s in steps), lines
+        assert min(steps) < 30, lines  # seen while train_sft ran, not after it
+        assert lines[-1].startswith("sft warm start: loss ") and lines[-1].endswith("in 30 steps")
+        assert ray.get(actor.inspect.remote(sft_progress))["step"] == 30
+        ray.kill(actor)
+    finally:
+        if started:
+            ray.shutdown()

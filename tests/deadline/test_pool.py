@@ -8,6 +8,7 @@ import asyncio
 import os
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -50,12 +51,12 @@ def test_what_a_call_raises_or_a_dying_worker_comes_back_as_call_failed(process_
     with DeadlinePool(1) as pool:
         raised = asyncio.run(outcome(pool, 5.0, deadline_probes.probe_reward, "RAISE", None, params))
         died = asyncio.run(outcome(pool, 5.0, deadline_probes.probe_reward, "EXIT", None, params))
-        unpicklable = asyncio.run(outcome(pool, 5.0, lambda: 1))
+        unpicklable = asyncio.run(outcome(pool, 5.0, deadline_probes.probe_reward, threading.Lock(), None, params))
         still = asyncio.run(pool.call(5.0, deadline_probes.probe_reward, "fine", None, params))
     assert not raised.timed_out and raised.reason == "ValueError: probe reward rejects 'RAISE'"
     assert "in probe_reward" in raised.traceback_text and raised.traceback_text.rstrip().endswith(raised.reason)
     assert died.reason == "the worker process died (exit code 7)" and not died.timed_out
-    assert unpicklable.reason.startswith("cannot send the call to a worker process (AttributeError: Can't pickle local")
+    assert unpicklable.reason == "cannot send the call to a worker process (TypeError: cannot pickle '_thread.lock' object)"
     assert still["score"] == 1.0 and process_table.wait_gone([still["pid"]]) == []
 
 

@@ -12,16 +12,18 @@ import threading
 
 import pytest
 
-from loongsage.controller.actors import pin_process, split_cores
+from loongsage.controller.actors import pin_process
+from loongsage.controller.placement import split_cores
 
 
 def test_split_cores_gives_disjoint_sets_and_wraps_only_when_short() -> None:
-    assert split_cores({0, 1}, 1.0, 1.0, 1) == ([0], [[1]])
-    assert split_cores([3, 2, 1, 0], 2.0, 1.0, 2) == ([0, 1], [[2], [3]])
-    assert split_cores([0, 1, 2, 3], 0.5, 1.5, 1) == ([0], [[1, 2]])
-    assert split_cores([0, 1], 1.0, 1.0, 2) == ([0], [[1], [0]])
+    assert split_cores({0, 1}, [1.0, 1.0]) == [[0], [1]]
+    assert split_cores([3, 2, 1, 0], [2.0, 1.0, 1.0]) == [[0, 1], [2], [3]]
+    assert split_cores([0, 1, 2, 3], [0.5, 1.5]) == [[0], [1, 2]]
+    assert split_cores([0, 1], [1.0, 1.0, 1.0]) == [[0], [1], [0]]
+    assert split_cores(range(4), [0.5, 0.5, 1.0, 1.0]) == [[0], [1], [2], [3]]  # 2 ranks, 2 engines
     with pytest.raises(ValueError, match="no CPU cores"):
-        split_cores([], 1.0, 1.0, 1)
+        split_cores([], [1.0])
 
 
 def _child(cpu: int, out) -> None:

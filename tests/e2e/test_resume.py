@@ -1,7 +1,10 @@
 """A training run killed mid-way resumes at the step after its last checkpoint, same data.
 
 Real processes throughout: the CLI in a subprocess with its own local Ray cluster, killed
-with SIGKILL (process group, Ray included), then resumed with ``trainer.resume=true``.
+with SIGKILL (process group, Ray included), then resumed with ``trainer.resume=true``. The
+run trains on two FSDP2 ranks (``train.dp_size=2``), so the checkpoint is the sharded one
+and the resumed ranks load their shards; every step must train exactly the groups of an
+uninterrupted run: none lost, none trained twice.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ COMMON = (
     "rollout.n_samples_per_prompt=2",
     "rollout.max_new_tokens=12",
     "logging.samples_per_step=8",
+    "train.dp_size=2",
+    "train.strategy=fsdp2",
+    "placement.train_cpus=0.5",
+    "placement.rollout_cpus=0.5",
 )
 
 
@@ -39,3 +46,5 @@ def test_killed_run_resumes_at_next_step_with_the_same_data(tmp_path, runs):
     for step in range(STEPS):
         assert runs.trained_prompts(crashed, step) == runs.trained_prompts(reference, step), step
     assert len({runs.trained_prompts(reference, s)[0] for s in range(STEPS)}) == STEPS
+    checkpoint = crashed / "checkpoints" / f"step_{STEPS - 1:06d}" / "trainer"
+    assert len(list((checkpoint / "sharded").glob("*.distcp"))) == 2

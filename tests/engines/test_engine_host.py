@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from loongsage.controller.actors import spawn_engine
+from loongsage.controller.placement import Seat
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 
 MB = 1 << 20
@@ -41,7 +42,7 @@ def host(tiny_model_dir):
     if started:
         ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 28)
     cfg = {"model": {"path": str(tiny_model_dir)}, "train": {"micro_batch_size": 2}}
-    actor = spawn_engine(EmbeddedTrainEngine, cfg, num_cpus=0, num_threads=1, name="train")
+    actor = spawn_engine(EmbeddedTrainEngine, cfg, Seat("train", 0, "", 0, num_cpus=0, num_gpus=0, threads=1))
     yield ray, actor
     ray.kill(actor)
     if started:

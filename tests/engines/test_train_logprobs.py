@@ -3,7 +3,8 @@
 The chunked computation must give the same log-probabilities, entropies, ``LogitTerm``
 values and gradients as the whole-batch one, whatever the chunk size, and never hold the
 fp32 logits of more positions than one chunk: the test counts the largest
-``[tokens, vocab]`` tensor autograd saves for the backward.
+``[tokens, vocab]`` activation autograd saves for the backward (the last chunk's logits may
+stay; the earlier ones are recomputed).
 """
 
 from __future__ import annotations
@@ -74,10 +75,11 @@ def test_padding_positions_are_zero(model):
 def test_backward_keeps_no_logits_beyond_one_chunk(model):
     ids, attention = ragged(n=4, length=40)
     vocab = model.config.vocab_size
-    kept = []  # positions of every [..., vocab] tensor autograd saves for the backward
+    weight = model.get_output_embeddings().weight.untyped_storage().data_ptr()
+    kept = []  # positions of every [..., vocab] activation autograd saves for the backward
 
     def pack(tensor):
-        if tensor.dim() and tensor.shape[-1] == vocab:
+        if tensor.dim() and tensor.shape[-1] == vocab and tensor.untyped_storage().data_ptr() != weight:
             kept.append(tensor.numel() // vocab)
         return tensor
 

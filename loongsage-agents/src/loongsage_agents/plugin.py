@@ -5,7 +5,8 @@ from loongsage_agents.agents.params import SingleTurnParams
 from loongsage_agents.agents.router_params import (ChatParams, ClaudeCodeParams, CodexParams,
                                                    CommandParams, MiniSweAgentParams,
                                                    OpenCodeParams, ToolLoopParams)
-from loongsage_agents.datasets.params import FileDatasetParams, SyntheticMathParams
+from loongsage_agents.datasets.params import (FileDatasetParams, HuggingFaceDatasetParams,
+                                              SyntheticMathParams)
 from loongsage_agents.rewards.params import MathRewardParams
 from loongsage_agents.rewards.code_exec import CodeExecParams
 
@@ -18,6 +19,8 @@ def loongsage_register_datasets(register):
              doc="Prompts and ground truths read from a JSONL file (dotted field paths).")
     register("parquet", "loongsage_agents.datasets.parquet:ParquetDataset", params=FileDatasetParams,
              doc="Prompts and ground truths read from a Parquet file (dotted field paths).")
+    register("huggingface", "loongsage_agents.datasets.huggingface:HuggingFaceDataset",
+             params=HuggingFaceDatasetParams)
 
 
 @hookimpl

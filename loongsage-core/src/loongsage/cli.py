@@ -1,9 +1,10 @@
 """The ``loongsage`` command: one entry point, one subcommand per job.
 
-The run's own jobs (``plugins``, ``config``, ``train``, ``sft``, ``serve``, ``version``) are
-parsed here. Every other subcommand is a ``command`` plugin (``loongsage_register_commands``:
+The run's own jobs (``plugins``, ``config``, ``train``, ``sft``, ``serve``; ``--version``) are
+parsed here; ``-v``/``-q`` before the subcommand set the level of the ``loongsage`` loggers. Every other subcommand is a ``command`` plugin (``loongsage_register_commands``:
 core's ``models``, loongsage-sandbox's ``sandbox``, any third party's), found in the
-registries and called as ``main(argv, registries)``, so core never names a plugin package.
+registries and called as ``main(argv, registries)``, so core never names a plugin package; an error it
+raises is printed as one line (its traceback with ``-v``).
 This module is the entry point: it loads the process's registries (``get_registries``)
 and hands them down.
 """
@@ -14,13 +15,34 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from typing import Sequence
 
 from loongsage import __version__
 from loongsage.catalogue import install_hint
 from loongsage.errors import LoongSageError
+from loongsage.logs import configure_logging
 from loongsage.plugins import get_registries
 from loongsage.registry import KINDS, Registries
+
+
+GLOBAL_FLAGS = {"-v": 1, "--verbose": 1, "-q": -1, "--quiet": -1}
+
+
+def config_groups_help(registries: Registries) -> str:
+    """Every config group with its options, for the epilog of the commands taking a recipe."""
+    from loongsage.config.compose import list_recipes
+    from loongsage.config.store import PLUGIN_GROUPS
+
+    lines = ["config groups (select with GROUP=OPTION; the others name a plugin in the field shown):"]
+    for group in PLUGIN_GROUPS.values():
+        names = ", ".join(e.name for e in registries[group.kind]) or "(none registered)"
+        how = "" if group.selectable else f"  [{group.field}" + (
+            f".{group.name_field}" if group.name_field else "") + "=NAME]"
+        lines.append(f"  {group.group}{how}\n      {names}")
+    lines += ["", "recipes: " + ", ".join(list_recipes()),
+              "parameters of one group's options: loongsage config show --group GROUP"]
+    return "\n".join(lines)
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +53,12 @@ def _add_config_args(parser: argparse.ArgumentParser) -> None:
 
 def build_parser(registries: Registries) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loongsage", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"loongsage {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more output (debug logs)")
+    parser.add_argument("-q", "--quiet", action="count", default=0, help="only warnings and errors")
     sub = parser.add_subparsers(dest="command", required=True)
+    recipe_command = {"epilog": config_groups_help(registries),
+                      "formatter_class": argparse.RawDescriptionHelpFormatter}
 
     plugins = sub.add_parser("plugins", help="list registered plugins")
     plugins.add_argument("kind", nargs="?", choices=sorted(KINDS), help="one kind, with parameters")
@@ -48,13 +75,13 @@ def build_parser(registries: Registries) -> argparse.ArgumentParser:
     show.add_argument("overrides", nargs="*", help="Hydra overrides: key=value, group=option")
     config_sub.add_parser("recipes", help="list bundled recipes")
 
-    _add_config_args(sub.add_parser("train", help="run RL training"))
-    _add_config_args(sub.add_parser("sft", help="run the supervised warm start only"))
-    serve = sub.add_parser("serve", help="start engine(s) and the AgentFlow router; print base URLs")
+    _add_config_args(sub.add_parser("train", help="run RL training", **recipe_command))
+    _add_config_args(sub.add_parser("sft", help="run the supervised warm start only", **recipe_command))
+    serve = sub.add_parser("serve", help="start engine(s) and the AgentFlow router; print base URLs",
+                           **recipe_command)
     _add_config_args(serve)
     serve.add_argument("--engine-url", action="append", default=None,
                        help="use this running engine instead of starting one (repeatable)")
-    sub.add_parser("version", help="print the version")
     for entry in registries.command:
         command = sub.add_parser(entry.name, help=f"{entry.doc} (from {entry.distribution})", add_help=False)
         command.add_argument("rest", nargs=argparse.REMAINDER)
@@ -165,21 +192,45 @@ HANDLERS = {
     "train": cmd_train,
     "sft": cmd_sft,
     "serve": cmd_serve,
-    "version": lambda _args, _registries: print(f"loongsage {__version__}") or 0,
 }
+
+
+def _verbosity(argv: list[str]) -> tuple[int, list[str]]:
+    """The ``-v``/``-q`` flags before the subcommand (summed) and the arguments after them."""
+    level, i = 0, 0
+    while i < len(argv) and argv[i] in GLOBAL_FLAGS:
+        level += GLOBAL_FLAGS[argv[i]]
+        i += 1
+    return level, argv[i:]
+
+
+def run_command(name: str, argv: list[str], registries: Registries, verbosity: int) -> int:
+    """A registered subcommand; what it raises is one line on stderr (a traceback with -v)."""
+    try:
+        return int(registries.command.get(name)(argv, registries) or 0)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as err:
+        if verbosity > 0:
+            traceback.print_exc()
+        what = str(err) if isinstance(err, LoongSageError) else f"{type(err).__name__}: {err}"
+        print(f"error: loongsage {name}: {what}", file=sys.stderr)
+        return 2 if isinstance(err, LoongSageError) else 1
 
 
 def main(argv: Sequence[str] | None = None, registries: Registries | None = None) -> int:
     """``loongsage ARGS``; ``registries`` defaults to the process's (embedding callers pass theirs)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads; see controller.actors
     argv = list(sys.argv[1:] if argv is None else argv)
+    verbosity, rest = _verbosity(argv)
+    configure_logging(verbosity)
     try:
         registries = registries if registries is not None else get_registries()
-        if argv and argv[0] not in HANDLERS and argv[0] in registries.command:
-            return int(registries.command.get(argv[0])(argv[1:], registries) or 0)
-        hint = install_hint("command", argv[0]) if argv else ""
-        if hint and argv[0] not in registries.command:
-            print(f"error: loongsage {argv[0]}:{hint}", file=sys.stderr)
+        if rest and rest[0] not in HANDLERS and rest[0] in registries.command:
+            return run_command(rest[0], rest[1:], registries, verbosity)
+        hint = install_hint("command", rest[0]) if rest else ""
+        if hint and rest[0] not in registries.command:
+            print(f"error: loongsage {rest[0]}:{hint}", file=sys.stderr)
             return 2
         args = build_parser(registries).parse_args(argv)
         return HANDLERS[args.command](args, registries)

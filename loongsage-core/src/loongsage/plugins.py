@@ -18,6 +18,7 @@ import importlib
 import os
 import sys
 import traceback
+from importlib.metadata import entry_points
 from typing import Iterable
 
 import pluggy
@@ -36,14 +37,11 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "loongsage.tracking.plugin",
     "loongsage.agentflow.plugin",
     "loongsage.models.plugin",
+    "loongsage.viz.plugin",
 )
 
 
 def _entry_points():
-    try:
-        from importlib.metadata import entry_points
-    except ImportError:  # pragma: no cover - Python < 3.10
-        from importlib_metadata import entry_points
     return entry_points(group=ENTRY_POINT_GROUP)
 
 

@@ -41,9 +41,11 @@ class TrainConfig:
     grad_clip: float = 1.0
     micro_batch_size: int = 8  # sequences per forward/backward
     mini_batches_per_step: int = 1  # optimizer steps per rollout batch
-    num_threads: int = 0  # torch threads in the trainer (0 = torch default)
+    num_threads: int = 0  # torch threads per train rank (0 = the cores its placement gives it)
     gradient_checkpointing: bool = False
     logprob_chunk_tokens: int = 512  # positions per fp32 LM-head + log-softmax chunk ([tokens, vocab] logits)
+    dp_size: int = 1  # data-parallel train ranks: one torch.distributed group (gloo / NCCL)
+    strategy: str = "ddp"  # ddp | fsdp2 (sharded params, grads, optimizer state); for dp_size > 1
 
 
 @dataclass
@@ -99,13 +101,24 @@ class AsyncConfig:
 
 @dataclass
 class PlacementConfig:
-    """Where actors run (Ray placement)."""
+    """Where actors run: Ray placement groups built from resource bundles (docs/cluster.md).
+
+    Colocated: bundle i holds train rank i and rollout engine i, which take turns on its
+    device. Disaggregated: one placement group per role, each actor in a bundle of its own.
+    """
 
     mode: str = "colocated"  # colocated | disaggregated
     ray_address: Optional[str] = None  # defaults to RAY_ADDRESS, else a local cluster
     num_cpus: Optional[int] = None  # for a local cluster
-    train_cpus: float = 1.0
-    rollout_cpus: float = 1.0
+    train_cpus: float = 1.0  # CPUs booked per train rank
+    rollout_cpus: float = 1.0  # CPUs booked per rollout engine
+    gpus_per_node: int = 0  # 0: CPU bundles; else one GPU per train rank / engine bundle
+    nodes: int = 1  # nodes the run waits for before placing (and the GPUs it may use)
+    train_strategy: str = "PACK"  # PACK | SPREAD | STRICT_PACK | STRICT_SPREAD; colocated: its group
+    rollout_strategy: str = "PACK"  # the rollout group's (disaggregated)
+    train_resources: Dict[str, float] = field(default_factory=dict)  # custom resources per bundle
+    rollout_resources: Dict[str, float] = field(default_factory=dict)  # (colocated: both merged)
+    timeout_s: float = 120.0  # wait this long for the cluster to fit the bundles
     object_store_memory: int = 1 << 30
     memory_check: str = "refuse"  # refuse | warn | off, when the start-up memory estimate exceeds free memory
 

@@ -98,13 +98,14 @@ class EmbeddedTeacherEngine:
             del other
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Any]) -> "EmbeddedTeacherEngine":
-        """Build from ``{"model": ..., "train": ..., "teacher_slot": {"teachers", "prefetch"}}``."""
+    def from_config(cls, cfg: Mapping[str, Any], device: str | None = None) -> "EmbeddedTeacherEngine":
+        """Build from ``{"model": ..., "train": ..., "teacher_slot": {"teachers", "prefetch"}}``
+        on ``device`` (the host's: ``cuda:0`` when Ray gave it a GPU; None: CUDA if present)."""
         model, train, slot = cfg["model"], cfg.get("train") or {}, cfg["teacher_slot"]
         return cls([dict(t) for t in slot["teachers"]], dtype=model.get("dtype", "float32"),
                    fp32_lm_head=bool(model.get("fp32_lm_head", True)),
                    chunk_tokens=int(train.get("logprob_chunk_tokens", 512)), prefetch=bool(slot["prefetch"]),
-                   trust_remote_code=bool(model.get("trust_remote_code", False)))
+                   trust_remote_code=bool(model.get("trust_remote_code", False)), device=device)
 
     @staticmethod
     def _load(teacher: Mapping[str, str], dtype: str, trust_remote_code: bool) -> torch.nn.Module:

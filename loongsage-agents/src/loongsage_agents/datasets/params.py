@@ -34,3 +34,14 @@ class FileDatasetParams:
     metadata_fields: List[str] = field(default_factory=list)  # dotted paths copied to metadata
     instruction: Optional[str] = None  # appended to the last user message when set
     limit: int = 0  # keep only the first `limit` rows (0 = all)
+
+
+@dataclass
+class HuggingFaceDatasetParams(FileDatasetParams):
+    """Prompts from the `datasets` library: local files, a saved dataset, or a cached hub dataset."""
+
+    # path: a folder written by Dataset.save_to_disk, a builder for local files ("json",
+    # "parquet", "csv" with data_files), or a hub dataset id already in the local cache
+    name: Optional[str] = None  # the dataset's configuration name, if it has several
+    data_files: List[str] = field(default_factory=list)  # local files for a builder path
+    split: str = "train"

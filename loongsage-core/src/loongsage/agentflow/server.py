@@ -16,7 +16,6 @@ relays the engine's own token stream as it is generated.
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -74,8 +73,7 @@ class Router:
                                  self.settings.clamp_max_tokens)
         self.app = self._build_app()
         self.url: str | None = None
-        self._server = None
-        self._thread: threading.Thread | None = None
+        self._server = None  # a ThreadedServer once started
 
     # ---- trajectories -------------------------------------------------------------------
     def open_trajectory(self, trajectory_id: str, attempt_id: str = "0",
@@ -247,30 +245,15 @@ class Router:
     # ---- serving --------------------------------------------------------------------------
     def start(self) -> str:
         """Serve on ``settings.host:port`` in a background thread; returns the base URL."""
-        import socket
+        from loongsage.http_thread import ThreadedServer
 
-        import uvicorn
-
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.settings.host, self.settings.port))
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="off",
-                                timeout_keep_alive=30)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
-                                        name="agentflow-router", daemon=True)
-        self._thread.start()
-        while not self._server.started:
-            if not self._thread.is_alive():
-                raise RuntimeError("agentflow router failed to start")
-            threading.Event().wait(0.01)
-        self.url = f"http://{self.settings.host}:{sock.getsockname()[1]}"
+        self._server = ThreadedServer(self.app, self.settings.host, self.settings.port, name="agentflow-router",
+                                      lifespan="off", timeout_keep_alive=30)
+        self.url = self._server.start()
         return self.url
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.should_exit = True
-            if self._thread is not None:
-                self._thread.join(timeout=10)
+            self._server.stop()
         self._server = None
 

@@ -71,6 +71,7 @@ class Segment:
             "shared_len": self.shared_len, "prompt_len": self.prompt_len,
             "num_turns": self.num_turns, "finish_reason": self.finish_reason,
             "num_messages": len(self.messages), "trainable": self.trainable,
+            "messages": self.messages,  # the conversation: tool calls and tool results included
         }
 
 

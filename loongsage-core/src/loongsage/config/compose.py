@@ -15,7 +15,8 @@ failing override (``loongsage.hints``).
 
 from __future__ import annotations
 
-import os
+import dataclasses
+from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -34,16 +35,9 @@ from loongsage.registry import Registries
 
 
 def recipes_dir() -> Path:
-    """The folder of bundled recipes: ``$LOONGSAGE_RECIPES_DIR``, else the repository's."""
-    env = os.environ.get("LOONGSAGE_RECIPES_DIR")
-    if env:
-        return Path(env).resolve()
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        candidate = parent / "recipes"
-        if candidate.is_dir() and any(candidate.rglob("*.yaml")):
-            return candidate
-    return (Path.cwd() / "recipes").resolve()
+    """The bundled recipes: package data of ``loongsage`` (``loongsage/recipes``), so an
+    installed wheel finds them as the repository does; ``--config-dir`` adds the user's own."""
+    return Path(str(resources.files("loongsage") / "recipes"))
 
 
 def list_recipes(root: Path | None = None) -> list[str]:
@@ -168,9 +162,14 @@ def load_config(
     config_name: str,
     overrides: Sequence[str] = (),
     config_dir: str | None = None,
+    extra_plugins: Sequence[tuple[object, str]] = (),
 ) -> RunConfig:
-    """Compose, load the plugins the recipe names, validate; return the resolved config."""
-    registries = load_plugins()
+    """Compose, load the plugins the recipe names, validate; return the resolved config.
+
+    ``extra_plugins`` are ``(plugin, name)`` pairs registered for this run only (what
+    ``loongsage.train`` does with a reward given as a Python callable).
+    """
+    registries = load_plugins(extra=extra_plugins)
     publish_plugin_params(registries)
     cfg = _compose(config_name, overrides, config_dir, registries)
     modules = cfg.get("plugins") or []
@@ -178,7 +177,7 @@ def load_config(
         raise ConfigError("plugins", f"expected a list of importable module names, got {modules!r}")
     local = [str(m) for m in modules]
     if local:
-        registries = load_plugins(local)
+        registries = load_plugins(local, extra=extra_plugins)
         publish_plugin_params(registries)
         cfg = _compose(config_name, overrides, config_dir, registries)
-    return validate_config(cfg, registries)
+    return dataclasses.replace(validate_config(cfg, registries), recipe=config_name, overrides=tuple(overrides))

@@ -31,9 +31,14 @@ from loongsage.hints import closest, first_leaf_key, omegaconf_error, unknown_ke
 from loongsage.registry import PluginRef, Registries
 from loongsage.schema import RewardOptions
 
+PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
 CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("float32", "bfloat16", "float16"),
     "placement.mode": ("colocated", "disaggregated"),
+    "placement.train_strategy": PLACEMENT_STRATEGIES,
+    "placement.rollout_strategy": PLACEMENT_STRATEGIES,
+    "train.strategy": ("ddp", "fsdp2"),
     "algorithm.kl.use_as": ("loss", "reward"),
     "reward.on_error": ("zero", "drop_group", "fail"),
     "algorithm.loss_agg_mode": (
@@ -50,6 +55,12 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "train.grad_clip": (lambda v: v >= 0, ">= 0 (0 disables clipping)"),
     "train.micro_batch_size": (lambda v: v >= 1, ">= 1"),
     "train.mini_batches_per_step": (lambda v: v >= 1, ">= 1"),
+    "train.dp_size": (lambda v: v >= 1, ">= 1"),
+    "placement.train_cpus": (lambda v: v > 0, "> 0"),
+    "placement.rollout_cpus": (lambda v: v > 0, "> 0"),
+    "placement.gpus_per_node": (lambda v: v >= 0, ">= 0 (0 = CPU bundles)"),
+    "placement.nodes": (lambda v: v >= 1, ">= 1"),
+    "placement.timeout_s": (lambda v: v > 0, "> 0 seconds"),
     "rollout.num_engines": (lambda v: v >= 1, ">= 1"),
     "rollout.prompts_per_step": (lambda v: v >= 1, ">= 1"),
     "rollout.n_samples_per_prompt": (lambda v: v >= 1, ">= 1"),
@@ -154,13 +165,38 @@ def _check_modes(cfg: DictConfig) -> None:
             "async.enable, rollout.partial and rollout.oversample_groups use does not apply them "
             "yet (for DAPO-style dynamic sampling use a filter's max_rounds instead of oversampling)",
         )
-    samples = cfg.rollout.prompts_per_step * cfg.rollout.n_samples_per_prompt
-    if samples % cfg.train.mini_batches_per_step:
+
+
+def _check_shapes(cfg: DictConfig) -> None:
+    """Batches must cut into equal shards of whole groups, and the ranks fit the GPUs declared."""
+    groups, minis, dp = cfg.rollout.prompts_per_step, cfg.train.mini_batches_per_step, cfg.train.dp_size
+    if groups % (minis * dp):
         raise ConfigError(
-            "train.mini_batches_per_step",
-            f"must divide the {samples} samples of a step (rollout.prompts_per_step x "
-            f"rollout.n_samples_per_prompt)",
+            "rollout.prompts_per_step",
+            f"{groups} prompt groups cannot be cut into train.mini_batches_per_step={minis} x "
+            f"train.dp_size={dp} equal shards of whole groups; use a multiple of {minis * dp}",
         )
+    sft = cfg.trainer.sft
+    if sft.steps > 0 and sft.batch_size % dp:
+        raise ConfigError(
+            "trainer.sft.batch_size",
+            f"{sft.batch_size} examples cannot be split evenly over train.dp_size={dp} ranks; "
+            f"use a multiple of {dp}",
+        )
+    placement, engines = cfg.placement, cfg.rollout.num_engines
+    if placement.gpus_per_node > 0:
+        gpus = placement.gpus_per_node * placement.nodes
+        colocated = placement.mode == "colocated"
+        need = max(dp, engines) if colocated else dp + engines
+        if need > gpus:
+            layout = "max(train.dp_size, rollout.num_engines)" if colocated else (
+                "train.dp_size + rollout.num_engines")
+            raise ConfigError(
+                "placement.gpus_per_node",
+                f"{placement.mode} placement needs {layout} = {need} GPUs, but "
+                f"placement.nodes={placement.nodes} x placement.gpus_per_node="
+                f"{placement.gpus_per_node} declares {gpus}",
+            )
 
 
 @dataclass(frozen=True)
@@ -169,7 +205,8 @@ class RunConfig:
 
     ``cfg`` is the typed config with every plugin's parameters (defaults included) written
     back, so ``loongsage config show`` prints all of them; the other fields are what the
-    run is built from. Nothing downstream looks a plugin name up again.
+    run is built from. Nothing downstream looks a plugin name up again. ``recipe`` and
+    ``overrides`` say what the config was composed from (the exported model card names them).
     """
 
     cfg: DictConfig
@@ -183,6 +220,8 @@ class RunConfig:
     train_engine: PluginRef
     rollout_engine: PluginRef
     distill: DistillSpec | None = None  # on-policy distillation (opd.teachers), resolved
+    recipe: str = ""
+    overrides: tuple[str, ...] = ()
 
 
 def _reward(node: DictConfig, key: str, cfg: DictConfig, registries: Registries) -> PluginRef:
@@ -294,6 +333,7 @@ def validate_config(cfg: DictConfig, registries: Registries) -> RunConfig:
         raise ConfigError(missing[0], f"required value missing (all missing: {', '.join(missing)})")
     _check_fields(cfg)
     _check_modes(cfg)
+    _check_shapes(cfg)
     _check_data_sources(cfg)
     run = _resolve_plugins(cfg, registries)
     _check_agents(cfg, run.sources)

@@ -1,9 +1,9 @@
 """Ray plumbing: start or attach to a cluster, host engines as actors.
 
 Every heavy component is an ``EngineHost`` actor wrapping one engine object built by its
-registered class (``from_config(cfg)``). The controller calls engine methods through
-``call`` and ships small functions that compose several engine calls inside the actor
-through ``run`` (so tensors stay in the actor's process).
+registered class (``from_config(cfg, device=...)``). The controller calls engine methods
+through ``call`` and ships small functions that compose several engine calls inside the
+actor through ``run`` (so tensors stay in the actor's process).
 
 Every engine call runs on one dedicated compute thread of its host. Ray gives an actor with
 ``max_concurrency`` > 1 a thread pool and hands successive calls to successive threads, and
@@ -11,17 +11,16 @@ glibc gives each thread its own malloc arena: a train step on a new thread could
 the memory the previous step freed in another arena, so the train actor kept about one
 step's worth of activations per pool thread (measured on SmolLM2: 4.2 GB after 9 steps on
 one thread, 10.6 GB with calls rotating over 4 threads). The pool's other threads stay free
-for ``memory``, which must answer while a step runs.
+for ``memory``, ``where`` and ``inspect``, which must answer while a step runs.
 
-Disaggregated placement on a local cluster pins each actor to its own cores
-(``split_cores``): Ray's ``num_cpus`` only books CPUs, it does not keep the trainer's and
-the engine's threads off each other's cores, and an overlapped run whose phases fight for
-the same cores measures contention, not overlap (REFERENCE §2.2b).
+Devices come from Ray: an actor that was given GPUs (``ray.get_gpu_ids()``; Ray narrows
+``CUDA_VISIBLE_DEVICES`` to them) builds its engine on ``cuda:0``, any other on the CPU.
+Where an actor sits (its placement-group bundle, pinned cores) is ``controller.placement``'s
+job; ``where`` reports what the actor actually got.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
@@ -56,25 +55,6 @@ def start_ray(placement: Any) -> None:
     )
 
 
-def split_cores(
-    available: Sequence[int], train_cpus: float, rollout_cpus: float, engines: int
-) -> tuple[list[int], list[list[int]]]:
-    """Disjoint core sets: the trainer's, then one per rollout engine (``ceil`` of each share).
-
-    When the machine has fewer cores than asked for, the sets wrap around and overlap
-    (Ray booked the CPUs, so this only happens with ``placement.num_cpus`` above the real count).
-    """
-    cores = sorted(available)
-    if not cores:
-        raise ValueError("split_cores: no CPU cores available")
-    need = [max(1, math.ceil(train_cpus))] + [max(1, math.ceil(rollout_cpus))] * engines
-    sets, start = [], 0
-    for count in need:
-        sets.append([cores[(start + i) % len(cores)] for i in range(count)])
-        start += count
-    return sets[0], sets[1:]
-
-
 def pin_process(cpus: Sequence[int]) -> None:
     """Restrict every thread of this process (and the threads they start) to ``cpus``."""
     for tid in os.listdir("/proc/self/task"):
@@ -82,6 +62,13 @@ def pin_process(cpus: Sequence[int]) -> None:
             os.sched_setaffinity(int(tid), cpus)
         except OSError:  # the thread exited meanwhile
             continue
+
+
+def assigned_device() -> str:
+    """``cuda:0`` when Ray gave this actor a GPU and CUDA sees it, else ``cpu``."""
+    import torch
+
+    return "cuda:0" if ray.get_gpu_ids() and torch.cuda.is_available() else "cpu"
 
 
 class EngineHost:
@@ -101,23 +88,40 @@ class EngineHost:
         self._compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loongsage-engine")
         transformers.utils.logging.disable_progress_bar()
         threads = num_threads or (len(cpus) if cpus else os.cpu_count()) or 1
-        self.engine = self._on_compute(self._build, engine_cls, OmegaConf.create(cfg), threads)
+        self.device = assigned_device()
+        self.engine = self._on_compute(self._build, engine_cls, OmegaConf.create(cfg), threads, self.device)
 
     @staticmethod
-    def _build(engine_cls: Any, cfg: Any, threads: int) -> Any:
+    def _build(engine_cls: Any, cfg: Any, threads: int, device: str) -> Any:
         import torch
 
         torch.set_num_threads(threads)
-        return engine_cls.from_config(cfg)
+        return engine_cls.from_config(cfg, device=device)
 
     def _on_compute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return self._compute.submit(fn, *args, **kwargs).result()
+
+    def where(self) -> dict[str, Any]:
+        """Where this actor runs, as Ray and the OS see it (for the run's layout)."""
+        import torch
+
+        context = ray.get_runtime_context()
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        return {"node_id": context.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
+                "placement_group_id": context.get_placement_group_id(),
+                "gpu_ids": [str(g) for g in ray.get_gpu_ids()], "device": self.device,
+                "cores": cores, "torch_threads": torch.get_num_threads(), "pid": os.getpid()}
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return self._on_compute(getattr(self.engine, method), *args, **kwargs)
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return self._on_compute(fn, self.engine, *args, **kwargs)
+
+    def inspect(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(engine, *args)`` on a Ray thread, beside whatever the compute thread runs: for
+        cheap reads of progress a running call publishes (``sft_progress``), never for work."""
+        return fn(self.engine, *args)
 
     def memory(self, release: bool = False) -> dict[str, int]:
         """``{"pid", "rss", "peak_rss"}``: RSS now and at its peak since the previous call.
@@ -130,12 +134,10 @@ class EngineHost:
         return {"pid": os.getpid(), "rss": rss_bytes(), "peak_rss": self._memory.take()}
 
 
-def spawn_engine(
-    engine_cls: Any, cfg: dict, num_cpus: float, num_threads: int, name: str, cpus: Sequence[int] | None = None
-) -> Any:
-    """Start an ``EngineHost`` actor; in colocated mode several hosts share the same CPUs.
-
-    ``cpus``: cores to pin the actor to (disaggregated placement on a local cluster), or None.
-    """
-    actor = ray.remote(EngineHost).options(num_cpus=num_cpus, name=None, max_concurrency=4)
-    return actor.remote(engine_cls, cfg, num_threads, list(cpus) if cpus else None)
+def spawn_engine(engine_cls: Any, cfg: dict, seat: Any, placement: Any = None) -> Any:
+    """Start an ``EngineHost`` actor in ``seat``'s bundle of ``placement``; without a
+    placement (one host outside a run: tests, benchmarks) it books the seat's CPUs and GPUs."""
+    options = placement.options(seat) if placement is not None else {
+        "num_cpus": seat.num_cpus, "num_gpus": seat.num_gpus}
+    actor = ray.remote(EngineHost).options(max_concurrency=4, **options)
+    return actor.remote(engine_cls, cfg, seat.threads, list(seat.cores) if seat.cores else None)

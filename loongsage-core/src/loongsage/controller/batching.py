@@ -1,8 +1,16 @@
-"""Turn scored prompt groups into one right-padded ``TrainBatch`` and per-step statistics.
+"""Turn scored prompt groups into one right-padded ``TrainBatch``, cut it into the shards the
+train ranks train, and compute per-step statistics.
 
 Token alignment follows ``loongsage.engines.batch``: a row is prompt + response, and every
 per-token array of a sample (rollout logprobs, weight versions, loss mask) lands at the
 positions of the response tokens it describes.
+
+Shards (``plan_shards``): the step's groups are split per source over the mini-batches and
+then each mini-batch over the data-parallel ranks with the mixer's wrap-around rule
+(``data.mixer.wrap_split``), so every mini-batch and every (mini-batch, rank) shard holds
+floor or ceil of its share of every source, whatever order the groups arrived in; a group's
+samples stay in one shard. Within a source, groups are taken in ``group_id`` order, so a
+mini-batch holds the same groups for every ``dp_size``.
 """
 
 from __future__ import annotations
@@ -11,8 +19,10 @@ from typing import Sequence
 
 import torch
 
-from loongsage.data.types import Group
+from loongsage.data.mixer import wrap_split
+from loongsage.data.types import Group, Sample
 from loongsage.engines.batch import TrainBatch
+from loongsage.engines.distributed import RankShards
 
 
 def groups_to_batch(groups: Sequence[Group], pad_id: int) -> tuple[TrainBatch, torch.Tensor, torch.Tensor]:
@@ -43,6 +53,53 @@ def groups_to_batch(groups: Sequence[Group], pad_id: int) -> tuple[TrainBatch, t
         {"rollout_logprobs": rollout_logprobs, "weight_versions": versions},
     )
     return batch, rewards, group_index
+
+
+def attach_train_logprobs(samples: Sequence[Sample], logprobs: torch.Tensor) -> None:
+    """Set each sample's ``train_logprobs`` from its row of ``logprobs`` (batch layout: prompt, then response)."""
+    for row, sample in enumerate(samples):
+        p, r = len(sample.prompt_ids), len(sample.response_ids)
+        sample.train_logprobs = logprobs[row, p : p + r].tolist()
+def plan_shards(groups: Sequence[Group], sources: Sequence[str], mini_batches: int,
+                dp_size: int, offset: int = 0) -> tuple[list[Group], RankShards]:
+    """The groups in shard order (mini-batch by mini-batch, rank by rank) and each rank's rows.
+
+    The batch built from the returned order has rows shard after shard; every shard is
+    padded to the longest one (``RankShards.pad``) so ranks take equal steps. ``offset``
+    (the step) rotates which shards get a source's leftover group. A batch with fewer groups
+    than ``mini_batches`` takes one optimizer step per group.
+    """
+    queues = {name: sorted((g for g in groups if g.prompt.source == name),
+                           key=lambda g: g.group_id) for name in sources}
+    unknown = {g.prompt.source for g in groups} - set(sources)
+    if unknown:
+        raise ValueError(f"groups from unknown data sources {sorted(unknown)}")
+    minis = max(1, min(mini_batches, len(groups)))
+    cursor = dict.fromkeys(sources, 0)
+    shards: list[list[Group]] = []
+    for m, mini in enumerate(wrap_split([len(queues[s]) for s in sources], minis, offset,
+                                        equal=False)):
+        for part in wrap_split(mini, dp_size, offset + m, equal=False):
+            shard = []
+            for name, count in zip(sources, part):
+                shard += queues[name][cursor[name]:cursor[name] + count]
+                cursor[name] += count
+            shards.append(shard)
+    ordered = [g for shard in shards for g in shard]
+    rows, start = [], 0
+    for shard in shards:
+        size = sum(len(g.samples) for g in shard)
+        rows.append(list(range(start, start + size)))
+        start += size
+    width = max(len(r) for r in rows)
+    index = [[] for _ in range(dp_size)]
+    pad = [[] for _ in range(dp_size)]
+    for u, shard_rows in enumerate(rows):
+        rank = u % dp_size
+        index[rank] += shard_rows + [0] * (width - len(shard_rows))
+        pad[rank] += [False] * len(shard_rows) + [True] * (width - len(shard_rows))
+    return ordered, RankShards([torch.tensor(i, dtype=torch.long) for i in index],
+                               [torch.tensor(p, dtype=torch.bool) for p in pad], minis)
 
 
 def rollout_metrics(groups: Sequence[Group]) -> dict[str, float]:

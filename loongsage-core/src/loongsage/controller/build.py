@@ -1,11 +1,13 @@
 """Build every component of a run from its resolved config, and tear it down again.
 
-``build_run`` starts (or attaches to) Ray, hosts the train engine and the rollout engines
-as actors, and builds the data sources, the mixer, the engine pool (the one load balancer),
-the AgentFlow routers, the reward worker processes (``reward.workers``), the rollout manager
-and the scheduler on the run's one rollout event loop, the distiller with its teachers when
-``opd.teachers`` are set (``distill.py``), the objective and the trackers, and returns a
-``Run`` whose verbs the loop in
+``build_run`` starts (or attaches to) Ray, reserves the placement groups
+(``controller.placement``), hosts the train ranks and the rollout engines as actors in
+their bundles (printing the layout and saving it as ``layout.json``), joins the train
+ranks into one process group (``TrainGroup``), and builds the data sources, the mixer, the
+engine pool (the one load balancer), the AgentFlow routers, the reward worker processes
+(``reward.workers``), the rollout manager and the scheduler on the run's one rollout event
+loop, the distiller with its teachers beside train rank 0 when ``opd.teachers`` are set
+(``distill.py``), the objective and the trackers, and returns a ``Run`` whose verbs the loop in
 ``run.py`` calls. Nothing here chooses an algorithm or looks a plugin name up: every plugin
 arrives resolved in the ``RunConfig``.
 
@@ -19,6 +21,7 @@ are dispatched, the first B to finish are trained and the rest carry over to the
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -30,13 +33,16 @@ from loongsage.agentflow.settings import RouterSettings
 from loongsage.algorithms.filters import FilterChain, FilterResult
 from loongsage.algorithms.objective import Objective
 from loongsage.config.validate import RunConfig, as_container
-from loongsage.controller.actors import spawn_engine, split_cores, start_ray
+from loongsage.controller.actors import spawn_engine, start_ray
 from loongsage.controller.agent_routers import AgentRouters
 from loongsage.controller.distill import build_distiller
 from loongsage.controller.memory import RunMemory
 from loongsage.controller.memory_budget import check_run_memory
+from loongsage.controller.phases import PHASES
+from loongsage.controller.placement import Placement, format_layout, layout, plan_placement
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
+from loongsage.controller.train_group import TrainGroup
 from loongsage.controller.verbs import Run
 from loongsage.controller.weight_sync import WeightSync
 from loongsage.data.mixer import DataMixer
@@ -52,6 +58,8 @@ from loongsage.runtime.prompt_source import BatchedPromptSource
 from loongsage.runtime.scheduler import async_scheduler_from_config
 from loongsage.runtime.sync_scheduler import SyncScheduler
 from loongsage.transfer import TransferConfig
+
+log = logging.getLogger(__name__)
 
 
 def data_filters(spec: RunConfig) -> tuple[Any, int]:
@@ -109,43 +117,58 @@ def sampling_params(cfg: DictConfig, tokenizer: Any) -> dict[str, Any]:
     }
 
 
-def pinned_cores(cfg: DictConfig) -> tuple[list[int] | None, list[list[int]] | None]:
-    """Disaggregated on a local cluster: trainer and each engine on cores of their own.
+def local_cores(cfg: DictConfig) -> list[int] | None:
+    """This machine's cores, when a disaggregated run on a local cluster pins its actors.
 
     Colocated phases take turns on every core; a remote cluster (``placement.ray_address`` /
     ``RAY_ADDRESS``) places actors on other machines, so neither is pinned.
     """
     remote = cfg.placement.ray_address or os.environ.get("RAY_ADDRESS")
     if cfg.placement.mode != "disaggregated" or remote or not hasattr(os, "sched_getaffinity"):
-        return None, None
-    return split_cores(
-        os.sched_getaffinity(0), cfg.placement.train_cpus, cfg.placement.rollout_cpus, cfg.rollout.num_engines
-    )
+        return None
+    return sorted(os.sched_getaffinity(0))
 
 
-def _start_rollout(run: Run, plain: dict, rollout_cores: list[list[int]] | None) -> None:
-    """Rollout engines, weight sync, engine pool, routers, rollout manager and scheduler."""
+def _start_actors(run: Run, plain: dict, rollout: bool) -> None:
+    """Every actor in its seat, the layout printed and saved, the train ranks joined."""
+    spec, placement = run.spec, run.placement
+    train_seats = placement.plan.role("train")
+    rollout_seats = placement.plan.role("rollout") if rollout else []
+    trainers = [spawn_engine(spec.train_engine.obj, plain, seat, placement) for seat in train_seats]
+    run.rollout_actors = [spawn_engine(spec.rollout_engine.obj, plain, seat, placement)
+                          for seat in rollout_seats]
+    run.trainers = TrainGroup(trainers)
+    actors = trainers + run.rollout_actors
+    reports = ray.get([actor.where.remote() for actor in actors])
+    rows = layout(placement, train_seats + rollout_seats, reports)
+    log.info(format_layout(rows))
+    run.run_dir.write_layout(placement.plan.mode, rows)
+    run.trainers.connect(rows[0]["node_ip"], run.cfg.train.strategy)
+
+
+def _start_rollout(run: Run, plain: dict) -> None:
+    """Weight sync, engine pool, routers, rollout manager, scheduler and phases."""
     cfg, spec = run.cfg, run.spec
-    run.rollout_actors = [
-        spawn_engine(spec.rollout_engine.obj, plain, cfg.placement.rollout_cpus, cfg.rollout.num_threads,
-                     f"rollout{i}", rollout_cores[i] if rollout_cores else None)
-        for i in range(cfg.rollout.num_engines)
-    ]
     urls = ray.get([a.call.remote("start") for a in run.rollout_actors])
-    run.weight_sync = WeightSync(run.train_actor, run.rollout_actors, TransferConfig(**plain["transfer"]))
+    transfer = TransferConfig(**plain["transfer"])
+    run.weight_sync = WeightSync(run.trainers, run.rollout_actors, transfer)
     pool = EnginePool([EngineClient(url) for url in urls])
     run.loop = EventLoopThread()
     base = RouterSettings.from_config(cfg.agentflow)
     run.agent_routers = AgentRouters(run.sources, pool, run.tokenizer, spec.registries, base, run.run_dir.path)
     for name, url in run.agent_routers.urls().items():
-        print(f"agentflow router for data source {name!r}: {url}", flush=True)
+        log.info(f"agentflow router for data source {name!r}: {url}")
     run.reward_pool = DeadlinePool(cfg.reward.workers, preload=reward_modules(run.sources))
     scorer = RewardScorer(run.reward_pool, cfg.reward.drop_group_retries)
     run.rollout = RolloutManager(run.sources, pool, run.loop, cfg.rollout.n_samples_per_prompt,
                                  sampling_params(cfg, run.tokenizer), scorer,
                                  on_scored=run.agent_routers.record_rewards)
-    mixer = DataMixer.from_sources(run.sources, cfg.trainer.seed, batch_size=cfg.rollout.prompts_per_step)
+    mixer = DataMixer.from_sources(run.sources, cfg.trainer.seed,
+                                   batch_size=cfg.rollout.prompts_per_step,
+                                   mini_batches=cfg.train.mini_batches_per_step,
+                                   dp_size=cfg.train.dp_size)
     run.scheduler = build_scheduler(spec, mixer, run.rollout, run.loop)
+    run.phases = PHASES[cfg.placement.mode](run.scheduler, run.trainers, run.rollout_actors)
 
 
 @contextmanager
@@ -160,23 +183,22 @@ def build_run(spec: RunConfig, rollout: bool = True) -> Iterator[Run]:
     run_dir.write_config(cfg)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
     start_ray(cfg.placement)
-    plain = as_container(cfg)
-    train_cores, rollout_cores = pinned_cores(cfg)
-    train_threads = cfg.train.num_threads or (len(train_cores) if train_cores else 0)
-    train_actor = spawn_engine(spec.train_engine.obj, plain, cfg.placement.train_cpus, train_threads, "train",
-                               train_cores)
-    run = Run(spec, run_dir, tokenizer, train_actor, Objective(spec.algorithm))
+    plan = plan_placement(cfg, local_cores(cfg))
+    placement = Placement.reserve(plan, cfg.placement.nodes, cfg.placement.timeout_s)
+    run = Run(spec, run_dir, tokenizer, Objective(spec.algorithm), placement)
     try:
         run.sources = build_sources(spec.sources, spec.registries, cfg.trainer.seed, tokenizer)
         estimate = check_run_memory(cfg, run.sources, tokenizer)
         if estimate:
-            print(estimate, flush=True)
+            log.info(estimate)
+        _start_actors(run, as_container(cfg), rollout)
         if rollout:
-            _start_rollout(run, plain, rollout_cores)
+            _start_rollout(run, as_container(cfg))
         if rollout and spec.distill is not None:
-            run.distiller = build_distiller(spec.distill, plain, train_threads, train_cores)
+            run.distiller = build_distiller(spec.distill, as_container(cfg), placement.plan.role("train")[0],
+                                          placement)
             run.objective = Objective(spec.algorithm, run.distiller.train_term)
-        run.memory = RunMemory.for_run(cfg, train_actor, run.rollout_actors,
+        run.memory = RunMemory.for_run(cfg, run.trainers.actors, run.rollout_actors,
                                        run.distiller.actors if run.distiller else {})
         run.trackers = build_trackers(spec, run_dir)
         yield run

@@ -4,8 +4,8 @@ The distiller is a plugin (``opd.distiller``, kind ``distiller``; loongsage-dist
 ``multi_teacher``), resolved by config validation into ``DistillSpec.distiller``. It is built
 as ``cls(context)`` with a ``DistillContext``: the validated spec, the run's config as plain
 containers, and ``spawn``, which starts an engine plugin in a Ray actor (``EngineHost``)
-placed beside the train actor (teacher forwards run while the trainer waits for them, so
-they share its cores and its CPU booking). A built distiller provides
+placed beside train rank 0, in its placement bundle (teacher forwards run while the trainer
+waits for them, so they share its cores, threads and CPU booking). A built distiller provides
 
 - ``teacher_outputs(batch, row_sources) -> metrics``: the teachers' outputs for one training
   batch, written into ``batch.extras`` (``row_sources[i]`` names row ``i``'s data source);
@@ -17,12 +17,14 @@ they share its cores and its CPU booking). A built distiller provides
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
 from loongsage.algorithms.distill_term import DistillTerm
 from loongsage.config.opd import DistillSpec
 from loongsage.controller.actors import spawn_engine
+from loongsage.controller.placement import Placement, Seat
 from loongsage.engines.batch import TrainBatch
 from loongsage.registry import PluginRef
 
@@ -45,10 +47,13 @@ class Distiller(Protocol):
     def close(self) -> None: ...
 
 
-def build_distiller(spec: DistillSpec, plain: dict, threads: int, cores: list[int] | None) -> Distiller:
-    """The run's distiller; its actors time-share the train actor's ``cores`` (None: unpinned)."""
+def build_distiller(spec: DistillSpec, plain: dict, train_seat: Seat,
+                    placement: Placement | None = None) -> Distiller:
+    """The run's distiller; its actors sit in train rank 0's seat (``train_seat``, in its
+    bundle of ``placement``) and time-share its cores, booking no CPUs or GPUs of their own."""
 
     def spawn(engine: PluginRef, cfg: dict, role: str) -> Any:
-        return spawn_engine(engine.obj, cfg, 0, threads, role, cores)
+        seat = dataclasses.replace(train_seat, role=role, num_cpus=0, num_gpus=0)
+        return spawn_engine(engine.obj, cfg, seat, placement)
 
     return spec.distiller.obj(DistillContext(spec, plain, spawn))

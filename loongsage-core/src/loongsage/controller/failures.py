@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loongsage.controller.lifecycle import save_checkpoint
+from loongsage.controller.memory import is_train_role
 from loongsage.errors import LoongSageError
 
 PING_TIMEOUT_S = 30.0
@@ -66,10 +67,12 @@ def dead_actors(actors: dict[str, Any], timeout_s: float = PING_TIMEOUT_S) -> li
     return deaths
 
 
+ROLE_KINDS = {"train": "train actor", "rollout": "rollout engine", "teacher": "teacher slot"}
+
+
 def describe(death: ActorDeath) -> str:
-    kinds = {"train": "the train actor", "rollout": "rollout engine", "teacher": "teacher slot"}
-    kind = death.role.rstrip("0123456789")
-    what = kinds["train"] if death.role == "train" else f"{kinds.get(kind, 'actor')} {death.role!r}"
+    kind = "train" if is_train_role(death.role) else death.role.rstrip("0123456789")
+    what = f"{ROLE_KINDS.get(kind, 'actor')} {death.role!r}"
     if death.out_of_memory:
         return f"Ray's memory monitor killed {what} ({death.reason})"
     return f"{what} died ({death.reason})"
@@ -92,7 +95,7 @@ class FailureGuard:
         import ray
 
         self.step = step
-        self._version_at_start = ray.get(self.run.train_actor.run.remote(_trainer_version))
+        self._version_at_start = ray.get(self.run.trainers.actors[0].run.remote(_trainer_version))
 
     def __enter__(self) -> "FailureGuard":
         return self
@@ -101,7 +104,7 @@ class FailureGuard:
         if not isinstance(exc, Exception) or self.step is None:
             return False
         deaths = dead_actors(self.run.memory.actors)
-        saved = self._save_trainer(alive="train" not in {d.role for d in deaths})
+        saved = self._save_trainer(alive=not any(is_train_role(d.role) for d in deaths))
         if not deaths:
             exc.add_note(saved)
             return False
@@ -128,7 +131,7 @@ class FailureGuard:
         if not alive:
             return f"the train actor is gone with its state since the latest checkpoint; {kept}"
         try:
-            trained = ray.get(self.run.train_actor.run.remote(_trainer_version)) != self._version_at_start
+            trained = ray.get(self.run.trainers.actors[0].run.remote(_trainer_version)) != self._version_at_start
             done = self.step if trained else self.step - 1
             if done < 0:
                 return f"no RL step finished, nothing to checkpoint; {kept}"

@@ -8,10 +8,17 @@ start of a fresh run.
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 import ray
 
-from loongsage.controller.sft import sft_examples, train_sft
+from loongsage.controller.sft import sft_examples, sft_progress, train_sft
 from loongsage.controller.verbs import Run
+
+log = logging.getLogger(__name__)
+
+PROGRESS_EVERY_S = 10.0  # how often a long warm start reports its step and loss
 
 
 def warm_start(run: Run) -> None:
@@ -21,17 +28,39 @@ def warm_start(run: Run) -> None:
         return
     parser = run.spec.tool_parser.obj()
     examples = sft_examples(run.sources, sft.examples, seed=run.cfg.trainer.seed, parser=parser)
-    losses = ray.get(run.train_actor.run.remote(train_sft, examples, sft.steps, sft.batch_size, sft.lr))
-    peak = run.memory.step_metrics().get("perf/train_rss_peak_gb", 0.0) if run.memory else 0.0
-    print(f"sft warm start: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {len(losses)} steps "
-          f"(train actor RSS peak {peak:.2f} GB)", flush=True)
+    done = run.trainers.start(train_sft, examples, sft.steps, sft.batch_size, sft.lr)
+    while len(ray.wait(done, num_returns=len(done), timeout=PROGRESS_EVERY_S)[0]) < len(done):
+        now = run.trainers.inspect(sft_progress)  # each rank's loss is its share of the step's
+        log.info(f"sft warm start: step {now[0]['step']}/{now[0]['steps']} loss {sum(r['loss'] for r in now):.3f}")
+    losses = [sum(shares) for shares in zip(*ray.get(done))]
+    peak = ""
+    if run.memory is not None:
+        peak = f" (train actor RSS peak {run.memory.step_metrics().get('perf/train_rss_peak_gb', 0.0):.2f} GB)"
+    log.info(f"sft warm start: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {len(losses)} steps{peak}")
     if run.rollout_actors:
         run.publish_weights()
 
 
+def export_final_model(run: Run) -> Path:
+    """``<run_dir>/final_model``: the newest checkpoint's model with a model card naming the
+    recipe and the run's metrics (saved first if the run ended without a checkpoint)."""
+    from loongsage.controller.model_card import model_card
+    from loongsage.tracking.jsonl import read_metrics
+
+    latest = run.run_dir.latest_checkpoint()
+    if latest is None:
+        save_checkpoint(run, max(run.cfg.trainer.steps - 1, 0))
+        latest = run.run_dir.latest_checkpoint()
+    rows = read_metrics(run.run_dir.path / "metrics.jsonl")
+    card = model_card(run.cfg, run.spec.recipe, run.spec.overrides, rows)
+    folder = run.run_dir.export_model(latest[0] / "trainer", card)
+    log.info(f"final model: {folder} (model card: {folder / 'README.md'})")
+    return folder
+
+
 def save_model(run: Run, folder: str) -> None:
-    """Save the trainer's weights and tokenizer as a Hugging Face folder."""
-    ray.get(run.train_actor.call.remote("save", folder))
+    """Save the trainer's weights and tokenizer as a Hugging Face folder (every rank takes part)."""
+    run.trainers.call("save", folder)
 
 
 def checkpoint_due(run: Run, step: int) -> bool:
@@ -42,7 +71,7 @@ def checkpoint_due(run: Run, step: int) -> bool:
 
 def save_checkpoint(run: Run, step: int) -> None:
     tmp = run.run_dir.begin_checkpoint(step)
-    ray.get(run.train_actor.call.remote("save", str(tmp / "trainer")))
+    run.trainers.call("save", str(tmp / "trainer"))
     state = {
         "step": step,
         "version": run.version,
@@ -58,7 +87,7 @@ def resume_or_warm_start(run: Run) -> int:
         warm_start(run)
         return 0
     folder, state = latest
-    ray.get(run.train_actor.call.remote("load", str(folder / "trainer")))
+    run.trainers.call("load", str(folder / "trainer"))
     if run.scheduler and state["scheduler"] is not None:
         run.scheduler.load_state_dict(state["scheduler"])
     for tracker in run.trackers:
@@ -68,5 +97,5 @@ def resume_or_warm_start(run: Run) -> int:
         run.publish_weights(state["version"])
     else:
         run.version = state["version"]
-    print(f"resumed from {folder.name}: continuing at step {state['step'] + 1}", flush=True)
+    log.info(f"resumed from {folder.name}: continuing at step {state['step'] + 1}")
     return state["step"] + 1

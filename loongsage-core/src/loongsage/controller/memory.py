@@ -15,6 +15,7 @@ of a step is still seen. Figures are bytes; metrics are GB (1e9 bytes).
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import threading
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from typing import Any, Callable
 
 GB = 1e9
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+log = logging.getLogger(__name__)
 
 
 def rss_bytes(pid: int | str = "self") -> int:
@@ -152,6 +155,11 @@ class ActorMemory:
     peak_rss: int  # since the previous report
 
 
+def is_train_role(role: str) -> bool:
+    """``train`` or ``train<rank>`` (``RunMemory.for_run``'s role names)."""
+    return role == "train" or (role.startswith("train") and role[5:].isdigit())
+
+
 @dataclass
 class RunMemory:
     """The driver's view: per-step memory metrics of every actor and the run's peaks.
@@ -173,14 +181,20 @@ class RunMemory:
             self._run = PeakSampler(lambda: tree_pss_bytes(root), interval_s=1.0)
 
     @classmethod
-    def for_run(cls, cfg: Any, train_actor: Any, rollout_actors: list, others: dict | None = None) -> "RunMemory":
-        """The run's train actor, rollout engines and ``others`` (role -> actor: teacher slots);
-        prints their process ids (for ``top``)."""
+    def for_run(cls, cfg: Any, train_actors: list, rollout_actors: list,
+                others: dict | None = None) -> "RunMemory":
+        """The run's train ranks, rollout engines and ``others`` (role -> actor: teacher
+        slots); logs their process ids (for ``top``).
+
+        One train rank is ``train``; with data parallelism they are ``train0``, ``train1``...
+        """
         remote = cfg.placement.ray_address or os.environ.get("RAY_ADDRESS")
-        actors = {"train": train_actor, **{f"rollout{i}": a for i, a in enumerate(rollout_actors)}, **(others or {})}
+        trainers = {"train": train_actors[0]} if len(train_actors) == 1 else {
+            f"train{r}": a for r, a in enumerate(train_actors)}
+        actors = {**trainers, **{f"rollout{i}": a for i, a in enumerate(rollout_actors)}, **(others or {})}
         memory = cls(actors, local=not remote)
         pids = ", ".join(f"{role} {pid}" for role, pid in memory.pids().items())
-        print(f"actor processes: {pids}", flush=True)
+        log.info(f"actor processes: {pids}")
         return memory
 
     def pids(self) -> dict[str, int]:
@@ -198,8 +212,8 @@ class RunMemory:
     def step_metrics(self) -> dict[str, float]:
         """``perf/*_gb`` for the step that just ended; peaks are since the previous call.
 
-        ``perf/train_rss_gb`` is the train actor's RSS at the end of the step (after handing
-        freed heap memory back, ``release_free_memory``) and
+        ``perf/train_rss_gb`` is the (largest) train rank's RSS at the end of the step (after
+        handing freed heap memory back, ``release_free_memory``) and
         ``perf/train_rss_peak_gb`` its peak during the step; the rollout (and teacher slot)
         figures are the largest engine's (slot's); ``perf/run_pss_peak_gb`` is the whole run's
         summed PSS at its peak during the step (local clusters only).

@@ -8,9 +8,13 @@ machine passes ``RAY_memory_usage_threshold``, 0.95 by default, of its memory):
   the frozen reference when a KL term needs it, the activations autograd keeps for one
   micro-batch (10·hidden + 4·intermediate values per token and layer for a Llama/Qwen-style
   decoder: measured 12,090 for SmolLM2 against 11,904 from the formula, plus half as much
-  again in flight during the backward), one chunk of fp32 logits, and the process itself;
-* **each rollout engine**: weights, the KV cache of its running requests, fp32 logits of one
-  decode step, and the process;
+  again in flight during the backward), one chunk of fp32 logits, the process itself, and
+  allocator slack of half of what a step allocates and frees again (gradients, activations):
+  glibc's heap peaked that much above the live tensors (SmolLM2: 0.6 GB at 2 rows per
+  micro-batch, 1.0-1.3 GB at 8);
+* **each rollout engine**: weights, three times the KV cache of its running requests (the
+  cache grows by concatenation, so the old and the new copy coexist and freed blocks are too
+  small to reuse), fp32 logits of one decode step, and the process;
 * **weight sync**: one model-sized shared-memory ring (``controller.weight_sync``);
 * **driver and Ray**: the controller process and Ray's own processes.
 
@@ -126,13 +130,18 @@ def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int) -> Estimate:
     activations = int(1.5 * micro_tokens * per_token_layers * b)
     logits = 3 * min(micro_tokens, t.logprob_chunk_tokens) * shape.vocab * 4
     reference = weights if cfg.algorithm.kl.coef else 0
+    in_step = weights + activations + logits  # gradients and what one micro-batch needs
+    slack = in_step // 2
     est = Estimate()
-    est.parts["train actor"] = PROCESS_BYTES + 4 * weights + reference + activations + logits
-    est.detail["train actor"] = (f"weights, gradients and AdamW {4 * weights / GB:.1f} GB, activations "
-                                 f"{activations / GB:.1f} GB for {rows} rows x {tokens_per_row} tokens")
+    shard = t.dp_size if t.dp_size > 1 and t.strategy == "fsdp2" else 1  # FSDP2 shards weights, grads, AdamW
+    rank = PROCESS_BYTES + (3 * weights + reference + weights) // shard + in_step - weights + slack
+    est.parts["train actor"] = t.dp_size * rank
+    est.detail["train actor"] = (f"{t.dp_size} x (weights, gradients and AdamW {4 * weights / shard / GB:.1f} GB, "
+                                 f"activations {activations / GB:.1f} GB for {rows} rows x {tokens_per_row} tokens, "
+                                 f"allocator slack {slack / GB:.1f} GB)")
     requests = min(r.max_running_requests, (r.prompts_per_step + r.oversample_groups) * r.n_samples_per_prompt)
     kv = requests * tokens_per_row * shape.layers * 2 * shape.kv_heads * shape.head_dim * b
-    engine = PROCESS_BYTES + weights + kv + 2 * requests * shape.vocab * 4
+    engine = PROCESS_BYTES + weights + 3 * kv + 2 * requests * shape.vocab * 4
     est.parts["rollout engines"] = r.num_engines * engine
     est.detail["rollout engines"] = (f"{r.num_engines} x (weights {weights / GB:.1f} GB, KV cache "
                                      f"{kv / GB:.1f} GB for {requests} requests x {tokens_per_row} tokens)")

@@ -95,6 +95,10 @@ class RolloutManager:
             return sample
         return await source.agent.continue_sample(sample, self.pool, params)
 
+    def engine_metrics(self) -> dict[str, float]:
+        """``rollout/engine_requests/<i>``: requests each engine served since the last call."""
+        return {f"rollout/engine_requests/{i}": float(n) for i, n in enumerate(self.pool.take_served())}
+
     def abort_all(self) -> None:
         """Abort every in-flight generation on every engine (partial rollout at a step end)."""
         self.pool.abort_all()

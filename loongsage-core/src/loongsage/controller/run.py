@@ -8,32 +8,35 @@ start, checkpoints and resume in ``lifecycle.py``, the building in ``build.py``.
 
 from __future__ import annotations
 
+import logging
+
 from loongsage.config.validate import RunConfig
 from loongsage.controller.batching import rollout_metrics
 from loongsage.controller.build import build_run
 from loongsage.controller.failures import FailureGuard
-from loongsage.controller.lifecycle import checkpoint_due, resume_or_warm_start, save_checkpoint, save_model, warm_start
+from loongsage.controller.lifecycle import (checkpoint_due, export_final_model, resume_or_warm_start, save_checkpoint,
+                                            save_model, warm_start)
 from loongsage.controller.verbs import Run, timed
+
+log = logging.getLogger(__name__)
 
 
 def train_one_step(run: Run, step: int) -> dict[str, float]:
     metrics = run.evaluate() if run.eval_due(step) else {}
-    colocated = run.cfg.placement.mode == "colocated"
     with timed(metrics, "timing/step"):
         with timed(metrics, "timing/rollout"):
             groups = run.scheduler.next_batch(step)
-        batch, rewards, group_index = run.to_batch(groups, metrics)
-        if colocated:  # the engines hand the cores to the trainer (partial: abort, resume later)
-            run.scheduler.pause()
+        run.phases.to_train()  # colocated: engines hand the devices over (partial: abort)
         with timed(metrics, "timing/train"):
-            metrics.update(run.train(batch, rewards, group_index, groups))
-        if not colocated:  # generation overlapped training; stop it for the weight update
-            run.scheduler.pause()
+            metrics.update(run.train(groups, step, metrics))
+        run.phases.to_sync()  # disaggregated: generation overlapped training, stop it now
         with timed(metrics, "timing/weight_sync"):
             metrics.update(run.publish_weights())
+        run.phases.to_rollout()
     metrics.update(rollout_metrics(groups))
     metrics.update(run.rollout.reward_metrics())
     metrics.update(run.scheduler.metrics())
+    metrics.update(run.rollout.engine_metrics())
     run.record(step, metrics, groups)
     return metrics
 
@@ -41,8 +44,9 @@ def train_one_step(run: Run, step: int) -> dict[str, float]:
 def run_training(spec: RunConfig) -> str:
     """Train per ``spec``; return the run directory."""
     with build_run(spec) as run:
-        print(f"run directory: {run.run_dir.path}", flush=True)
+        log.info(f"run directory: {run.run_dir.path}")
         first_step = resume_or_warm_start(run)
+        run.phases.to_rollout()
         with FailureGuard(run) as guard:
             for step in run.progress(range(first_step, run.cfg.trainer.steps)):
                 guard.begin(step)
@@ -51,16 +55,17 @@ def run_training(spec: RunConfig) -> str:
                     save_checkpoint(run, step)
         if run.eval_due(run.cfg.trainer.steps):
             run.record(run.cfg.trainer.steps, run.evaluate(), [])
-        print(run.memory.summary_line(), flush=True)
+        log.info(run.memory.summary_line())
+        export_final_model(run)
         return str(run.run_dir.path)
 
 
 def run_sft_only(spec: RunConfig) -> str:
     """Run only the supervised warm start and save the result."""
     with build_run(spec, rollout=False) as run:
-        print(f"run directory: {run.run_dir.path}", flush=True)
+        log.info(f"run directory: {run.run_dir.path}")
         warm_start(run)
         folder = run.run_dir.path / "sft_model"
         save_model(run, str(folder))
-        print(f"warm-started model: {folder} (use it as model.path)", flush=True)
+        log.info(f"warm-started model: {folder} (use it as model.path)")
         return str(folder)

@@ -3,12 +3,14 @@
 Layout::
 
     <run_dir>/config.yaml            resolved, validated config
+    <run_dir>/layout.json            which actor runs where (role, rank, bundle, node, GPUs, cores)
     <run_dir>/metrics.jsonl          one JSON object per step (jsonl tracker)
-    <run_dir>/samples/step_000003.jsonl   decoded trajectories + token ids
+    <run_dir>/samples/step_000003.jsonl   decoded trajectories, token ids and per-token arrays
     <run_dir>/trajectories/<source>/trajectories.jsonl   every AgentFlow trajectory, token-exact
     <run_dir>/trajectories/<source>/rewards.jsonl        their rewards, written once scored
     <run_dir>/checkpoints/step_000003/    trainer state + controller state (state.json)
     <run_dir>/checkpoints/latest          name of the newest complete checkpoint
+    <run_dir>/final_model/                the last checkpoint's model (hard links) + README.md card
 
 A checkpoint is written to a temporary folder and renamed into place, and ``latest`` is
 replaced atomically afterwards, so a run killed mid-save resumes from the previous one.
@@ -27,6 +29,7 @@ from typing import Any, Iterable
 from omegaconf import DictConfig, OmegaConf
 
 from loongsage.data.types import Group
+from loongsage.engines.embedded_train_state import STATE_FILE
 
 
 class RunDirectory:
@@ -53,8 +56,15 @@ class RunDirectory:
     def write_config(self, cfg: DictConfig) -> None:
         (self.path / "config.yaml").write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
 
+    def write_layout(self, mode: str, actors: list[dict]) -> None:
+        """The actor layout of ``controller.placement.layout``."""
+        payload = {"mode": mode, "actors": actors}
+        (self.path / "layout.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
+
     def write_samples(self, step: int, groups: Iterable[Group], tokenizer: Any, limit: int) -> None:
-        """Save up to ``limit`` trajectories of this step: decoded text plus token ids."""
+        """Save up to ``limit`` trajectories of this step: decoded text, token ids and, aligned
+        with ``response_ids``, the loss mask, the rollout engine's and the trainer's (pi_old)
+        logprob and the weight version of every response token."""
         rows = []
         for group in groups:
             for sample in group.samples:
@@ -73,12 +83,33 @@ class RunDirectory:
                         "reward": sample.reward,
                         "reward_info": sample.reward_info,
                         "finish_reason": sample.finish_reason,
-                        "weight_versions": sorted(set(sample.weight_versions)),
+                        "loss_mask": sample.loss_mask,
+                        "rollout_logprobs": sample.response_logprobs,
+                        "train_logprobs": sample.train_logprobs,
+                        "weight_versions": sample.weight_versions,
                     }
                 )
         path = self.samples / f"step_{step:06d}.jsonl"
         with open(path, "w", encoding="utf-8") as handle:
             handle.writelines(json.dumps(row, default=str) + "\n" for row in rows)
+
+    def export_model(self, model_folder: Path, card: Any) -> Path:
+        """``final_model/``: the HF files of ``model_folder`` (hard links, no second copy of the
+        weights; the trainer state stays behind) and ``card`` saved as its README.md."""
+        final = self.path / "final_model"
+        tmp = self.path / ".final_model.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        for file in model_folder.iterdir():
+            if file.is_file() and file.name != STATE_FILE:
+                try:
+                    os.link(file, tmp / file.name)
+                except OSError:  # another filesystem
+                    shutil.copy2(file, tmp / file.name)
+        card.save(tmp / "README.md")
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        return final
 
     # checkpoints ---------------------------------------------------------------------
 

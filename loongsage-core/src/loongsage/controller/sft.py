@@ -19,7 +19,9 @@ A prompt without a ``metadata["demonstration"]`` becomes one assistant turn: its
 ``\\boxed{ground_truth}``.
 
 SFT gets a fresh AdamW at its own learning rate; the engine's optimizer is reset to
-``train.lr`` afterwards, so RL does not inherit SFT's moment estimates.
+``train.lr`` afterwards, so RL does not inherit SFT's moment estimates. While it runs, each
+step's loss is kept in ``SFT_PROGRESS`` (the train actor runs calls concurrently, so the
+controller reads it with ``sft_progress`` and shows the warm start's progress).
 """
 
 from __future__ import annotations
@@ -120,6 +122,14 @@ def sft_batch(tokenizer: Any, examples: Sequence[Demonstration]) -> TrainBatch:
     return TrainBatch(input_ids, attention, loss_mask)
 
 
+SFT_PROGRESS: dict[str, Any] = {"step": 0, "steps": 0, "loss": float("nan")}
+
+
+def sft_progress(_engine: Any = None) -> dict[str, Any]:
+    """Steps done, steps asked for and the last loss of the warm start running in this process."""
+    return dict(SFT_PROGRESS)
+
+
 def token_mean_nll(ctx: LossContext) -> torch.Tensor:
     """Cross-entropy averaged over every answer token of the mini-batch."""
     return -(ctx.logprobs * ctx.batch.loss_mask).sum() / ctx.global_num_tokens
@@ -143,12 +153,15 @@ def run_sft(
         )
     rng = random.Random(f"sft-batches:{seed}")
     engine.reset_optimizer(lr)
-    losses = []
+    losses: list[float] = []
+    SFT_PROGRESS.update(step=0, steps=steps, loss=float("nan"))
     try:
-        for _ in range(steps):
+        for step in range(steps):
             chosen = [examples[rng.randrange(len(examples))] for _ in range(batch_size)]
-            metrics = engine.train_step(sft_batch(tokenizer, chosen), token_mean_nll)
+            batch = engine.parallel.local_rows(sft_batch(tokenizer, chosen))  # this rank's share
+            metrics = engine.train_step(batch, token_mean_nll)
             losses.append(metrics["train/loss"])
+            SFT_PROGRESS.update(step=step + 1, loss=losses[-1])
     finally:
         engine.reset_optimizer()
     return losses

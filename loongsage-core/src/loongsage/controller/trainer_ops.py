@@ -1,41 +1,52 @@
-"""Functions shipped into the train-engine actor, so tensors never leave its process."""
+"""Functions shipped into the train-engine actors, so tensors never leave their processes."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
 from loongsage.algorithms.advantages import compute_advantages
 from loongsage.algorithms.objective import Objective
 from loongsage.engines.batch import TrainBatch
+from loongsage.engines.distributed import RankShards
 
 
 def train_on_rollout(
     engine: Any,
-    batch: TrainBatch,
-    rewards: torch.Tensor,
-    group_index: torch.Tensor,
+    data: tuple[TrainBatch, torch.Tensor, torch.Tensor],
+    shards: RankShards,
     objective: Objective,
-    mini_batches: int,
-) -> dict[str, float]:
+    keep_rows: Sequence[int] = (),
+) -> tuple[dict[str, float], torch.Tensor | None]:
     """pi_old (and reference) logprobs at step start, advantages, then the optimizer steps.
 
-    Advantages are computed here, after the logprobs, because a KL penalty used as a
-    reward (``algorithm.kl.use_as=reward``) needs pi_old and pi_ref first, and a
-    distillation penalty (``objective.distill``, ``loongsage.algorithms.distill_term``)
-    needs the pi_old forward's values. Without an RL loss (``objective.rl_weight == 0``,
-    ``opd.gkd_ratio=1``) none of this runs: the optimizer steps on the distillation loss.
+    ``data`` is the step's whole batch (with per-sample rewards and group index); this rank
+    computes the logprobs of its own rows (``shards``) and all-gathers them, so advantages
+    and ``objective.prepare`` see the whole batch on every rank, then trains its rows.
+    Advantages are computed after the logprobs because a KL penalty used as a reward
+    (``algorithm.kl.use_as=reward``) needs pi_old and pi_ref first, and a distillation
+    penalty (``objective.distill``, ``loongsage.algorithms.distill_term``) needs the pi_old
+    forward's values. Without an RL loss (``objective.rl_weight == 0``, ``opd.gkd_ratio=1``)
+    none of this runs: the optimizer steps on the distillation loss and no pi_old logprobs
+    are kept (None). Returns the step's metrics (this rank's share) and the pi_old logprobs of the
+    batch rows ``keep_rows`` (the samples the run directory saves), so only those cross back
+    from the actor.
     """
+    batch, rewards, group_index = data
+    parallel, rank = engine.parallel, engine.parallel.rank
     distill = objective.distill
     entropy = {"with_entropy": distill.needs_entropy} if distill is not None else {}
     metrics: dict[str, float] = {}
     if objective.rl_weight > 0:
         pg_term = {"logit_term": distill.pg_logit_term} if distill is not None else {}
-        old = engine.compute_logprobs(batch, **entropy, **pg_term)
+        local = shards.local_batch(batch, rank)
+        old = {key: parallel.gather_rows(value, shards, len(batch))
+               for key, value in engine.compute_logprobs(local, **entropy, **pg_term).items()}
         batch.extras["old_logprobs"] = old["logprobs"]
         if objective.needs_reference:
-            batch.extras["ref_logprobs"] = engine.compute_ref_logprobs(batch)
+            ref = engine.compute_ref_logprobs(local)
+            batch.extras["ref_logprobs"] = parallel.gather_rows(ref, shards, len(batch))
         advantages = compute_advantages(
             rewards,
             group_index,
@@ -48,6 +59,8 @@ def train_on_rollout(
             advantages, metrics = distill.shape_advantages(batch, advantages, old)
         batch.extras["advantages"] = advantages
         objective.prepare(batch)  # batch-level statistics (M2PO's mask) before any split
+    kept = batch.extras["old_logprobs"][list(keep_rows)].clone() if "old_logprobs" in batch.extras else None
     loss_term = {"logit_term": distill.logit_term} if distill is not None else {}
-    metrics.update(engine.train_step(batch, objective, mini_batches=mini_batches, **entropy, **loss_term))
-    return distill.finish_metrics(metrics) if distill is not None else metrics
+    metrics.update(engine.train_step(shards.local_batch(batch, rank), objective, mini_batches=shards.mini_batches,
+                                     **entropy, **loss_term))
+    return (distill.finish_metrics(metrics) if distill is not None else metrics), kept

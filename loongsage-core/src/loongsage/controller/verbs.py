@@ -22,12 +22,13 @@ import torch
 from loongsage.algorithms.objective import Objective
 from loongsage.config.validate import RunConfig
 from loongsage.controller.agent_routers import AgentRouters
-from loongsage.controller.batching import groups_to_batch, rollout_metrics
+from loongsage.controller.batching import attach_train_logprobs, groups_to_batch, plan_shards, rollout_metrics
 from loongsage.controller.distill import Distiller
 from loongsage.controller.memory import RunMemory
+from loongsage.controller.placement import Placement
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
-from loongsage.controller.trainer_ops import train_on_rollout
+from loongsage.controller.train_group import TrainGroup
 from loongsage.controller.weight_sync import WeightSync
 from loongsage.data.mixer import apportion
 from loongsage.deadline.pool import DeadlinePool
@@ -49,8 +50,10 @@ class Run:
     spec: RunConfig
     run_dir: RunDirectory
     tokenizer: Any
-    train_actor: Any
     objective: Objective
+    placement: Placement
+    trainers: TrainGroup | None = None
+    phases: Any = None  # controller.phases: who holds the devices between steps
     loop: EventLoopThread | None = None
     rollout_actors: list = field(default_factory=list)
     rollout: RolloutManager | None = None
@@ -80,19 +83,28 @@ class Run:
             metrics["rollout/offpolicy_masked_tokens"] = float(mask_offpolicy_tokens(groups))
         return groups_to_batch(groups, self.pad_id)
 
-    def train(self, batch: Any, rewards: torch.Tensor, group_index: torch.Tensor, groups: list) -> dict[str, float]:
-        """One training step on ``batch`` (rows in the order of ``groups``' samples), after the
-        distiller's teachers have added their outputs to it."""
-        metrics: dict[str, float] = {}
+    def train(self, groups: list, step: int, metrics: dict) -> dict[str, float]:
+        """Train on ``groups``: cut into (mini-batch, rank) shards, one batch for all ranks, to
+        which the distiller's teachers first add their outputs; the samples ``record`` saves
+        (the first ``logging.samples_per_step``) get their pi_old logprobs."""
+        train = self.cfg.train
+        sources = [source.name for source in self.spec.sources]
+        ordered, shards = plan_shards(groups, sources, train.mini_batches_per_step, train.dp_size,
+                                      offset=step)
+        batch, rewards, group_index = self.to_batch(ordered, metrics)
+        step_metrics: dict[str, float] = {}
         if self.distiller is not None:
-            with timed(metrics, "timing/teacher"):
-                sources = [g.prompt.source for g in groups for _ in g.samples]
-                metrics.update(self.distiller.teacher_outputs(batch, sources))
-        ref = self.train_actor.run.remote(
-            train_on_rollout, batch, rewards, group_index, self.objective, self.cfg.train.mini_batches_per_step
-        )
-        metrics.update(ray.get(ref))
-        return metrics
+            with timed(step_metrics, "timing/teacher"):
+                row_sources = [g.prompt.source for g in ordered for _ in g.samples]
+                step_metrics.update(self.distiller.teacher_outputs(batch, row_sources))
+        saved = [s for g in groups for s in g.samples][:self.cfg.logging.samples_per_step]
+        row_of = {id(s): row for row, s in enumerate(s for g in ordered for s in g.samples)}
+        train_metrics, logprobs = self.trainers.train(batch, rewards, group_index, shards, self.objective,
+                                                      keep_rows=[row_of[id(s)] for s in saved])
+        if logprobs is not None:
+            attach_train_logprobs(saved, logprobs)
+        step_metrics.update(train_metrics)
+        return step_metrics
 
     def eval_due(self, step: int) -> bool:
         interval = self.cfg.trainer.eval_interval
@@ -160,8 +172,11 @@ class Run:
             self.weight_sync.close()
         if self._bar is not None:
             self._bar.close()
-        for actor in [self.train_actor, *self.rollout_actors]:
+        if self.trainers is not None:
+            self.trainers.kill()
+        for actor in self.rollout_actors:
             ray.kill(actor)
+        self.placement.remove()
 
 
 def eval_prompts(sources: dict, total: int, seed: int) -> list:

@@ -1,21 +1,29 @@
-"""Weight sync for a run: TransferMesh from the train actor to every rollout actor.
+"""Weight sync for a run: TransferMesh from every train rank to every rollout actor.
 
-The sender lives in the train actor and each receiver in a rollout actor, so tensors go
-straight from the trainer's process to the engines' (shared memory on one host, gloo
-across hosts; CUDA IPC / NCCL on GPUs), never through the driver or Ray's object store.
-The functions prefixed ``actor_`` run inside an actor (shipped with ``EngineHost.run``);
-each actor process keeps its mesh endpoint in ``_ENDPOINT``.
+Every train rank runs a sender and sends a disjoint part of the full, HF-named tensors
+(``owners_by_size``: largest first, each to the rank with the fewest bytes so far); with
+FSDP2 each rank gathers every sharded tensor (all ranks take part in each gather) and keeps
+the ones it owns. Each receiver is given every sender's address and applies a version only
+once every sender's part arrived and verified (``WeightReceiver``). Tensors go straight from
+the trainers' processes to the engines' (shared memory on one host, gloo across hosts; CUDA
+IPC / NCCL on GPUs), never through the driver or Ray's object store. The functions prefixed
+``actor_`` run inside an actor (shipped with ``EngineHost.run``); each actor process keeps
+its mesh endpoint in ``_ENDPOINT``.
 
-The sender's ring of shared-memory slots is sized to hold a whole version, so a receiver on
-the same host applies straight from views of the ring (one copy per sync, 1.1-1.3x memcpy
-measured) instead of staging every bucket (two copies, 2.3x); the cost is one model-sized
-shared segment on the trainer's host.
+A CPU sender's ring of shared-memory slots is sized to hold its whole part of a version, so a
+receiver on the same host applies straight from views of the ring (one copy per sync,
+1.1-1.3x memcpy measured) instead of staging every bucket (two copies, 2.3x); the cost is a
+shared segment the size of the rank's part on the trainer's host. A GPU sender keeps the
+configured number of device slots (``transfer.num_slots``), not a copy of its part. Transports are chosen by
+host and device; on a GPU the host id carries the physical GPU id, because every actor sees
+its own GPU as ``cuda:0`` and only a receiver on the sender's very GPU may take CUDA IPC.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import socket
+from typing import Any, Sequence
 
 import ray
 
@@ -24,31 +32,61 @@ from loongsage.transfer import MeshAddress, TransferConfig, WeightSyncError
 _ENDPOINT: dict[str, Any] = {}
 
 
-def ring_slots(engine: Any, config: TransferConfig) -> int:
-    """Slots that hold one whole version: the packer fills every bucket and pads each tensor
-    to ``ALIGN``, so a version takes ceil(padded bytes / bucket) buckets, and not one more
-    (every slot is a touched, shared ``bucket_bytes`` of memory in the trainer and each engine)."""
+def ring_slots(part_bytes: Sequence[int], config: TransferConfig) -> int:
+    """Slots that hold one whole version of a part: the packer fills every bucket and pads each
+    tensor to ``ALIGN``, so the part takes ceil(padded bytes / bucket) buckets, and not one more
+    (every slot is a touched, shared ``bucket_bytes`` of memory in the sender and each engine)."""
     from loongsage.transfer.bucketing import ALIGN
 
-    padded = sum(-(-t.numel() * t.element_size() // ALIGN) * ALIGN
-                 for _, t in engine.named_tensors(include_tied=False))
+    padded = sum(-(-size // ALIGN) * ALIGN for size in part_bytes)
     return max(config.num_slots, -(-padded // config.bucket_bytes))
 
 
-def actor_start_sender(engine: Any, config: TransferConfig) -> MeshAddress:
+def owners_by_size(sizes: Sequence[tuple[str, int]], world_size: int) -> dict[str, int]:
+    """The sending rank of every tensor: largest first, to the least-loaded rank (ties: lowest)."""
+    load = [0] * world_size
+    owners = {}
+    for name, size in sorted(sizes, key=lambda item: (-item[1], item[0])):
+        rank = min(range(world_size), key=lambda r: (load[r], r))
+        owners[name] = rank
+        load[rank] += size
+    return owners
+
+
+def mesh_place(device: Any) -> tuple[str, str]:
+    """(host id, device) this actor reports to TransferMesh (see the module docstring)."""
+    device = str(device)
+    host = socket.gethostname()
+    if device.startswith("cuda"):
+        host = f"{host}/gpu{ray.get_gpu_ids()[0]}"
+    return host, device
+
+
+def actor_start_sender(engine: Any, config: TransferConfig, rank: int,
+                       world_size: int) -> MeshAddress:
     from loongsage.transfer import TransferMesh
 
-    slots = ring_slots(engine, config)
-    _ENDPOINT["mesh"] = TransferMesh(dataclasses.replace(config, num_slots=slots)).start()
-    return _ENDPOINT["mesh"].address
+    named = engine.named_tensors(include_tied=False)
+    sizes = [(name, t.numel() * t.element_size()) for name, t in named]
+    owners = owners_by_size(sizes, world_size)
+    _ENDPOINT["owned"] = {name for name, owner in owners.items() if owner == rank}
+    host, device = mesh_place(engine.device)
+    slots = config.num_slots
+    if device == "cpu":  # a shared-memory ring that holds this rank's whole part: zero-copy receivers
+        slots = ring_slots([size for name, size in sizes if owners[name] == rank], config)
+    mesh = TransferMesh(dataclasses.replace(config, num_slots=slots), sender_rank=rank,
+                        host_id=host, device=device)
+    _ENDPOINT["mesh"] = mesh.start()
+    return mesh.address
 
 
 def actor_start_receiver(engine: Any, senders: list[MeshAddress], timeout_s: float) -> None:
     from loongsage.transfer import WeightReceiver
 
+    host, device = mesh_place(engine.device)
     _ENDPOINT["receiver"] = WeightReceiver(
-        senders, engine.apply_weights, timeout_s=timeout_s, zero_copy=True
-    ).start()
+        senders, engine.apply_weights, host_id=host, device=device, timeout_s=timeout_s,
+        zero_copy=True).start()
 
 
 def actor_wait_for_receivers(engine: Any, count: int, timeout_s: float) -> list[str]:
@@ -56,41 +94,53 @@ def actor_wait_for_receivers(engine: Any, count: int, timeout_s: float) -> list[
 
 
 def actor_push(engine: Any, version: int) -> dict[str, Any]:
-    report = _ENDPOINT["mesh"].sync(engine.named_tensors(include_tied=False), version)
-    return {"seconds": report.seconds, "bytes": report.payload_bytes, "failed": dict(report.failed),
-            "transports": dict(report.transports)}
+    owned = _ENDPOINT["owned"]
+    # gathered up front: every rank takes part in every FSDP2 gather before any sends
+    tensors = list(engine.parallel.full_tensors(engine.named_tensors(include_tied=False),
+                                                owned.__contains__))
+    report = _ENDPOINT["mesh"].sync(tensors, version)
+    return {"seconds": report.seconds, "bytes": report.payload_bytes,
+            "failed": dict(report.failed), "transports": dict(report.transports)}
 
 
 def actor_close(engine: Any) -> None:
-    for endpoint in _ENDPOINT.values():
-        endpoint.close()
+    for endpoint in [_ENDPOINT.get("receiver"), _ENDPOINT.get("mesh")]:
+        if endpoint is not None:
+            endpoint.close()
     _ENDPOINT.clear()
 
 
 class WeightSync:
-    """Connects the train actor to the rollout actors once; ``push(version)`` per update."""
+    """Connects every train rank to every rollout actor once; ``push(version)`` per update."""
 
-    def __init__(self, train_actor: Any, rollout_actors: list, config: TransferConfig) -> None:
-        self.train_actor = train_actor
+    def __init__(self, trainers: Any, rollout_actors: list, config: TransferConfig) -> None:
+        self.trainers = trainers
         self.rollout_actors = rollout_actors
-        address = ray.get(train_actor.run.remote(actor_start_sender, config))
-        ray.get([a.run.remote(actor_start_receiver, [address], config.timeout_s) for a in rollout_actors])
-        ray.get(train_actor.run.remote(actor_wait_for_receivers, len(rollout_actors), config.timeout_s))
-        self.last: dict[str, Any] = {}
+        world = trainers.world_size
+        addresses = ray.get([actor.run.remote(actor_start_sender, config, rank, world)
+                             for rank, actor in enumerate(trainers.actors)])
+        ray.get([actor.run.remote(actor_start_receiver, addresses, config.timeout_s)
+                 for actor in rollout_actors])
+        trainers.run(actor_wait_for_receivers, len(rollout_actors), config.timeout_s)
+        self.last: list[dict[str, Any]] = []
 
     def push(self, version: int) -> dict[str, float]:
-        """Send the trainer's weights as ``version``; raise if any engine did not apply it."""
-        self.last = ray.get(self.train_actor.run.remote(actor_push, version))
-        if self.last["failed"]:
-            raise WeightSyncError(
-                f"weight version {version} was not applied by {sorted(self.last['failed'])}: "
-                f"{self.last['failed']}; those engines still serve their previous version"
-            )
-        return {"perf/weight_sync_gb": self.last["bytes"] / 1e9, "perf/weight_sync_s": self.last["seconds"]}
+        """Send the trainers' weights as ``version``; raise if any engine did not apply it."""
+        self.last = self.trainers.run(actor_push, version)
+        failed = {}
+        for rank, report in enumerate(self.last):
+            failed.update({f"{receiver} (from rank {rank})": error
+                           for receiver, error in report["failed"].items()})
+        if failed:
+            raise WeightSyncError(version, None, f"not applied by {sorted(failed)}: {failed}; "
+                                  "those engines still serve their previous version")
+        return {"perf/weight_sync_gb": sum(r["bytes"] for r in self.last) / 1e9,
+                "perf/weight_sync_s": max(r["seconds"] for r in self.last),
+                "perf/weight_sync_senders": float(len(self.last))}
 
     def close(self) -> None:
         """Close every endpoint that is still reachable (an actor may have died)."""
-        for actor in [self.train_actor, *self.rollout_actors]:
+        for actor in [*self.trainers.actors, *self.rollout_actors]:
             try:
                 ray.get(actor.run.remote(actor_close), timeout=30)
             except ray.exceptions.RayError:

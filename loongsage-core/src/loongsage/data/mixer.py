@@ -67,14 +67,17 @@ def apportion(total: int, shares: Sequence[Fraction], carry: Sequence[Fraction] 
     return counts
 
 
-def wrap_split(counts: Sequence[int], parts: int, offset: int = 0) -> list[list[int]]:
+def wrap_split(counts: Sequence[int], parts: int, offset: int = 0, *,
+               equal: bool = True) -> list[list[int]]:
     """Split a count vector into ``parts`` vectors of equal sum, each cell floor/ceil of ``c/parts``.
 
     McNaughton's wrap-around rule: the leftover ``c % parts`` items of every source are
     dealt one per part in a single cyclic pass starting at part ``offset``; since each
-    source has fewer leftovers than parts, no part gets two of one source.
+    source has fewer leftovers than parts, no part gets two of one source. With
+    ``equal=False`` a total that does not divide is allowed: the same pass leaves part sums
+    that differ by at most one (a filtered batch that came back short).
     """
-    if sum(counts) % parts:
+    if equal and sum(counts) % parts:
         raise ValueError(f"cannot split {sum(counts)} items into {parts} equal parts")
     out = [[c // parts for c in counts] for _ in range(parts)]
     pointer = offset

@@ -2,7 +2,9 @@
 
 A ``Sample`` is one generated response with everything training needs, token-aligned: the
 sampled ids, the engine's logprob for each, the weight version that sampled each token
-(partial rollout mixes versions), and the loss mask. A ``Group`` is the G samples drawn for
+(partial rollout mixes versions), and the loss mask. ``train_logprobs`` is filled after the
+step for the samples the run directory saves: the trainer's logprob of each response token
+at step start (pi_old), so a saved trajectory shows the train/inference gap per token. A ``Group`` is the G samples drawn for
 one prompt; advantages are computed within a group.
 """
 
@@ -36,6 +38,7 @@ class Sample:
     reward: float = 0.0
     reward_info: dict[str, Any] = field(default_factory=dict)
     text: str = ""  # decoded response, for logs and trajectory samples
+    train_logprobs: list[float] = field(default_factory=list)  # pi_old per response token, if kept
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)

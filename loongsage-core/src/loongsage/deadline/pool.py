@@ -24,7 +24,9 @@ first, so a script that starts a run must guard it with ``if __name__ == "__main
 (``loongsage train`` does); without the guard the workers die as they start and the pool
 says so, instead of every call failing one by one.
 
-A call travels pickled: module-level functions and classes, dataclasses of plain data.
+A call travels pickled with cloudpickle: module-level functions and classes by reference,
+and what a caller registered by value (``cloudpickle.register_pickle_by_value``: a notebook's
+reward function, say) with its code.
 The worker unpickles it, runs it and pickles the result inside one ``try``, so whatever goes
 wrong there (the plugin raises, its module does not import in the worker, its result does
 not pickle) comes back as ``CallFailed`` naming the exception and carrying its traceback;
@@ -43,6 +45,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+import cloudpickle
 import pebble
 
 from loongsage.errors import LoongSageError
@@ -121,7 +124,7 @@ class DeadlinePool:
     async def call(self, timeout_s: float, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` in a worker; ``CallFailed`` past ``timeout_s`` or on any failure."""
         try:
-            payload = pickle.dumps((fn, args, kwargs))
+            payload = cloudpickle.dumps((fn, args, kwargs))
         except Exception as err:  # noqa: BLE001 - any pickling failure names the object
             reason = f"cannot send the call to a worker process ({type(err).__name__}: {err})"
             raise CallFailed(reason) from None

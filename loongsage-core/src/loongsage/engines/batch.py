@@ -46,7 +46,7 @@ class LogitTerm:
     positions, where each input is the chunk's rows of ``TrainBatch.extras[key]`` for the keys
     in ``inputs`` (a per-token ``[N, L, ...]`` tensor is read at the predicted token's
     position, a per-row ``[N]`` one is repeated over the row's positions). ``fn`` must not
-    modify ``logits`` in place; with grad enabled its chunk is recomputed in the backward
+    modify ``logits`` in place; with grad enabled a chunk may be recomputed in the backward
     (activation checkpointing), so it must be deterministic. The results come back aligned
     with ``input_ids`` like log-probs: ``[N, L, width]``, zero at position 0 and at padding.
     """

@@ -1,4 +1,5 @@
 """The embedded train engine: one HF causal LM on CPU or one GPU, trained by loss closures.
+Several engines become data-parallel ranks (DDP or FSDP2) through ``engines.distributed``.
 
 The engine knows nothing about RL. Algorithms hand ``train_step`` a closure that maps a
 ``LossContext`` (one micro-batch's logprobs + the global token/sequence counts of its
@@ -26,8 +27,10 @@ from torch import nn
 
 from loongsage.schema import ModelConfig, TrainConfig
 from loongsage.engines.batch import LogitTerm, LossContext, TrainBatch
-from loongsage.engines.embedded_train_logprobs import TokenScores, token_scores
-from loongsage.engines.embedded_train_state import load_train_state, save_train_state
+from loongsage.engines.distributed import SingleProcess
+from loongsage.engines.embedded_train_logprobs import TokenScores
+from loongsage.engines.embedded_train_state import storage_ptr
+from loongsage.engines.memory import offload_train_state, onload_train_state
 from loongsage.errors import ConfigError, NonFiniteLossError
 
 LossFn = Callable[[LossContext], Any]
@@ -89,6 +92,7 @@ class EmbeddedTrainEngine:
         from transformers import AutoTokenizer
 
         self.model_cfg, self.train_cfg = model, train
+        self.parallel = SingleProcess()  # data-parallel ranks: engines.distributed.join_group
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if train.num_threads > 0:
             torch.set_num_threads(train.num_threads)
@@ -147,7 +151,7 @@ class EmbeddedTrainEngine:
         self, model: nn.Module, batch: TrainBatch, with_entropy: bool, logit_term: LogitTerm | None
     ) -> TokenScores:
         extras = {k: batch.extras[k].to(self.device) for k in logit_term.inputs} if logit_term else None
-        return token_scores(
+        return self.parallel.token_scores(
             model,
             batch.input_ids.to(self.device),
             batch.attention_mask.to(self.device),
@@ -236,8 +240,9 @@ class EmbeddedTrainEngine:
         self, batch: TrainBatch, loss_fn: LossFn, with_entropy: bool, logit_term: LogitTerm | None
     ) -> dict[str, float]:
         mask = batch.loss_mask.float()
-        num_tokens = max(float(mask.sum()), 1.0)
-        num_seqs = max(float((mask.sum(-1) > 0).sum()), 1.0)
+        local_tokens, local_seqs = float(mask.sum()), float((mask.sum(-1) > 0).sum())
+        tokens, seqs = self.parallel.global_counts(local_tokens, local_seqs)
+        num_tokens, num_seqs = max(tokens, 1.0), max(seqs, 1.0)
         self.optimizer.zero_grad(set_to_none=True)
         loss_total, metrics = 0.0, {}
         for rows in self._micro_batches(len(batch)):
@@ -256,12 +261,12 @@ class EmbeddedTrainEngine:
             loss_value = float(loss.detach())
             if not math.isfinite(loss_value):
                 self._refuse_non_finite("loss", {"train/loss": loss_value, **part})
-            loss.backward()
+            self.parallel.backward(loss)
             loss_total += loss_value
             for name, value in part.items():
                 metrics[name] = metrics.get(name, 0.0) + value
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        total_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+        total_norm = self.parallel.total_norm([p.grad for p in params if p.grad is not None])
         grad_norm = float(total_norm)
         if not math.isfinite(grad_norm):
             self._refuse_non_finite("gradient", {"train/grad_norm": grad_norm, **metrics})
@@ -299,9 +304,9 @@ class EmbeddedTrainEngine:
         """
         seen: set[int] = set()
         for name, tensor in self.model.state_dict().items():
-            if not include_tied and tensor.data_ptr() in seen:
+            if not include_tied and storage_ptr(tensor) in seen:
                 continue
-            seen.add(tensor.data_ptr())
+            seen.add(storage_ptr(tensor))
             yield name, tensor.detach()
 
     def state_numpy(self, include_tied: bool = False) -> dict[str, np.ndarray]:
@@ -325,11 +330,20 @@ class EmbeddedTrainEngine:
         """HF folder (safetensors + tokenizer) plus ``train_state.pt`` for an exact resume."""
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(folder)
-        self.tokenizer.save_pretrained(folder)
-        save_train_state(folder, self.optimizer, self.weight_version)
+        self.parallel.save(self, folder)  # data-parallel ranks: all call it, rank 0 writes HF
         return folder
 
     def load(self, path: str | Path) -> None:
         """Restore weights, optimizer, weight version and RNG state written by ``save``."""
-        self.weight_version = load_train_state(Path(path), self.model, self.optimizer)
+        self.weight_version = self.parallel.load(self, Path(path))
+
+    # colocated phases ------------------------------------------------------------------
+
+    def offload(self) -> bool:
+        """Move parameters, gradients and optimizer state to host memory while engines
+        generate (a no-op on CPU); True when something moved."""
+        return offload_train_state(self.model, self.optimizer, self.device)
+
+    def onload(self) -> bool:
+        """Bring them back to the engine's device before training."""
+        return onload_train_state(self.model, self.optimizer, self.device)

@@ -13,10 +13,11 @@ The LM head and log-softmax run only over real tokens (padding positions get 0),
 of ``chunk_tokens`` positions, so the fp32 ``[tokens, vocab]`` logits of a whole
 micro-batch never exist at once: for SmolLM2 (vocab 49,152) 8 rows of 100 tokens are
 157 MB of logits, and autograd used to keep them (and their gradient) for the backward.
-With grad enabled each chunk is checkpointed: only its hidden states are kept, and the
-backward recomputes the chunk's logits (one extra LM-head matmul per chunk, the price of
-never holding more than one chunk of logits; Liger's fused linear cross-entropy makes the
-same trade for a scalar loss, here the closure's per-token loss is not known in forward).
+With grad enabled every chunk but the last is checkpointed: only its hidden states are
+kept, and the backward recomputes its logits (one extra LM-head matmul per such chunk, the
+price of never holding more than one chunk of logits; Liger's fused linear cross-entropy
+makes the same trade for a scalar loss, here the closure's per-token loss is not known in
+forward). A micro-batch of at most ``chunk_tokens`` real tokens is one chunk and pays nothing.
 
 A ``LogitTerm`` (``loongsage.engines.batch``) rides in the same loop: whatever else a loss
 needs from the full-vocabulary logits (a distillation divergence against a teacher's
@@ -148,16 +149,18 @@ def head_scores(
     if fp32_lm_head:  # cast once per call, not once per chunk
         weight = weight.float()
         bias = None if bias is None else bias.float()
-    grad = torch.is_grad_enabled()
     fn = term.fn if term is not None else None
     inputs = term_inputs or []
     width = 1 + with_entropy + (term.width if term is not None else 0)
+    starts = range(0, hidden.shape[0], chunk_tokens)
     chunks = []
-    for start in range(0, hidden.shape[0], chunk_tokens):
+    for start in starts:
         piece = slice(start, start + chunk_tokens)
         args = (hidden[piece], targets[piece], weight, bias, fp32_lm_head, with_entropy, fn,
                 *(x[piece] for x in inputs))
-        chunks.append(checkpoint(_chunk_scores, *args, use_reentrant=False) if grad else _chunk_scores(*args))
+        # the last chunk's logits may stay for the backward: that is still one chunk
+        recompute = torch.is_grad_enabled() and start != starts[-1]
+        chunks.append(checkpoint(_chunk_scores, *args, use_reentrant=False) if recompute else _chunk_scores(*args))
     return torch.cat(chunks) if chunks else hidden.new_zeros(0, width, dtype=torch.float32)
 
 

@@ -8,7 +8,9 @@ index. At most ``max_inflight`` requests per replica are sent at once; the rest 
 
 The pool is itself an engine client (``agenerate``, ``astream_generate``, ``aabort``), so a
 white-box agent given the pool and the AgentFlow router built over the same pool share one
-set of in-flight counts: a run balances its engines in one place.
+set of in-flight counts: a run balances its engines in one place. ``take_served`` reports
+how many requests each replica got since it was last asked (a step's
+``rollout/engine_requests/<i>``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class EnginePool:
         self._gates: list[asyncio.Semaphore] | None = None  # made in the serving loop
         self.inflight = [0] * len(self.clients)
         self.sessions = [0] * len(self.clients)
+        self.served = [0] * len(self.clients)
         self._sticky: dict[Hashable, int] = {}
 
     def __len__(self) -> int:
@@ -52,11 +55,17 @@ class EnginePool:
         if self._gates is None:
             self._gates = [asyncio.Semaphore(self.max_inflight) for _ in self.clients]
         self.inflight[idx] += 1
+        self.served[idx] += 1
         try:
             async with self._gates[idx]:
                 yield self.clients[idx]
         finally:
             self.inflight[idx] -= 1
+
+    def take_served(self) -> list[int]:
+        """Requests each replica received since the last call (then counting restarts)."""
+        served, self.served = self.served, [0] * len(self.clients)
+        return served
 
     def release(self, key: Hashable) -> None:
         idx = self._sticky.pop(key, None)

@@ -1,1 +1,1 @@
-"""Metric trackers (plugin kind ``tracker``): console and JSONL built in."""
+"""Metric trackers (plugin kind ``tracker``): console, JSONL, TensorBoard, W&B and MLflow built in."""

@@ -5,7 +5,9 @@ loop) in one background thread and a uvicorn server in another, so it works the 
 plain process, a test and a Ray actor (nothing needs the main thread or a running event
 loop). Callers use :class:`loongsage.engines.client.EngineClient` on :meth:`start`'s URL;
 the only in-process call is :meth:`apply_weights`, which TransferMesh's shared-memory path
-uses to skip HTTP.
+uses to skip HTTP. The model lives on the ``device`` the engine is given (the GPU Ray
+assigned its actor, else the CPU); ``offload``/``onload`` move it to host memory and back
+between colocated phases.
 
 Deviation from SGLang: weight versions are integers (sent as decimal strings on the wire,
 where SGLang carries any string); after a weight swap, running requests are re-prefilled
@@ -14,14 +16,13 @@ under the new weights rather than continuing on KV computed by the old ones.
 
 from __future__ import annotations
 
-import socket
-import threading
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 import torch
 
 from loongsage.engines.embedded_rollout.scheduler import Scheduler
+from loongsage.engines.memory import offload_module, onload_module
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -41,7 +42,8 @@ class EmbeddedRolloutEngine:
     def __init__(self, model_path: str, *, tokenizer_path: str | None = None,
                  dtype: str = "float32", fp32_lm_head: bool = True,
                  max_running_requests: int = 64, num_threads: int = 0, seed: int = 0,
-                 weight_version: int = 0, trust_remote_code: bool = False):
+                 weight_version: int = 0, trust_remote_code: bool = False,
+                 device: str = "cpu"):
         from transformers import AutoModelForCausalLM
 
         if dtype not in _DTYPES:
@@ -50,9 +52,10 @@ class EmbeddedRolloutEngine:
             raise ValueError("rollout.max_running_requests: must be >= 1")
         self.model_path = str(model_path)
         self.tokenizer_path = str(tokenizer_path or model_path)
+        self.device = torch.device(device)
         self.model = AutoModelForCausalLM.from_pretrained(
             self.model_path, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code
-        ).eval()
+        ).eval().to(self.device)
         self.model.requires_grad_(False)
         self.tokenizer = self._load_tokenizer(trust_remote_code)
         cfg = self.model.config.get_text_config()
@@ -64,12 +67,11 @@ class EmbeddedRolloutEngine:
             weight_version=weight_version, num_threads=num_threads,
         )
         self._params = dict(self.model.state_dict(keep_vars=True))
-        self._server = None
-        self._server_thread: threading.Thread | None = None
+        self._server = None  # a ThreadedServer once started
         self.url: str | None = None
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "EmbeddedRolloutEngine":
+    def from_config(cls, cfg: Any, device: str | None = None) -> "EmbeddedRolloutEngine":
         """Build from a resolved LoongSage config (its ``model`` and ``rollout`` sections)."""
         model, rollout = _section(cfg, "model"), _section(cfg, "rollout")
         trainer = _section(cfg, "trainer")
@@ -87,6 +89,7 @@ class EmbeddedRolloutEngine:
             num_threads=int(_get(rollout, "num_threads", 0)),
             seed=int(_get(trainer, "seed", 0)),
             trust_remote_code=bool(_get(model, "trust_remote_code", False)),
+            device=device or "cpu",
         )
 
     def _load_tokenizer(self, trust_remote_code: bool):
@@ -115,37 +118,27 @@ class EmbeddedRolloutEngine:
     # ---- lifecycle ----------------------------------------------------------------------
     def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Start the decode loop and the HTTP server; returns the base URL."""
-        import uvicorn
-
         from loongsage.engines.embedded_rollout.server import build_app
+        from loongsage.http_thread import ThreadedServer
 
         if self._server is not None:
             return self.url
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        bound_port = sock.getsockname()[1]
+        self._server = ThreadedServer(build_app(self), host, port, name="embedded-rollout-http",
+                                      timeout_graceful_shutdown=2)
         self.scheduler.start()
-        config = uvicorn.Config(build_app(self), log_level="warning", access_log=False,
-                                timeout_graceful_shutdown=2)
-        self._server = uvicorn.Server(config)
-        self._server_thread = threading.Thread(target=self._server.run,
-                                               kwargs={"sockets": [sock]},
-                                               name="embedded-rollout-http", daemon=True)
-        self._server_thread.start()
-        while not self._server.started:
-            if not self._server_thread.is_alive():
-                raise RuntimeError(f"embedded rollout server failed to start on {host}:{port}")
-            threading.Event().wait(0.01)
-        self.url = f"http://{host}:{bound_port}"
+        try:
+            self.url = self._server.start()
+        except BaseException:
+            self._server = None
+            self.scheduler.stop()
+            raise
         return self.url
 
     def stop(self) -> None:
         """Abort everything in flight, stop the server and the decode loop."""
         self.scheduler.stop()
         if self._server is not None:
-            self._server.should_exit = True
-            self._server_thread.join(timeout=10)
+            self._server.stop()
             self._server = None
         self.url = None
 
@@ -180,6 +173,20 @@ class EmbeddedRolloutEngine:
                     self._params[name].copy_(tensor)
 
         return self.scheduler.swap_weights(write, new_version).result()
+
+    def offload(self) -> bool:
+        """Release the device while the trainer uses it: weights to host memory, KV cache freed
+        (call with generation paused and nothing running). A no-op on CPU; True if moved."""
+        return self.scheduler.call(lambda: self._move(offload_module)).result()
+
+    def onload(self) -> bool:
+        """Weights back on the device, before the weight update and the next generation."""
+        return self.scheduler.call(lambda: self._move(onload_module)).result()
+
+    def _move(self, move: Any) -> bool:
+        moved = move(self.model, self.device)
+        self.scheduler.head.refresh()
+        return moved
 
     def model_info(self) -> dict[str, Any]:
         return {

@@ -38,7 +38,7 @@ class LogitsHead:
         self.cache_kw = "cache" if "cache" in params else "past_key_values"
 
     def refresh(self) -> None:
-        """Drop the cached fp32 LM-head weight (call after the weights change)."""
+        """Drop the cached fp32 LM-head weight (call after the weights change or move)."""
         self._w32 = None
 
     def __call__(self, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
@@ -74,14 +74,17 @@ class KVBatch:
         return self.mask.shape[0]
 
     @classmethod
-    def prefill(cls, head: LogitsHead, prompts: list[list[int]]) -> tuple["KVBatch", torch.Tensor]:
-        """Prefill ``prompts`` in one left-padded forward; returns the batch and fp32 logits."""
+    def prefill(cls, head: LogitsHead, prompts: list[list[int]],
+                device: torch.device | str = "cpu") -> tuple["KVBatch", torch.Tensor]:
+        """Prefill ``prompts`` in one left-padded forward on ``device`` (the model's); returns
+        the batch and fp32 logits."""
         width = max(len(p) for p in prompts)
         ids = torch.zeros(len(prompts), width, dtype=torch.long)
         mask = torch.zeros(len(prompts), width, dtype=torch.long)
         for i, p in enumerate(prompts):
             ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
             mask[i, width - len(p):] = 1
+        ids, mask = ids.to(device), mask.to(device)
         positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
         cache = DynamicCache()
         logits = head(ids, mask, positions, cache)
@@ -95,7 +98,7 @@ class KVBatch:
     def decode(self, head: LogitsHead, tokens: torch.Tensor) -> torch.Tensor:
         """Feed one token per row; returns fp32 logits [B, V]."""
         positions = self.lengths.unsqueeze(-1)
-        self.mask = torch.cat([self.mask, torch.ones(self.size, 1, dtype=torch.long)], dim=-1)
+        self.mask = torch.cat([self.mask, self.mask.new_ones(self.size, 1)], dim=-1)
         self.lengths = self.lengths + 1
         return head(tokens.unsqueeze(-1), self.mask, positions, self.cache)
 
@@ -122,7 +125,7 @@ class KVBatch:
         """Keep only rows ``keep`` (in that order) and trim all-padding leading columns."""
         if not keep:
             return None
-        index = torch.tensor(keep, dtype=torch.long)
+        index = torch.tensor(keep, dtype=torch.long, device=self.mask.device)
         mask = self.mask.index_select(0, index)
         start = int((mask.sum(dim=0) > 0).long().argmax())
         mask = mask[:, start:]

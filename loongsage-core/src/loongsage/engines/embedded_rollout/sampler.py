@@ -35,12 +35,12 @@ class RowSettings:
 
     @classmethod
     def build(cls, temperature: list[float], top_p: list[float], top_k: list[int],
-              min_p: list[float]) -> "RowSettings":
+              min_p: list[float], device: torch.device | str = "cpu") -> "RowSettings":
         return cls(
-            torch.tensor(temperature, dtype=torch.float32),
-            torch.tensor(top_p, dtype=torch.float32),
-            torch.tensor(top_k, dtype=torch.long),
-            torch.tensor(min_p, dtype=torch.float32),
+            torch.tensor(temperature, dtype=torch.float32, device=device),
+            torch.tensor(top_p, dtype=torch.float32, device=device),
+            torch.tensor(top_k, dtype=torch.long, device=device),
+            torch.tensor(min_p, dtype=torch.float32, device=device),
             all(t == 0 for t in temperature),
             any(p < 1 for p in top_p),
             any(k > 0 for k in top_k),

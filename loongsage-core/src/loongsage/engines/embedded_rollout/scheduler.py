@@ -66,7 +66,7 @@ class Scheduler:
         self.max_running = max_running
         self.version = weight_version
         self.num_threads = num_threads
-        self._generator = torch.Generator().manual_seed(seed)
+        self._generator = torch.Generator(self.device).manual_seed(seed)
         self._cmds: queue.SimpleQueue = queue.SimpleQueue()
         self._waiting: list[Request] = []
         self._rows: list[Request] = []
@@ -127,6 +127,11 @@ class Scheduler:
 
     def load(self) -> dict[str, int]:
         return {"running": len(self._rows), "waiting": len(self._waiting), **self.stats}
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model is now (``EmbeddedRolloutEngine.offload`` moves it between steps)."""
+        return next(self.model.parameters()).device
 
     @property
     def alive(self) -> bool:
@@ -212,7 +217,8 @@ class Scheduler:
         if free > 0 and self._waiting:
             new, self._waiting = self._waiting[:free], self._waiting[free:]
             self._admitting = new
-            batch, logits = KVBatch.prefill(self.head, [r.prompt_ids + r.output_ids for r in new])
+            batch, logits = KVBatch.prefill(self.head, [r.prompt_ids + r.output_ids for r in new],
+                                            self.device)
             self.stats["prefills"] += 1
             self._append(new, logits, self._row_settings(new))
             self._batch = batch if self._batch is None else self._batch.merge(batch)
@@ -220,7 +226,8 @@ class Scheduler:
             self._admitting, self._settings = [], None
             self._evict_finished()
         if self._rows:
-            tokens = torch.tensor([r.output_ids[-1] for r in self._rows], dtype=torch.long)
+            tokens = torch.tensor([r.output_ids[-1] for r in self._rows], dtype=torch.long,
+                                  device=self.device)
             logits = self._batch.decode(self.head, tokens)
             self.stats["decode_steps"] += 1
             self.stats["max_batch"] = max(self.stats["max_batch"], len(self._rows))
@@ -232,11 +239,10 @@ class Scheduler:
             if r.stream:
                 r.on_update(len(r.output_ids), False)
 
-    @staticmethod
-    def _row_settings(reqs: list[Request]) -> RowSettings:
+    def _row_settings(self, reqs: list[Request]) -> RowSettings:
         ps = [r.params for r in reqs]
         return RowSettings.build([p.temperature for p in ps], [p.top_p for p in ps],
-                                 [p.top_k for p in ps], [p.min_p for p in ps])
+                                 [p.top_k for p in ps], [p.min_p for p in ps], self.device)
 
     def _append(self, reqs: list[Request], logits: torch.Tensor, settings: RowSettings) -> None:
         tokens, logprobs = sample(logits, settings, self._generator)

@@ -1,0 +1,185 @@
+"""GPU check, prepared for a machine with CUDA GPUs: one command, one JSON object. Not CI.
+
+    timeout 900 .venv/bin/python benchmarks/gpu_check.py [--cpu]
+
+Parts (each reports its own "ok" and, on failure, the error; one failing part does not stop
+the others):
+
+engines      The embedded train engine and rollout engine built on ``cuda:0`` (tiny model):
+             device memory allocated before and after ``offload()`` and after ``onload()``
+             (parameters, gradients, AdamW state; rollout weights), a train step and a
+             generation after onload, and the rollout-vs-train logprob mismatch of the
+             generated tokens on the GPU (fp32).
+tiny_run     ``loongsage train --config-name tiny/grpo`` on the GPUs, colocated with
+             offload/onload between phases: ``placement.gpus_per_node`` = the GPUs visible,
+             ``train.dp_size`` = ``rollout.num_engines`` = min(2, GPUs) (FSDP2 over NCCL with
+             two), 4 steps; its layout (every actor on ``cuda``, its GPU ids) and metrics.
+transfer     ``benchmarks/transfer_mesh.py``'s CUDA rows: TransferMesh CUDA IPC (receiver on the
+             sender's GPU) and NCCL (receiver on a second GPU; skipped with one) against a
+             device memcpy of the same bytes, SmolLM2-135M-shaped fp32 state dict.
+
+Without CUDA it prints ``{"skipped": ...}`` and exits 0. ``--cpu`` runs every part on the CPU
+instead, to check the script itself (the offload figures are then zero, the mesh rows shm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def part(name: str, fn: Callable[[], dict], out: dict) -> None:
+    start = time.perf_counter()
+    try:
+        out[name] = {"ok": True, **fn()}
+    except Exception as exc:  # report and go on with the next part
+        out[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                     "traceback": traceback.format_exc()[-3000:]}
+    out[name]["seconds"] = time.perf_counter() - start
+
+
+def _allocated(device: str) -> int:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        return torch.cuda.memory_allocated(torch.device(device))
+    return 0
+
+
+def check_engines(device: str) -> dict:
+    from loongsage.controller.sft import Demonstration, sft_batch, token_mean_nll
+    from loongsage.engines.batch import TrainBatch
+    from loongsage.engines.client import EngineClient
+    from loongsage.engines.embedded_rollout.engine import EmbeddedRolloutEngine
+    from loongsage.engines.embedded_train import EmbeddedTrainEngine
+    from loongsage.models.tiny import ensure_tiny_model
+    from loongsage.schema import ModelConfig, TrainConfig
+
+    path = str(ensure_tiny_model())
+    out: dict[str, Any] = {}
+    trainer = EmbeddedTrainEngine(ModelConfig(path=path), TrainConfig(lr=1e-4), device=device)
+    demo = Demonstration([{"role": "user", "content": "What is 2 + 3?"}],
+                         [{"role": "assistant", "content": "\\boxed{5}"}])
+    batch = sft_batch(trainer.tokenizer, [demo] * 4)
+    trainer.train_step(batch, token_mean_nll)  # AdamW state exists from here on
+    memory = {"train_before": _allocated(device)}
+    out["train_offload_moved"] = trainer.offload()
+    memory["train_offloaded"] = _allocated(device)
+    out["train_onload_moved"] = trainer.onload()
+    memory["train_onloaded"] = _allocated(device)
+    out["train_step_after_onload"] = trainer.train_step(batch, token_mean_nll)["train/loss"]
+
+    engine = EmbeddedRolloutEngine(path, device=device)
+    client = EngineClient(engine.start())
+    try:
+        text = trainer.tokenizer.apply_chat_template(demo.messages, add_generation_prompt=True,
+                                                     tokenize=False)
+        prompt = trainer.tokenizer.encode(text, add_special_tokens=False)
+        sampling = {"temperature": 1.0, "max_new_tokens": 16}
+        client.generate(prompt, sampling)
+        memory["rollout_before"] = _allocated(device)
+        out["rollout_offload_moved"] = engine.offload()
+        memory["rollout_offloaded"] = _allocated(device)
+        out["rollout_onload_moved"] = engine.onload()
+        engine.apply_weights(list(trainer.named_tensors(include_tied=False)))
+        memory["rollout_onloaded"] = _allocated(device)
+        generated = client.generate(prompt, sampling)
+        ids = list(prompt) + list(generated.output_ids)
+        row = TrainBatch(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long),
+                         torch.zeros(1, len(ids)))
+        train_lp = trainer.compute_logprobs(row)["logprobs"][0, len(prompt):]
+        rollout_lp = torch.tensor(generated.output_logprobs)
+        log_ratio = train_lp - rollout_lp
+        out["generated_tokens"] = len(generated.output_ids)
+        out["k3_mismatch"] = float((torch.exp(log_ratio) - 1 - log_ratio).mean())
+        out["logprob_abs_diff_max"] = float(log_ratio.abs().max())
+    finally:
+        client.close()
+        engine.stop()
+    out["memory_bytes"] = memory
+    out["offload_frees_device"] = (memory["train_offloaded"] < memory["train_before"]
+                                   and memory["rollout_offloaded"] < memory["rollout_before"])
+    return out
+
+
+def check_tiny_run(device: str) -> dict:
+    gpus = torch.cuda.device_count() if device.startswith("cuda") else 0
+    ranks = max(1, min(2, gpus)) if gpus else 1
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as folder:
+        run_dir = Path(folder) / "run"
+        args = [sys.executable, "-m", "loongsage.cli", "train", "--config-name", "tiny/grpo",
+                f"trainer.run_dir={run_dir}", "logging.progress_bar=false", "trainer.steps=4",
+                "trainer.sft.steps=4", "checkpoint.interval=0", f"placement.gpus_per_node={gpus}",
+                f"train.dp_size={ranks}", f"rollout.num_engines={ranks}",
+                f"train.strategy={'fsdp2' if ranks > 1 else 'ddp'}"]
+        if ranks > 1 and not gpus:
+            args += ["placement.train_cpus=0.5", "placement.rollout_cpus=0.5"]
+        env = dict(os.environ, RAY_AUTH_MODE="disabled", OMP_WAIT_POLICY="PASSIVE")
+        env.pop("RAY_ADDRESS", None)
+        done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=480)
+        if done.returncode:
+            raise RuntimeError(f"exit {done.returncode}: {done.stdout[-2000:]}\n"
+                               f"{done.stderr[-2000:]}")
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        layout = json.loads((run_dir / "layout.json").read_text())
+    steps = [r for r in rows if "timing/step" in r]
+    actors = [{k: a[k] for k in ("role", "rank", "bundle", "device", "gpu_ids", "node_ip")}
+              for a in layout["actors"]]
+    return {
+        "gpus_per_node": gpus, "dp_size": ranks, "strategy": "fsdp2" if ranks > 1 else "ddp",
+        "actors": actors,
+        "all_on_gpu": all(a["device"].startswith("cuda") for a in actors) if gpus else None,
+        "steps": len(steps),
+        "k3_mismatch_max": max(r["train/is_approx_k3_kl"] for r in steps),
+        "reward_mean": [r["rollout/reward_mean"] for r in steps],
+        "step_s_median": statistics.median(r["timing/step"] for r in steps),
+        "train_s_median": statistics.median(r["timing/train"] for r in steps),
+        "weight_sync_s_median": statistics.median(r["perf/weight_sync_s"] for r in steps),
+        "weight_sync_gb": steps[-1]["perf/weight_sync_gb"],
+    }
+
+
+def check_transfer(device: str) -> dict:
+    from transfer_mesh import run_model
+
+    only = {"cuda_ipc", "nccl"} if device.startswith("cuda") else {"shm"}
+    result = run_model("smollm2-135m", 3, 64 << 20, device, only)
+    return {"bytes": result["bytes"], "skipped": result["skipped"],
+            "rows": [{k: r[k] for k in ("method", "seconds", "gb_per_s", "x_memcpy") if k in r}
+                     for r in result["rows"]]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cpu", action="store_true", help="run every part on the CPU")
+    args = parser.parse_args(argv)
+    if not args.cpu and not torch.cuda.is_available():
+        print(json.dumps({"skipped": "no CUDA device (torch.cuda.is_available() is False)",
+                          "torch": torch.__version__}))
+        return 0
+    device = "cpu" if args.cpu else "cuda:0"
+    gpus = [] if args.cpu else [torch.cuda.get_device_name(i)
+                                for i in range(torch.cuda.device_count())]
+    out: dict[str, Any] = {"device": device, "torch": torch.__version__, "gpus": gpus}
+    part("engines", lambda: check_engines(device), out)
+    part("tiny_run", lambda: check_tiny_run(device), out)
+    part("transfer", lambda: check_transfer(device), out)
+    out["ok"] = all(out[name]["ok"] for name in ("engines", "tiny_run", "transfer"))
+    print(json.dumps(out))
+    return 0 if out["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""Phase boundaries of a step: who holds the devices while engines generate, train, sync.
+
+Colocated (``placement.mode=colocated``): a train rank and an engine share each bundle's
+device and take turns. Before training, generation stops (partial rollout: in-flight
+requests are aborted and resumed later) and the engines release their weights and KV cache;
+the train ranks bring their state back from host memory. Before the weight update the engines
+take their weights back; after it the train ranks move parameters, gradients and optimizer
+state to host memory while the engines generate. On CPU devices the moves are no-ops, the
+calls still happen at the same boundaries.
+
+Disaggregated: every actor keeps its own device; generation overlaps training and only
+stops for the weight update.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import ray
+
+
+class ColocatedPhases:
+    def __init__(self, scheduler: Any, trainers: Any, engines: Sequence[Any]) -> None:
+        self.scheduler, self.trainers, self.engines = scheduler, trainers, list(engines)
+
+    def to_train(self) -> None:
+        self.scheduler.pause()
+        ray.get([engine.call.remote("offload") for engine in self.engines])
+        self.trainers.call("onload")
+
+    def to_sync(self) -> None:
+        ray.get([engine.call.remote("onload") for engine in self.engines])
+
+    def to_rollout(self) -> None:
+        self.trainers.call("offload")
+
+
+class OverlappedPhases:
+    def __init__(self, scheduler: Any, trainers: Any, engines: Sequence[Any]) -> None:
+        self.scheduler = scheduler
+
+    def to_train(self) -> None:
+        """Generation goes on while the trainer trains."""
+
+    def to_sync(self) -> None:
+        self.scheduler.pause()
+
+    def to_rollout(self) -> None:
+        """Every actor kept its device."""
+
+
+PHASES: dict[str, type] = {"colocated": ColocatedPhases, "disaggregated": OverlappedPhases}

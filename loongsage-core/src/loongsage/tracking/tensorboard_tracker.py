@@ -1,0 +1,55 @@
+"""TensorBoard tracker: scalar events under ``<run_dir>/tensorboard`` (``tensorboard --logdir``).
+
+Written with ``torch.utils.tensorboard.SummaryWriter``, which needs the ``tensorboard`` package
+(extra ``loongsage-core[tensorboard]``). Tags are the metric names (``rollout/reward_mean``),
+so TensorBoard groups the curves by section. On resume the events of the resumed step and
+later are purged (``purge_step``), so a step never shows twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from loongsage.tracking.base import Tracker
+from loongsage.tracking.optional import finite, require
+
+
+@dataclass
+class TensorBoardParams:
+    """Write TensorBoard scalar events to a folder of the run directory."""
+
+    log_dir: str = "tensorboard"  # relative to the run directory
+    flush_secs: int = 10
+
+    def __post_init__(self) -> None:
+        require("tensorboard", "tensorboard")
+
+
+class TensorBoardTracker(Tracker):
+    """One scalar event per metric and step."""
+
+    def __init__(self, params, run_dir, config) -> None:
+        super().__init__(params, run_dir, config)
+        self.log_dir = self.run_dir / params.log_dir
+        self._purge_step: int | None = None
+        self._writer = None
+
+    def truncate_before(self, step: int) -> None:
+        """Resume at ``step``: events of ``step`` and later are dropped when writing starts."""
+        self._purge_step = step
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(self.log_dir), purge_step=self._purge_step,
+                                         flush_secs=self.params.flush_secs)
+        for key, value in finite(metrics):
+            self._writer.add_scalar(key, value, step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

@@ -1,0 +1,169 @@
+"""Data-parallel train ranks give the single-process update: DDP and FSDP2 over gloo.
+
+Real Ray actors (``EngineHost`` with the embedded train engine and the tiny model), a real
+``torch.distributed`` group joined through rank 0's TCP store, and the controller's own path
+(``plan_shards`` -> ``groups_to_batch`` -> ``TrainGroup.train`` -> ``train_on_rollout``).
+The same GRPO step (two mini-batches, micro-batches of 3 rows) runs with ``dp_size`` 1, and 2
+with each strategy; the updated weights must agree within 1e-6.
+
+AdamW's first step divides by the gradient's own magnitude and clipping rescales it, either
+of which would hide a wrongly scaled gradient (REFERENCE §6.3), so ``train.eps`` is 1.0 and
+clipping is off: the update is then about ``lr * gradient``, and a gradient off by any
+factor, or missing a rank's rows, moves the weights by far more than the bound. The reported
+loss and gradient norm (global on every rank) must also match.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+import torch
+
+from loongsage.algorithms.objective import Objective
+from loongsage.controller.actors import EngineHost
+from loongsage.controller.batching import groups_to_batch, plan_shards
+from loongsage.controller.train_group import TrainGroup
+from loongsage.data.types import Group, Prompt, Sample
+from loongsage.engines.embedded_train import EmbeddedTrainEngine
+from loongsage.plugins import get_registries
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
+
+SOURCES = ["math", "code"]
+
+
+def make_groups(count: int, seed: int = 0) -> list[Group]:
+    """``count`` groups of 2 samples with random tokens, lengths and rewards, two sources,
+    returned out of order (as the asynchronous scheduler may deliver them)."""
+    rng = random.Random(seed)
+    groups = []
+    for gid in range(count):
+        samples = []
+        for _ in range(2):
+            prompt = [rng.randrange(3, 500) for _ in range(rng.randint(3, 6))]
+            response = [rng.randrange(3, 500) for _ in range(rng.randint(2, 9))]
+            mask = [1] * len(response)
+            mask[0] = rng.choice([0, 1])  # some tokens not trained (tool output)
+            samples.append(Sample(prompt, response, [-1.0] * len(response), [0] * len(response),
+                                  mask, reward=float(rng.random() < 0.5)))
+        prompt = Prompt(SOURCES[1 if gid % 3 == 2 else 0], gid, [])
+        groups.append(Group(gid, prompt, samples))
+    rng.shuffle(groups)
+    return groups
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 29)
+    yield
+    if started:
+        ray.shutdown()
+
+
+@contextmanager
+def ranks(model_dir, dp_size: int, strategy: str):
+    """``dp_size`` train actors joined as one ``TrainGroup`` (killed on exit)."""
+    cfg = {"model": {"path": str(model_dir)},
+           "train": {"lr": 0.1, "eps": 1.0, "micro_batch_size": 3, "grad_clip": 0.0,
+                     "num_threads": 1},
+           "trainer": {"seed": 0}}
+    host = ray.remote(EngineHost).options(num_cpus=0.5)
+    actors = [host.remote(EmbeddedTrainEngine, cfg, 1) for _ in range(dp_size)]
+    try:
+        group = TrainGroup(actors)
+        group.connect("127.0.0.1", strategy)
+        yield group
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+
+
+def step(group: TrainGroup, groups: list[Group], minis: int = 2):
+    """One GRPO step on ``groups``: (metrics, the shards)."""
+    ordered, shards = plan_shards(groups, SOURCES, minis, group.world_size, offset=0)
+    batch, rewards, group_index = groups_to_batch(ordered, pad_id=0)
+    objective = Objective.from_config({}, get_registries())
+    metrics, _ = group.train(batch, rewards, group_index, shards, objective)
+    return metrics, shards
+
+
+def train_once(model_dir, groups, dp_size: int, strategy: str):
+    """One step from the initial weights: (metrics, full state dict after it, the shards)."""
+    with ranks(model_dir, dp_size, strategy) as group:
+        metrics, shards = step(group, groups)
+        return metrics, group.run(_full_state)[0], shards
+
+
+def _full_state(engine) -> dict[str, np.ndarray]:
+    named = engine.parallel.full_tensors(engine.named_tensors(), lambda name: True)
+    return {name: tensor.detach().cpu().numpy().copy() for name, tensor in named}
+
+
+def _max_diff(a: dict, b: dict) -> float:
+    assert sorted(a) == sorted(b)
+    return max(float(np.abs(a[k] - b[k]).max()) for k in a)
+
+
+def test_two_ranks_update_the_weights_like_one(cluster, tiny_model_dir):
+    """7 groups, 2 mini-batches: the first splits evenly (2 + 2 groups), the second leaves
+    one rank a group short, padded with masked rows."""
+    groups = make_groups(7)
+    base_metrics, base, _ = train_once(tiny_model_dir, groups, 1, "ddp")
+    from safetensors.torch import load_file
+
+    start = load_file(str(tiny_model_dir / "model.safetensors"))
+    moved = max(float((torch.tensor(base[k]) - start[k]).abs().max()) for k in start)
+    assert moved > 1e-4, "the step must move the weights well beyond the tolerance"
+    real_tokens = sum(sum(s.loss_mask) for g in groups for s in g.samples)
+    assert base_metrics["train/optimizer_steps"] == 2
+    for strategy in ("ddp", "fsdp2"):
+        metrics, state, shards = train_once(tiny_model_dir, groups, 2, strategy)
+        assert shards.world_size == 2 and bool(shards.pad[0].any()) != bool(shards.pad[1].any())
+        assert _max_diff(state, base) < 1e-6, strategy
+        for key in ("train/loss", "train/pg_loss", "train/grad_norm", "train/is_approx_k3_kl"):
+            assert metrics[key] == pytest.approx(base_metrics[key], rel=1e-5, abs=1e-9), (strategy, key)
+        # token counts are global and leave the padding rows out
+        assert metrics["train/num_tokens"] == base_metrics["train/num_tokens"]
+        assert 2 * base_metrics["train/num_tokens"] == pytest.approx(real_tokens, abs=1)
+
+
+def test_fsdp2_checkpoint_resumes_exactly_and_loads_into_another_dp_size(cluster, tiny_model_dir,
+                                                                          tmp_path):
+    """Same dp_size: the shards restore weights and AdamW moments, so the next step is the
+    uninterrupted one. Another dp_size: the HF export restores the weights, moments restart."""
+    first, second = make_groups(8, seed=1), make_groups(8, seed=2)
+    folder = str(tmp_path / "ckpt")
+    with ranks(tiny_model_dir, 2, "fsdp2") as group:
+        step(group, first)
+        after_first = group.run(_full_state)[0]
+        group.call("save", folder)
+        step(group, second)
+        uninterrupted = group.run(_full_state)[0]
+    assert (tmp_path / "ckpt" / "model.safetensors").is_file()
+    shards = sorted((tmp_path / "ckpt" / "sharded").glob("*.distcp"))
+    assert len(shards) == 2 and (tmp_path / "ckpt" / "sharded" / "meta.json").is_file()
+    with ranks(tiny_model_dir, 2, "fsdp2") as group:
+        group.call("load", folder)
+        assert group.run(_restored) == [(2, True)] * 2  # two optimizer steps, moments loaded
+        step(group, second)
+        assert _max_diff(group.run(_full_state)[0], uninterrupted) < 1e-6
+    with ranks(tiny_model_dir, 1, "ddp") as group:
+        group.call("load", folder)
+        assert group.run(_restored) == [(2, False)]  # the weights, not the moments
+        assert _max_diff(group.run(_full_state)[0], after_first) == 0.0
+        step(group, second)
+        fresh_moments = group.run(_full_state)[0]
+    assert _max_diff(fresh_moments, uninterrupted) > 1e-4  # what restarting the moments costs
+
+
+def _restored(engine) -> tuple[int, bool]:
+    """The weight version and whether the optimizer holds moments."""
+    return engine.weight_version, bool(engine.optimizer.state)

@@ -1,0 +1,150 @@
+"""``loongsage view`` in a real headless browser (Debian's chromium through chromium-driver and
+Selenium) over a real tiny run: the page lists every saved trajectory, filters them by data
+source, reward and length as the files say, and a click shows one trajectory whose token count,
+trained (loss-masked) count, per-token logprobs and segment tree match the run's files. A
+screenshot of that view is saved (``LOONGSAGE_VIEWER_SCREENSHOT`` names where); docs/viewer.png
+was taken the same way from a run with a longer warm start, whose model already calls the tool)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--window-size=1500,1100"]
+
+
+@pytest.fixture(scope="module")
+def viewer(tiny_run):
+    from loongsage.viz.server import start_viewer
+
+    server = start_viewer(tiny_run)
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if CHROMIUM is None or DRIVER is None:
+        pytest.skip("chromium / chromium-driver are not installed (.ci/run installs them with apt-get)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in FLAGS:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=DRIVER))
+    yield driver
+    driver.quit()
+
+
+def saved_rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for p in sorted((run_dir / "samples").glob("step_*.jsonl"))
+            for line in p.read_text().splitlines()]
+
+
+def wait_until(predicate, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("the page did not get there in time")
+
+
+def rows_shown(driver) -> list:
+    from selenium.webdriver.common.by import By
+
+    return driver.find_elements(By.CSS_SELECTOR, "#samples tr.sample-row")
+
+
+def test_page_lists_filters_and_shows_a_trajectory_as_the_files_say(tiny_run, viewer, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    saved = saved_rows(tiny_run)
+    browser.get(viewer)
+    wait_until(lambda: len(rows_shown(browser)) == len(saved))
+    assert browser.find_element(By.ID, "run-path").text == str(tiny_run.resolve())
+    assert wait_until(lambda: browser.execute_script(
+        "const i = document.getElementById('curves'); return i.complete && i.naturalWidth > 0;"))
+
+    # filters: length >= the median response length, then a reward ceiling below every reward
+    lengths = sorted(len(r["response_ids"]) for r in saved)
+    floor = lengths[len(lengths) // 2]
+    browser.find_element(By.ID, "min-length").send_keys(str(floor))
+    browser.find_element(By.ID, "apply").click()
+    wanted = sum(len(r["response_ids"]) >= floor for r in saved)
+    wait_until(lambda: len(rows_shown(browser)) == wanted)
+    browser.find_element(By.ID, "min-length").clear()
+    browser.find_element(By.ID, "max-reward").send_keys(str(min(r["reward"] for r in saved) - 1))
+    browser.find_element(By.ID, "apply").click()
+    wait_until(lambda: browser.find_element(By.ID, "sample-count").text == "0 trajectories")
+    browser.find_element(By.ID, "max-reward").clear()
+    source = saved[0]["source"]
+    from selenium.webdriver.support.ui import Select
+
+    Select(browser.find_element(By.ID, "filter-source")).select_by_value(source)
+    Select(browser.find_element(By.ID, "filter-step")).select_by_value("1")
+    browser.find_element(By.ID, "apply").click()
+    step1 = [r for r in saved if r["step"] == 1 and r["source"] == source]
+    wait_until(lambda: len(rows_shown(browser)) == len(step1) and
+               all(row.get_attribute("data-step") == "1" for row in rows_shown(browser)))
+
+    # click through to the longest trajectory of step 1
+    index = max(range(len(step1)), key=lambda i: len(step1[i]["response_ids"]))
+    sample = step1[index]
+    browser.find_element(By.CSS_SELECTOR, f'#samples tr.sample-row[data-index="{index}"]').click()
+    wait_until(lambda: browser.find_element(By.ID, "token-count").text == str(len(sample["response_ids"])))
+    assert browser.find_element(By.ID, "masked-count").text == str(sum(sample["loss_mask"]))
+    tokens = browser.find_elements(By.CSS_SELECTOR, "#tokens .tok")
+    assert len(tokens) == len(sample["response_ids"])
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#tokens .tok.m1")) == sum(sample["loss_mask"])
+    first_trained = sample["loss_mask"].index(1)
+    title = tokens[first_trained].get_attribute("title")
+    assert f"id {sample['response_ids'][first_trained]}" in title
+    assert f"train logprob {sample['train_logprobs'][first_trained]:.4f}" in title
+    assert f"rollout logprob {sample['rollout_logprobs'][first_trained]:.4f}" in title
+    assert f"weight version {sample['weight_versions'][first_trained]}" in title
+    segments = browser.find_elements(By.CSS_SELECTOR, "#segments li.segment")
+    assert segments and segments[0].text.startswith("#0 root")
+    assert "← this sample" in browser.find_element(By.CSS_SELECTOR, "#segments li.current").text
+    assert browser.find_elements(By.CSS_SELECTOR, "#messages .msg.user")
+    reward = json.loads(browser.find_element(By.ID, "reward").text)
+    assert reward["reward"] == sample["reward"] and reward["trajectory_reward"]["reward"] == sample["reward"]
+
+    Select(browser.find_element(By.ID, "colour-by")).select_by_value("version")
+    shot = Path(os.environ.get("LOONGSAGE_VIEWER_SCREENSHOT") or tmp_path / "viewer.png")
+    assert browser.save_screenshot(str(shot))
+    from PIL import Image
+
+    with Image.open(shot) as image:
+        assert image.format == "PNG" and image.size[0] >= 1000
+
+
+def test_view_command_serves_on_loopback_and_reports_its_address(tiny_run):
+    proc = subprocess.Popen([sys.executable, "-m", "loongsage.cli", "view", str(tiny_run), "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("loongsage view: http://127.0.0.1:"), line
+        url = line.split()[2]
+        import httpx
+
+        steps = httpx.get(f"{url}/api/steps", timeout=30).json()
+        assert [s["step"] for s in steps] == [0, 1]
+        assert httpx.get(f"{url}/api/samples/9/0", timeout=30).status_code == 404
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
