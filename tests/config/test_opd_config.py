@@ -61,7 +61,6 @@ def test_distillation_settings_without_teachers_are_refused(override, key, says)
     ("opd.teacher_slots=-1", "opd.teacher_slots", "up to the 2 teacher(s)"),
     ("opd.topk=0", "opd.topk", "expected >= 1"),
     ("opd.jsd_beta=1.0", "opd.jsd_beta", "expected β in (0, 1)"),
-    ("train.dp_size=2", "train.dp_size", "set train.dp_size=1 (got 2)"),
 ])
 def test_bad_distillation_settings_are_refused_with_their_key(override, key, says):
     error = refused(override)

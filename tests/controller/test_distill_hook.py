@@ -131,7 +131,7 @@ def test_a_plugin_distiller_trains_through_the_objective(tmp_path, monkeypatch, 
     rewards, groups = torch.tensor([1.0, 0.0, 1.0, 0.0]), torch.tensor([0, 0, 1, 1])
     for _ in range(3):
         out, kept = train_on_rollout(engine, (b, rewards, groups), one_rank(len(b)), objective, keep_rows=[0])
-    assert out["probe/finished"] == 1.0 and out["probe/ce"] > 0
+    assert out["probe/ce"] > 0 and "probe/finished" not in out  # TrainGroup finishes after adding ranks
     assert cross_entropy(engine, b, distiller.train_term) < before - 1.0  # the term's loss was optimised
     if gkd_ratio == 1.0:  # no RL at all: no π_old forward, no advantages, no RL loss
         assert "old_logprobs" not in b.extras and "advantages" not in b.extras and not probe.SHAPED

@@ -17,9 +17,7 @@ objective. Config rules, each refused with the key:
   ``opd.gkd_kl_method`` one usable as a loss (each declares its ``opd_roles``);
 - ``opd.topk ≥ 1``, ``opd.jsd_beta ∈ (0, 1)``, ``0 ≤ opd.teacher_slots ≤`` the number of
   teachers (0: one slot per teacher). Teachers sharing a slot must share an architecture;
-  that needs their model folders and is checked when the run is built;
-- ``train.dp_size`` must be 1: the teachers sit beside the one train rank and their outputs
-  are not sharded across data-parallel ranks yet.
+  that needs their model folders and is checked when the run is built.
 """
 
 from __future__ import annotations
@@ -179,10 +177,6 @@ def validate_opd(cfg: DictConfig, registries: Registries) -> DistillSpec | None:
     if not opd.teachers:
         _check_without_teachers(cfg)
         return None
-    if cfg.train.dp_size != 1:
-        raise ConfigError("train.dp_size", f"on-policy distillation trains on one train rank: the teachers sit "
-                          f"beside it and their outputs are not sharded across ranks yet; set train.dp_size=1 "
-                          f"(got {cfg.train.dp_size}) or remove opd.teachers")
     distiller = registries.resolve("distiller", opd.distiller, "opd.distiller")
     teachers = _teachers(cfg, registries)
     pg, gkd = _ratios(opd)

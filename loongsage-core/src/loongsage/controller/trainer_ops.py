@@ -29,9 +29,10 @@ def train_on_rollout(
     penalty (``objective.distill``, ``loongsage.algorithms.distill_term``) needs the pi_old
     forward's values. Without an RL loss (``objective.rl_weight == 0``, ``opd.gkd_ratio=1``)
     none of this runs: the optimizer steps on the distillation loss and no pi_old logprobs
-    are kept (None). Returns the step's metrics (this rank's share) and the pi_old logprobs of the
-    batch rows ``keep_rows`` (the samples the run directory saves), so only those cross back
-    from the actor.
+    are kept (None). Returns the step's metrics (this rank's share; a distillation term's
+    raw sums become means once the ranks' shares are added, in ``TrainGroup.train``) and the
+    pi_old logprobs of the batch rows ``keep_rows`` (the samples the run directory saves), so
+    only those cross back from the actor.
     """
     batch, rewards, group_index = data
     parallel, rank = engine.parallel, engine.parallel.rank
@@ -63,4 +64,4 @@ def train_on_rollout(
     loss_term = {"logit_term": distill.logit_term} if distill is not None else {}
     metrics.update(engine.train_step(shards.local_batch(batch, rank), objective, mini_batches=shards.mini_batches,
                                      **entropy, **loss_term))
-    return (distill.finish_metrics(metrics) if distill is not None else metrics), kept
+    return metrics, kept
