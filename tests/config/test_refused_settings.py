@@ -1,5 +1,5 @@
-"""Settings whose feature is not built yet are refused at load, naming the key, instead of
-being accepted and ignored (distillation lands with loongsage-distill's Teacher Manager)."""
+"""Settings that cannot take effect together are refused at load, naming the key, instead of
+being accepted and ignored (distillation settings: ``test_opd_config.py``)."""
 
 from __future__ import annotations
 
@@ -7,18 +7,6 @@ import pytest
 
 from loongsage.config.compose import load_config
 from loongsage.errors import ConfigError
-
-
-@pytest.mark.parametrize("override, key", [
-    ("data_sources.0.teacher=math_expert", "data_sources[0].teacher"),
-    ("opd.pg_ratio=0.5", "opd.pg_ratio"),
-    ("opd.gkd_ratio=1.0", "opd.gkd_ratio"),
-    ("opd.gkd_kl_method=k2", "opd.gkd_kl_method"),
-])
-def test_distillation_settings_are_refused_until_built(override, key):
-    with pytest.raises(ConfigError) as info:
-        load_config("tiny/grpo", [override])
-    assert info.value.key == key and "not built yet" in info.value.problem
 
 
 def test_defaults_load_and_filters_with_oversampling_are_refused():

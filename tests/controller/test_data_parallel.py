@@ -167,3 +167,54 @@ def test_fsdp2_checkpoint_resumes_exactly_and_loads_into_another_dp_size(cluster
 def _restored(engine) -> tuple[int, bool]:
     """The weight version and whether the optimizer holds moments."""
     return engine.weight_version, bool(engine.optimizer.state)
+
+
+def distill_objective(model_dir) -> Objective:
+    """Mixed on-policy distillation (REFERENCE §1.10): λ_gkd = 0.5 with ``full_kl`` as both
+    the GKD loss and the PG penalty (λ_pg = 0.5), the teacher's logits rebuilt from hidden
+    states with the tiny model's own LM head in every rank."""
+    from loongsage_distill.train_term import OPDTerm
+
+    registries = get_registries()
+    method = registries.resolve("kl_policy", "full_kl", "opd.gkd_kl_method")
+    term = OPDTerm(pg_ratio=0.5, gkd_ratio=0.5, pg_method=method, gkd_method=method, beta=0.5, topk=4,
+                   head_paths=(str(model_dir),), fp32=True, source_names=tuple(SOURCES),
+                   loss_agg_mode="token_mean", loss_agg_norm_len=None)
+    return Objective(Objective.from_config({}, registries).spec, term)
+
+
+def with_teacher(batch, ordered: list[Group]):
+    """Teacher outputs as the distiller writes them: hidden states [N, L, H] (random, so the
+    divergence is far from 0), the teacher's entropy, one teacher, each row's source."""
+    from loongsage_distill.train_term import ENTROPY, HIDDEN, SOURCE, TEACHER
+
+    g = torch.Generator().manual_seed(3)
+    n, length = batch.input_ids.shape
+    batch.extras[HIDDEN] = torch.randn(n, length, 256, generator=g)  # the tiny model's hidden size
+    batch.extras[ENTROPY] = torch.rand(n, length, generator=g)
+    batch.extras[TEACHER] = torch.zeros(n, dtype=torch.long)
+    batch.extras[SOURCE] = torch.tensor([SOURCES.index(grp.prompt.source) for grp in ordered for _ in grp.samples])
+    return batch
+
+
+def test_two_ranks_distill_like_one(cluster, tiny_model_dir):
+    """On-policy distillation through the same path: the π_old forward's logit values are
+    gathered over the shards before the PG penalty, the GKD loss runs in each rank's LM head,
+    and the per-source means are taken after the ranks' sums are added."""
+    groups = make_groups(7)
+    objective = distill_objective(tiny_model_dir)
+    results = {}
+    for dp_size in (1, 2):
+        with ranks(tiny_model_dir, dp_size, "ddp") as group:
+            ordered, shards = plan_shards(groups, SOURCES, 2, dp_size, offset=0)
+            batch, rewards, group_index = groups_to_batch(ordered, pad_id=0)
+            metrics, kept = group.train(with_teacher(batch, ordered), rewards, group_index, shards, objective,
+                                        keep_rows=[0])
+            results[dp_size] = metrics, group.run(_full_state)[0]
+    (one, base), (two, state) = results[1], results[2]
+    assert _max_diff(state, base) < 1e-6
+    assert one["opd/kl"] > 0.1 and one["opd/pg_kl"] > 0.1 and 0 < one["opd/kl/math"] != one["opd/kl/code"]
+    for key in ("train/loss", "opd/loss", "opd/kl", "opd/kl/math", "opd/kl/code", "opd/pg_kl", "opd/pg_kl/code",
+                "opd/topk_overlap", "opd/entropy_gap"):
+        assert two[key] == pytest.approx(one[key], rel=1e-5), key
+    assert not any(key.startswith(("opd_sum/", "opd_tokens/")) for key in two)

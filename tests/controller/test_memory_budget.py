@@ -12,7 +12,7 @@ import torch
 
 from loongsage.config.compose import load_config
 from loongsage.controller.memory import GB
-from loongsage.controller.memory_budget import Estimate, ModelShape, check_estimate, estimate_run
+from loongsage.controller.memory_budget import PROCESS_BYTES, Estimate, ModelShape, check_estimate, estimate_run
 from loongsage.engines.embedded_train import load_causal_lm
 from loongsage.engines.embedded_train_logprobs import token_logprobs
 from loongsage.errors import ConfigError
@@ -82,3 +82,27 @@ def test_data_parallel_ranks_each_count_and_fsdp2_shards_the_model_state(tiny_mo
     assert ddp == 2 * one
     model_state = 4 * shape.parameters * 4  # fp32 weights, gradients, AdamW's two moments
     assert ddp - fsdp.parts["train actor"] == pytest.approx(model_state, rel=0.01)  # each rank keeps half
+
+
+def test_teacher_slots_count_their_weights_host_copies_and_prefetch_buffer(tiny_model_dir):
+    """Two teachers resident in two slots hold one model each; sharing one slot holds one model,
+    a host copy of each teacher and (prefetch) a spare buffer; the train actor adds the
+    teachers' fp32 output layers and the batch's hidden states either way."""
+    shape = ModelShape.from_folder(str(tiny_model_dir))
+    teachers = [f"opd.teachers.{i}.path={tiny_model_dir}" for i in range(2)]
+    cfg = load_config("tiny/mopd", [f"model.path={tiny_model_dir}", *teachers]).cfg
+    without = estimate_run(cfg, shape, 100)
+    shared = estimate_run(cfg, shape, 100, [shape, shape])
+    cfg.opd.teacher_slots = 0
+    resident = estimate_run(cfg, shape, 100, [shape, shape])
+    cfg.opd.teacher_slots, cfg.opd.prefetch = 1, False
+    no_prefetch = estimate_run(cfg, shape, 100, [shape, shape])
+    weights = shape.parameters * 4
+    assert "teacher slots" not in without.parts
+    assert resident.parts["teacher slots"] - shared.parts["teacher slots"] == pytest.approx(
+        PROCESS_BYTES + 3 * cfg.train.logprob_chunk_tokens * shape.vocab * 4 + 32 * 100 * shape.hidden * 4
+        - 2 * weights)  # a second slot, against two host copies and a spare buffer in the one
+    assert shared.parts["teacher slots"] - no_prefetch.parts["teacher slots"] == weights
+    trainer = shared.parts["train actor"] - without.parts["train actor"]
+    assert trainer == 2 * shape.vocab * shape.hidden * 4 + 32 * 100 * shape.hidden * 4
+    assert "2 teacher(s) in 1 slot(s)" in shared.line()

@@ -91,6 +91,6 @@ class Runs:
     latest_step = staticmethod(latest_step)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")  # stateless helpers: module fixtures may use them too
 def runs() -> type[Runs]:
     return Runs

@@ -1,9 +1,10 @@
 """Chunked LM head + log-softmax (``embedded_train_logprobs``) on the tiny Qwen2.
 
-The chunked computation must give the same log-probabilities, entropies and gradients as
-the whole-batch one, whatever the chunk size, and never hold the fp32 logits of more
-positions than one chunk: the test counts the largest ``[tokens, vocab]`` activation autograd
-saves for the backward (the last chunk's logits may stay; the earlier ones are recomputed).
+The chunked computation must give the same log-probabilities, entropies, ``LogitTerm``
+values and gradients as the whole-batch one, whatever the chunk size, and never hold the
+fp32 logits of more positions than one chunk: the test counts the largest
+``[tokens, vocab]`` activation autograd saves for the backward (the last chunk's logits may
+stay; the earlier ones are recomputed).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import pytest
 import torch
 
 from loongsage.engines.embedded_train import load_causal_lm
-from loongsage.engines.embedded_train_logprobs import token_logprobs
+from loongsage.engines.batch import LogitTerm
+from loongsage.engines.embedded_train_logprobs import token_logprobs, token_scores
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +88,31 @@ def test_backward_keeps_no_logits_beyond_one_chunk(model):
     assert max(kept, default=0) <= 16, f"logits of {max(kept)} positions kept for the backward"
     lp.sum().backward()
     assert model.get_output_embeddings().weight.grad.abs().sum() > 0
+
+
+def _term(logits, per_token, per_row):
+    """A loss term of the full logits: per-token and per-row inputs weight two statistics."""
+    logp = torch.log_softmax(logits, -1)
+    return torch.stack([per_token * logp[:, :5].sum(-1), per_row * logits.max(-1).values], -1)
+
+
+@pytest.mark.parametrize("chunk", [3, 10_000])
+def test_a_logit_term_gets_each_chunk_of_logits_with_its_inputs(model, chunk):
+    """A ``LogitTerm`` sees the logits predicting each real token with that token's inputs:
+    its values and their gradients equal the whole-batch computation, whatever the chunk."""
+    ids, attention = ragged()
+    extras = {"per_token": torch.linspace(-2, 2, ids.numel()).view(ids.shape), "per_row": torch.arange(4.0) + 1}
+    hidden = model.base_model(input_ids=ids, attention_mask=attention,
+                              position_ids=(attention.cumsum(-1) - 1).clamp(min=0)).last_hidden_state
+    logits = model.get_output_embeddings()(hidden[:, :-1]).float()
+    per_row = extras["per_row"][:, None].expand(-1, ids.shape[1] - 1)
+    want = _term(logits.reshape(-1, logits.shape[-1]), extras["per_token"][:, 1:].reshape(-1),
+                 per_row.reshape(-1)).view(*logits.shape[:2], 2) * attention[:, 1:, None]
+    want = torch.cat([torch.zeros(ids.shape[0], 1, 2), want], 1)
+    ref = grads_of(model, want.sum())
+    term = LogitTerm(_term, ("per_token", "per_row"), width=2)
+    scores = token_scores(model, ids, attention, chunk_tokens=chunk, term=term, extras=extras)
+    torch.testing.assert_close(scores.values, want, atol=1e-5, rtol=1e-5)
+    got = grads_of(model, scores.values.sum())
+    for name in ref:
+        torch.testing.assert_close(got[name], ref[name], atol=1e-4, rtol=1e-4)

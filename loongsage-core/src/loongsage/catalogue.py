@@ -34,7 +34,11 @@ SIBLING_PLUGINS: dict[str, dict[str, tuple[str, ...]]] = {
         "is_correction": ("geometric", "icepop", "opsm", "sequence", "token"),
         "policy_loss": ("cispo", "gspo", "gspo_token", "m2po", "reinforce"),
     },
-    "loongsage-distill": {},
+    "loongsage-distill": {
+        "distiller": ("multi_teacher",),
+        "engine": ("embedded_teacher",),
+        "kl_policy": ("full_jsd", "full_kl", "topk_jsd", "topk_kl"),
+    },
     "loongsage-sandbox": {
         "command": ("sandbox",),
         "sandbox": ("bwrap", "docker", "process", "remote"),

@@ -85,5 +85,10 @@ def loongsage_register_trackers(register):
 
 
 @hookspec
+def loongsage_register_distillers(register):
+    """Register distillers: teacher outputs for each training batch and the loss terms they feed."""
+
+
+@hookspec
 def loongsage_register_commands(register):
     """Register ``loongsage`` subcommands: ``main(argv, registries) -> exit code``."""

@@ -63,6 +63,7 @@ KINDS: dict[str, Kind] = {
         Kind("window_policy", "loongsage_register_window_policies", "async.window_policy"),
         Kind("engine", "loongsage_register_engines", "train.backend"),
         Kind("tracker", "loongsage_register_trackers", "logging.trackers"),
+        Kind("distiller", "loongsage_register_distillers", "opd.distiller"),
         Kind("command", "loongsage_register_commands", "loongsage <command>"),
     )
 }
@@ -197,7 +198,12 @@ class PluginRef:
 
     def flag(self, attribute: str) -> bool:
         """A boolean class attribute of the plugin's parameter dataclass (False when absent)."""
-        return bool(getattr(self.entry.params, attribute, False))
+        return bool(self.trait(attribute, False))
+
+    def trait(self, attribute: str, default: Any = None) -> Any:
+        """A class attribute of the plugin's parameter dataclass (``default`` when absent):
+        what a plugin declares about itself for validation, never a config key."""
+        return getattr(self.entry.params, attribute, default)
 
     def as_node(self, name_field: str = "name") -> dict[str, Any]:
         """The reference as a plain config node, every parameter (defaults included) spelled out."""

@@ -177,13 +177,28 @@ class AgentFlowConfig:
 
 
 @dataclass
-class OPDConfig:
-    """On-policy distillation (Teacher Manager arrives in a later issue)."""
+class TeacherConfig:
+    """One distillation teacher: the name data sources give in ``teacher``, and its model."""
 
-    pg_ratio: float = 0.0
-    gkd_ratio: float = 0.0
-    pg_kl_method: str = "k1"
-    gkd_kl_method: str = "k3"
+    name: str = MISSING
+    path: str = MISSING  # any Hugging Face folder, builtin:*, or a run's exported model
+    backend: str = "embedded_teacher"  # engine plugin hosting it, forward only
+
+
+@dataclass
+class OPDConfig:
+    """On-policy distillation: each data source's teacher, the objectives, the teachers' memory."""
+
+    teachers: List[TeacherConfig] = field(default_factory=list)
+    distiller: str = "multi_teacher"  # distiller plugin (loongsage-distill)
+    pg_ratio: float = 0.0  # λ_pg: advantage A_t − λ_pg·sg(KL_t)
+    gkd_ratio: float = 0.0  # λ_gkd: loss (1 − λ_gkd)·L_RL + λ_gkd·L_GKD; 1 skips the RL loss
+    pg_kl_method: str = "k1"  # kl_policy of the PG penalty: k1 | topk_kl | full_kl
+    gkd_kl_method: str = "topk_kl"  # kl_policy of the GKD loss: k2 | k3 | topk_kl | topk_jsd | full_kl | full_jsd
+    topk: int = 256  # teacher top-k entries per token (topk_* methods; capped at the vocabulary)
+    jsd_beta: float = 0.5  # β of JSD_β (the *_jsd methods)
+    teacher_slots: int = 0  # memory slots the teachers share; 0 = one slot per teacher (all resident)
+    prefetch: bool = True  # copy the next teacher of a shared slot in while the current one computes
 
 
 @dataclass

@@ -9,7 +9,11 @@ For one micro-batch (a ``LossContext``) the objective computes
     L        = L_pg + kl.coef · L_kl
 
 with global denominators (``aggregation``), so the sum over micro-batches and ranks is the
-full mini-batch loss. The KL term is aggregated with the same mode but ignores the keep
+full mini-batch loss. With on-policy distillation a ``DistillTerm`` (``distill_term``) joins:
+
+    L        = w_RL · L + L_distill          (w_RL = 1 − λ_gkd; 0 skips L and its inputs)
+
+where the term returns its own weighted share (λ_gkd · L_GKD). The KL term is aggregated with the same mode but ignores the keep
 mask (a sequence masked for its policy-gradient signal still stays close to the reference).
 
 Returned metrics are additive shares (sum them over micro-batches, see ``metrics``):
@@ -33,6 +37,7 @@ from typing import Any
 import torch
 
 from loongsage.algorithms.aggregation import aggregate, seq_metric, token_metric
+from loongsage.algorithms.distill_term import DistillTerm
 from loongsage.algorithms.mismatch import mismatch_metrics
 from loongsage.algorithms.types import PolicyLossInputs
 from loongsage.algorithms.validate import AlgorithmSpec, validate_algorithm
@@ -45,8 +50,9 @@ REQUIRED_EXTRAS = ("old_logprobs", "rollout_logprobs", "advantages")
 class Objective:
     """``loss_fn(ctx) -> (loss, metrics)`` composed from the ``algorithm`` config."""
 
-    def __init__(self, spec: AlgorithmSpec):
+    def __init__(self, spec: AlgorithmSpec, distill: DistillTerm | None = None):
         self.spec = spec
+        self.distill = distill
 
     @classmethod
     def from_config(cls, algorithm_cfg: Any, registries: Registries) -> "Objective":
@@ -56,10 +62,17 @@ class Objective:
     @property
     def needs_reference(self) -> bool:
         """True when reference-model logprobs (``extras["ref_logprobs"]``) are needed."""
-        return self.spec.needs_reference
+        return self.spec.needs_reference and self.rl_weight > 0
+
+    @property
+    def rl_weight(self) -> float:
+        """Weight of the RL loss: 1, or ``1 − λ_gkd`` with distillation (0: no RL at all)."""
+        return 1.0 if self.distill is None else float(self.distill.rl_weight)
 
     def prepare(self, batch: TrainBatch) -> TrainBatch:
         """Add batch-level tensors (e.g. ``m2po_keep``) to ``batch.extras``; returns ``batch``."""
+        if self.rl_weight == 0:
+            return batch
         extras = batch.extras
         missing = [k for k in REQUIRED_EXTRAS if k not in extras]
         if missing:
@@ -96,6 +109,18 @@ class Objective:
         )
 
     def __call__(self, ctx: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        total, metrics = ctx.logprobs.new_zeros(()), {}
+        if self.rl_weight > 0:
+            rl, metrics = self._rl_loss(ctx)
+            total = self.rl_weight * rl
+        if self.distill is not None:
+            term, term_metrics = self.distill.loss(ctx)
+            total = total + term
+            metrics.update(term_metrics)
+        metrics["train/loss"] = float(total.detach())
+        return total, metrics
+
+    def _rl_loss(self, ctx: Any) -> tuple[torch.Tensor, dict[str, float]]:
         spec = self.spec
         inputs = self._inputs(ctx)
         mask = inputs.mask
@@ -123,7 +148,6 @@ class Objective:
             kl = aggregate(spec.kl_fn(ctx.logprobs, ref), mask, **agg)
             total = total + spec.kl_coef * kl
             metrics["train/kl_loss"] = float(kl.detach())
-        metrics["train/loss"] = float(total.detach())
         tensors["train/keep_frac"] = keep
         for name, value in tensors.items():
             reduce = token_metric if value.dim() == 2 else seq_metric

@@ -8,7 +8,8 @@ dataclass; ``validate_config`` returns them in a ``RunConfig``, and writes the r
 parameters, defaults included, back into the config so ``config show`` prints all of them.
 A reward node's generic keys (``timeout_s``, ``on_error``) default to the ``reward`` section
 and are checked by the same rules as its keys; the ``budgets`` section's limits travel in
-each ``SourceSpec``.
+each ``SourceSpec``. The ``opd`` section and the sources' teachers become a ``DistillSpec``
+(``loongsage.config.opd``).
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from loongsage.algorithms.validate import AlgorithmSpec, validate_algorithm
+from loongsage.config.opd import DistillSpec, validate_opd
 from loongsage.config.store import data_source_schema, root_schema
 from loongsage.data.sources import SourceSpec
 from loongsage.deadline.budget import Budget
 from loongsage.errors import ConfigError
 from loongsage.hints import closest, first_leaf_key, omegaconf_error, unknown_key_error
 from loongsage.registry import PluginRef, Registries
-from loongsage.schema import OPDConfig, RewardOptions
+from loongsage.schema import RewardOptions
 
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
@@ -217,6 +219,7 @@ class RunConfig:
     tool_parser: PluginRef
     train_engine: PluginRef
     rollout_engine: PluginRef
+    distill: DistillSpec | None = None  # on-policy distillation (opd.teachers), resolved
     recipe: str = ""
     overrides: tuple[str, ...] = ()
 
@@ -286,22 +289,10 @@ def _resolve_plugins(cfg: DictConfig, registries: Registries) -> RunConfig:
         tool_parser=resolve("tool_parser", cfg.agentflow.tool_parser, "agentflow.tool_parser"),
         train_engine=resolve("engine", cfg.train.backend, "train.backend"),
         rollout_engine=resolve("engine", cfg.rollout.backend, "rollout.backend"),
+        distill=validate_opd(cfg, registries),
     )
     _write_back(cfg, run)
     return run
-
-
-def _check_unbuilt(cfg: DictConfig) -> None:
-    """Refuse settings whose feature is not built yet, rather than accept and ignore them."""
-    for i, source in enumerate(cfg.data_sources):
-        if source.teacher is not None:
-            raise ConfigError(f"data_sources[{i}].teacher", "on-policy distillation (loongsage-distill's "
-                              "Teacher Manager) is not built yet; remove the teacher")
-    defaults = OmegaConf.structured(OPDConfig)
-    for name in defaults:
-        if cfg.opd[name] != defaults[name]:
-            raise ConfigError(f"opd.{name}", f"on-policy distillation is not built yet; leave opd.{name} "
-                              f"at its default ({defaults[name]!r})")
 
 
 def _check_data_sources(cfg: DictConfig) -> None:
@@ -343,7 +334,6 @@ def validate_config(cfg: DictConfig, registries: Registries) -> RunConfig:
     _check_fields(cfg)
     _check_modes(cfg)
     _check_shapes(cfg)
-    _check_unbuilt(cfg)
     _check_data_sources(cfg)
     run = _resolve_plugins(cfg, registries)
     _check_agents(cfg, run.sources)

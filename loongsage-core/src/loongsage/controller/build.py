@@ -6,7 +6,8 @@ their bundles (printing the layout and saving it as ``layout.json``), joins the 
 ranks into one process group (``TrainGroup``), and builds the data sources, the mixer, the
 engine pool (the one load balancer), the AgentFlow routers, the reward worker processes
 (``reward.workers``), the rollout manager and the scheduler on the run's one rollout event
-loop, the objective and the trackers, and returns a ``Run`` whose verbs the loop in
+loop, the distiller with its teachers beside train rank 0 when ``opd.teachers`` are set
+(``distill.py``), the objective and the trackers, and returns a ``Run`` whose verbs the loop in
 ``run.py`` calls. Nothing here chooses an algorithm or looks a plugin name up: every plugin
 arrives resolved in the ``RunConfig``.
 
@@ -34,6 +35,7 @@ from loongsage.algorithms.objective import Objective
 from loongsage.config.validate import RunConfig, as_container
 from loongsage.controller.actors import spawn_engine, start_ray
 from loongsage.controller.agent_routers import AgentRouters
+from loongsage.controller.distill import build_distiller
 from loongsage.controller.memory import RunMemory
 from loongsage.controller.memory_budget import check_run_memory
 from loongsage.controller.phases import PHASES
@@ -192,7 +194,12 @@ def build_run(spec: RunConfig, rollout: bool = True) -> Iterator[Run]:
         _start_actors(run, as_container(cfg), rollout)
         if rollout:
             _start_rollout(run, as_container(cfg))
-        run.memory = RunMemory.for_run(cfg, run.trainers.actors, run.rollout_actors)
+        if rollout and spec.distill is not None:
+            run.distiller = build_distiller(spec.distill, as_container(cfg), placement.plan.role("train")[0],
+                                          placement)
+            run.objective = Objective(spec.algorithm, run.distiller.train_term)
+        run.memory = RunMemory.for_run(cfg, run.trainers.actors, run.rollout_actors,
+                                       run.distiller.actors if run.distiller else {})
         run.trackers = build_trackers(spec, run_dir)
         yield run
     finally:

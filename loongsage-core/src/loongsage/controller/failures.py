@@ -67,8 +67,12 @@ def dead_actors(actors: dict[str, Any], timeout_s: float = PING_TIMEOUT_S) -> li
     return deaths
 
 
+ROLE_KINDS = {"train": "train actor", "rollout": "rollout engine", "teacher": "teacher slot"}
+
+
 def describe(death: ActorDeath) -> str:
-    what = f"train actor {death.role!r}" if is_train_role(death.role) else f"rollout engine {death.role!r}"
+    kind = "train" if is_train_role(death.role) else death.role.rstrip("0123456789")
+    what = f"{ROLE_KINDS.get(kind, 'actor')} {death.role!r}"
     if death.out_of_memory:
         return f"Ray's memory monitor killed {what} ({death.reason})"
     return f"{what} died ({death.reason})"

@@ -181,15 +181,17 @@ class RunMemory:
             self._run = PeakSampler(lambda: tree_pss_bytes(root), interval_s=1.0)
 
     @classmethod
-    def for_run(cls, cfg: Any, train_actors: list, rollout_actors: list) -> "RunMemory":
-        """The run's train ranks and rollout engines; logs their process ids (for ``top``).
+    def for_run(cls, cfg: Any, train_actors: list, rollout_actors: list,
+                others: dict | None = None) -> "RunMemory":
+        """The run's train ranks, rollout engines and ``others`` (role -> actor: teacher
+        slots); logs their process ids (for ``top``).
 
         One train rank is ``train``; with data parallelism they are ``train0``, ``train1``...
         """
         remote = cfg.placement.ray_address or os.environ.get("RAY_ADDRESS")
         trainers = {"train": train_actors[0]} if len(train_actors) == 1 else {
             f"train{r}": a for r, a in enumerate(train_actors)}
-        actors = {**trainers, **{f"rollout{i}": a for i, a in enumerate(rollout_actors)}}
+        actors = {**trainers, **{f"rollout{i}": a for i, a in enumerate(rollout_actors)}, **(others or {})}
         memory = cls(actors, local=not remote)
         pids = ", ".join(f"{role} {pid}" for role, pid in memory.pids().items())
         log.info(f"actor processes: {pids}")
@@ -210,22 +212,20 @@ class RunMemory:
     def step_metrics(self) -> dict[str, float]:
         """``perf/*_gb`` for the step that just ended; peaks are since the previous call.
 
-        ``perf/train_rss_gb`` is the (largest) train rank's RSS at the end of the step (after handing
-        freed heap memory back, ``release_free_memory``) and
-        ``perf/train_rss_peak_gb`` its peak during the step; the rollout figures are the
-        largest engine's; ``perf/run_pss_peak_gb`` is the whole run's summed PSS at its peak
-        during the step (local clusters only).
+        ``perf/train_rss_gb`` is the (largest) train rank's RSS at the end of the step (after
+        handing freed heap memory back, ``release_free_memory``) and
+        ``perf/train_rss_peak_gb`` its peak during the step; the rollout (and teacher slot)
+        figures are the largest engine's (slot's); ``perf/run_pss_peak_gb`` is the whole run's
+        summed PSS at its peak during the step (local clusters only).
         """
         reports = self._reports()
-        train = [r for role, r in reports.items() if is_train_role(role)]
-        rollout = [r for role, r in reports.items() if not is_train_role(role)]
+        by_kind: dict[str, list[ActorMemory]] = {}
+        for role, report in reports.items():
+            by_kind.setdefault(role.rstrip("0123456789"), []).append(report)
         metrics = {}
-        if train:
-            metrics["perf/train_rss_gb"] = max(r.rss for r in train) / GB
-            metrics["perf/train_rss_peak_gb"] = max(r.peak_rss for r in train) / GB
-        if rollout:
-            metrics["perf/rollout_rss_gb"] = max(r.rss for r in rollout) / GB
-            metrics["perf/rollout_rss_peak_gb"] = max(r.peak_rss for r in rollout) / GB
+        for kind, group in sorted(by_kind.items()):
+            metrics[f"perf/{kind}_rss_gb"] = max(r.rss for r in group) / GB
+            metrics[f"perf/{kind}_rss_peak_gb"] = max(r.peak_rss for r in group) / GB
         if self._run is not None:
             metrics["perf/run_pss_peak_gb"] = self._run.take() / GB
         for key, value in metrics.items():
@@ -243,7 +243,7 @@ class RunMemory:
     def summary_line(self) -> str:
         peaks = self.summary()
         names = [("perf/train_rss_peak_gb", "train actor RSS"), ("perf/rollout_rss_peak_gb", "rollout engine RSS"),
-                 ("perf/run_pss_peak_gb", "whole run PSS")]
+                 ("perf/teacher_rss_peak_gb", "teacher slot RSS"), ("perf/run_pss_peak_gb", "whole run PSS")]
         parts = [f"{label} {peaks[key]:.2f} GB" for key, label in names if key in peaks]
         total, _ = machine_memory()
         return f"memory peak: {', '.join(parts)} (machine {total / GB:.1f} GB)"

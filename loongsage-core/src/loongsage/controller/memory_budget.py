@@ -16,6 +16,11 @@ machine passes ``RAY_memory_usage_threshold``, 0.95 by default, of its memory):
   cache grows by concatenation, so the old and the new copy coexist and freed blocks are too
   small to reuse), fp32 logits of one decode step, and the process;
 * **weight sync**: one model-sized shared-memory ring (``controller.weight_sync``);
+* **teacher slots** (``opd.teachers``, split into ``opd.teacher_slots`` contiguous groups as
+  the Teacher Manager splits them): each holds its largest teacher's weights, and when shared
+  a host copy of every teacher in it plus, with ``opd.prefetch``, a spare buffer; one chunk of
+  fp32 logits and the batch's outputs (hidden states, the widest output); the train actor
+  also keeps the teachers' output layers in fp32 and the batch's hidden states;
 * **driver and Ray**: the controller process and Ray's own processes.
 
 A row is a prompt (the longest of a sample of each data source's rendered prompts, at most
@@ -112,8 +117,33 @@ def row_tokens(cfg: Any, sources: dict, tokenizer: Any) -> int:
     return prompt + turns * cfg.rollout.max_new_tokens + (turns - 1) * TOOL_RESULT_TOKENS
 
 
-def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int) -> Estimate:
-    """The expected peak memory of every process of ``cfg``'s run (see the module docstring)."""
+def slot_sizes(teachers: int, slots: int) -> list[int]:
+    """Teachers per slot: ``slots`` (0: one per teacher) contiguous groups of near-equal size."""
+    slots = slots or teachers
+    base, extra = divmod(teachers, slots)
+    return [base + (slot < extra) for slot in range(slots)]
+
+
+def _teacher_parts(cfg: Any, teachers: list[ModelShape], batch_tokens: int) -> tuple[int, int]:
+    """``(teacher slots, what the train actor adds)`` in bytes (module docstring)."""
+    b = _DTYPE_BYTES.get(cfg.model.dtype, 4)
+    chunk = cfg.train.logprob_chunk_tokens
+    slots, start = 0, 0
+    for size in slot_sizes(len(teachers), cfg.opd.teacher_slots):
+        group = teachers[start:start + size]
+        start += size
+        weights = max(t.parameters for t in group) * b
+        copies = (size + bool(cfg.opd.prefetch)) * weights if size > 1 else 0
+        outputs = batch_tokens * max(t.hidden for t in group) * 4
+        slots += PROCESS_BYTES + weights + copies + 3 * chunk * max(t.vocab for t in group) * 4 + outputs
+    heads = sum(t.vocab * t.hidden * 4 for t in teachers)
+    return slots, heads + batch_tokens * max(t.hidden for t in teachers) * 4
+
+
+def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int,
+                 teachers: list[ModelShape] | None = None) -> Estimate:
+    """The expected peak memory of every process of ``cfg``'s run (see the module docstring);
+    ``teachers``: the shapes of ``opd.teachers``, in order."""
     b = _DTYPE_BYTES.get(cfg.model.dtype, 4)
     weights = shape.parameters * b
     t = cfg.train
@@ -146,6 +176,13 @@ def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int) -> Estimate:
     est.detail["rollout engines"] = (f"{r.num_engines} x (weights {weights / GB:.1f} GB, KV cache "
                                      f"{kv / GB:.1f} GB for {requests} requests x {tokens_per_row} tokens)")
     est.parts["weight-sync ring"] = weights
+    if teachers:
+        batch_tokens = (r.prompts_per_step + r.oversample_groups) * r.n_samples_per_prompt * tokens_per_row
+        slots, in_trainer = _teacher_parts(cfg, teachers, batch_tokens)
+        est.parts["teacher slots"] = slots
+        est.parts["train actor"] += in_trainer
+        est.detail["teacher slots"] = (f"{len(teachers)} teacher(s) in "
+                                       f"{len(slot_sizes(len(teachers), cfg.opd.teacher_slots))} slot(s)")
     est.parts["driver and Ray"] = DRIVER_AND_RAY_BYTES
     return est
 
@@ -183,5 +220,17 @@ def check_run_memory(cfg: Any, sources: dict, tokenizer: Any) -> str | None:
         raise ConfigError("placement.memory_check", f"expected one of {list(CHECK_MODES)}, got {mode!r}")
     if mode == "off" or cfg.placement.ray_address or os.environ.get("RAY_ADDRESS"):
         return None
-    est = estimate_run(cfg, ModelShape.from_folder(cfg.model.path), row_tokens(cfg, sources, tokenizer))
+    est = estimate_run(cfg, ModelShape.from_folder(cfg.model.path), row_tokens(cfg, sources, tokenizer),
+                       [_teacher_shape(cfg, i) for i in range(len(cfg.opd.teachers))])
     return check_estimate(est, mode, *room_bytes())
+
+
+def _teacher_shape(cfg: Any, index: int) -> ModelShape:
+    from loongsage.models.resolve import resolve_model_path
+
+    teacher = cfg.opd.teachers[index]
+    try:
+        return ModelShape.from_folder(str(resolve_model_path(teacher.path)))
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"opd.teachers[{index}].path", f"cannot read teacher {teacher.name!r}'s model "
+                                                         f"config: {err}") from err

@@ -62,10 +62,14 @@ class TrainGroup:
               shards: RankShards, objective: Objective,
               keep_rows: Sequence[int] = ()) -> tuple[dict[str, float], torch.Tensor]:
         """One step on every rank: the batch is put once, each rank trains its shards. Returns
-        the combined metrics and rank 0's pi_old logprobs of the rows ``keep_rows``."""
+        the combined metrics and rank 0's pi_old logprobs of the rows ``keep_rows`` (None
+        when no pi_old forward ran)."""
         data = ray.put((batch, rewards, group_index))
         per_rank = self.run(train_on_rollout, data, shards, objective, list(keep_rows))
-        return combine_rank_metrics([metrics for metrics, _ in per_rank]), per_rank[0][1]
+        metrics = combine_rank_metrics([metrics for metrics, _ in per_rank])
+        if objective.distill is not None:  # its sums and token counts over every rank, then means
+            metrics = objective.distill.finish_metrics(metrics)
+        return metrics, per_rank[0][1]
 
     def kill(self) -> None:
         for actor in self.actors:

@@ -18,34 +18,50 @@ def train_on_rollout(
     shards: RankShards,
     objective: Objective,
     keep_rows: Sequence[int] = (),
-) -> tuple[dict[str, float], torch.Tensor]:
+) -> tuple[dict[str, float], torch.Tensor | None]:
     """pi_old (and reference) logprobs at step start, advantages, then the optimizer steps.
 
     ``data`` is the step's whole batch (with per-sample rewards and group index); this rank
     computes the logprobs of its own rows (``shards``) and all-gathers them, so advantages
     and ``objective.prepare`` see the whole batch on every rank, then trains its rows.
     Advantages are computed after the logprobs because a KL penalty used as a reward
-    (``algorithm.kl.use_as=reward``) needs pi_old and pi_ref first. Returns the step's
-    metrics (this rank's share) and the pi_old logprobs of the batch rows ``keep_rows`` (the
-    samples the run directory saves), so only those cross back from the actor.
+    (``algorithm.kl.use_as=reward``) needs pi_old and pi_ref first, and a distillation
+    penalty (``objective.distill``, ``loongsage.algorithms.distill_term``) needs the pi_old
+    forward's values. Without an RL loss (``objective.rl_weight == 0``, ``opd.gkd_ratio=1``)
+    none of this runs: the optimizer steps on the distillation loss and no pi_old logprobs
+    are kept (None). Returns the step's metrics (this rank's share; a distillation term's
+    raw sums become means once the ranks' shares are added, in ``TrainGroup.train``) and the
+    pi_old logprobs of the batch rows ``keep_rows`` (the samples the run directory saves), so
+    only those cross back from the actor.
     """
     batch, rewards, group_index = data
     parallel, rank = engine.parallel, engine.parallel.rank
-    local = shards.local_batch(batch, rank)
-    old = engine.compute_logprobs(local)["logprobs"]
-    batch.extras["old_logprobs"] = parallel.gather_rows(old, shards, len(batch))
-    if objective.needs_reference:
-        ref = engine.compute_ref_logprobs(local)
-        batch.extras["ref_logprobs"] = parallel.gather_rows(ref, shards, len(batch))
-    batch.extras["advantages"] = compute_advantages(
-        rewards,
-        group_index,
-        batch.loss_mask,
-        objective.spec,
-        old_logprobs=batch.extras["old_logprobs"],
-        ref_logprobs=batch.extras.get("ref_logprobs"),
-    )
-    objective.prepare(batch)  # batch-level statistics (M2PO's mask) before any split
-    kept = batch.extras["old_logprobs"][list(keep_rows)].clone()
-    metrics = engine.train_step(shards.local_batch(batch, rank), objective, mini_batches=shards.mini_batches)
+    distill = objective.distill
+    entropy = {"with_entropy": distill.needs_entropy} if distill is not None else {}
+    metrics: dict[str, float] = {}
+    if objective.rl_weight > 0:
+        pg_term = {"logit_term": distill.pg_logit_term} if distill is not None else {}
+        local = shards.local_batch(batch, rank)
+        old = {key: parallel.gather_rows(value, shards, len(batch))
+               for key, value in engine.compute_logprobs(local, **entropy, **pg_term).items()}
+        batch.extras["old_logprobs"] = old["logprobs"]
+        if objective.needs_reference:
+            ref = engine.compute_ref_logprobs(local)
+            batch.extras["ref_logprobs"] = parallel.gather_rows(ref, shards, len(batch))
+        advantages = compute_advantages(
+            rewards,
+            group_index,
+            batch.loss_mask,
+            objective.spec,
+            old_logprobs=batch.extras["old_logprobs"],
+            ref_logprobs=batch.extras.get("ref_logprobs"),
+        )
+        if distill is not None:
+            advantages, metrics = distill.shape_advantages(batch, advantages, old)
+        batch.extras["advantages"] = advantages
+        objective.prepare(batch)  # batch-level statistics (M2PO's mask) before any split
+    kept = batch.extras["old_logprobs"][list(keep_rows)].clone() if "old_logprobs" in batch.extras else None
+    loss_term = {"logit_term": distill.logit_term} if distill is not None else {}
+    metrics.update(engine.train_step(shards.local_batch(batch, rank), objective, mini_batches=shards.mini_batches,
+                                     **entropy, **loss_term))
     return metrics, kept

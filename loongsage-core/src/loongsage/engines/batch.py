@@ -11,6 +11,7 @@ sliced together with the rows when the engine splits micro-batches.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -35,13 +36,35 @@ class TrainBatch:
         )
 
 
+@dataclass(frozen=True)
+class LogitTerm:
+    """Values a loss needs from the policy's full-vocabulary logits, computed in the LM head.
+
+    The train engine never holds a micro-batch's ``[tokens, vocab]`` logits at once: it runs
+    the LM head over chunks of positions. A ``LogitTerm`` is evaluated inside that loop:
+    ``fn(logits [c, V] fp32, *inputs) -> [c, width]`` for each chunk of ``c`` predicted
+    positions, where each input is the chunk's rows of ``TrainBatch.extras[key]`` for the keys
+    in ``inputs`` (a per-token ``[N, L, ...]`` tensor is read at the predicted token's
+    position, a per-row ``[N]`` one is repeated over the row's positions). ``fn`` must not
+    modify ``logits`` in place; with grad enabled a chunk may be recomputed in the backward
+    (activation checkpointing), so it must be deterministic. The results come back aligned
+    with ``input_ids`` like log-probs: ``[N, L, width]``, zero at position 0 and at padding.
+    """
+
+    fn: Callable[..., torch.Tensor]
+    inputs: tuple[str, ...] = ()
+    width: int = 1
+
+
 @dataclass
 class LossContext:
     """What a loss closure receives for one micro-batch.
 
     ``global_num_tokens`` / ``global_num_seqs`` count the valid tokens / sequences of the
     whole mini-batch across micro-batches and data-parallel ranks, so a closure that divides
-    by them gives a result independent of how the mini-batch was split.
+    by them gives a result independent of how the mini-batch was split. ``logit_values`` are
+    the closure's ``logit_term`` results for this micro-batch (``[N, L, width]``, with grad),
+    when it declares one.
     """
 
     batch: TrainBatch
@@ -49,3 +72,4 @@ class LossContext:
     entropy: torch.Tensor | None  # [N, L] or None
     global_num_tokens: float
     global_num_seqs: float
+    logit_values: torch.Tensor | None = None  # [N, L, width] or None

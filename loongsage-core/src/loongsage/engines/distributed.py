@@ -35,7 +35,7 @@ from torch import nn
 from pathlib import Path
 
 from loongsage.engines.batch import TrainBatch
-from loongsage.engines.embedded_train_logprobs import token_logprobs
+from loongsage.engines.embedded_train_logprobs import TokenScores, token_scores
 from loongsage.engines.embedded_train_state import load_train_state, save_train_state
 from loongsage.errors import ConfigError
 
@@ -96,9 +96,9 @@ class SingleProcess:
     world_size = 1
     strategy = "single"
 
-    def token_logprobs(self, model: nn.Module, input_ids: torch.Tensor,
-                       attention_mask: torch.Tensor, **options: Any) -> tuple:
-        return token_logprobs(model, input_ids, attention_mask, **options)
+    def token_scores(self, model: nn.Module, input_ids: torch.Tensor,
+                     attention_mask: torch.Tensor, **options: Any) -> TokenScores:
+        return token_scores(model, input_ids, attention_mask, **options)
 
     def global_counts(self, tokens: float, seqs: float) -> tuple[float, float]:
         return tokens, seqs
@@ -144,7 +144,8 @@ class LogprobForward(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 **options: Any) -> tuple:
-        return token_logprobs(self.model, input_ids, attention_mask, **options)
+        scores = token_scores(self.model, input_ids, attention_mask, **options)
+        return scores.logprobs, scores.entropy, scores.values  # tensors the wrappers can see
 
 
 class DataParallelRanks(SingleProcess):
@@ -169,11 +170,11 @@ class DataParallelRanks(SingleProcess):
     def wrap(self, module: LogprobForward) -> nn.Module:
         raise NotImplementedError
 
-    def token_logprobs(self, model: nn.Module, input_ids: torch.Tensor,
-                       attention_mask: torch.Tensor, **options: Any) -> tuple:
+    def token_scores(self, model: nn.Module, input_ids: torch.Tensor,
+                     attention_mask: torch.Tensor, **options: Any) -> TokenScores:
         if model is not self.model:  # the frozen reference is a plain copy on every rank
-            return token_logprobs(model, input_ids, attention_mask, **options)
-        return self.module(input_ids, attention_mask, **options)
+            return token_scores(model, input_ids, attention_mask, **options)
+        return TokenScores(*self.module(input_ids, attention_mask, **options))
 
     def global_counts(self, tokens: float, seqs: float) -> tuple[float, float]:
         import torch.distributed as dist

@@ -26,8 +26,9 @@ import torch
 from torch import nn
 
 from loongsage.schema import ModelConfig, TrainConfig
-from loongsage.engines.batch import LossContext, TrainBatch
+from loongsage.engines.batch import LogitTerm, LossContext, TrainBatch
 from loongsage.engines.distributed import SingleProcess
+from loongsage.engines.embedded_train_logprobs import TokenScores
 from loongsage.engines.embedded_train_state import storage_ptr
 from loongsage.engines.memory import offload_train_state, onload_train_state
 from loongsage.errors import ConfigError, NonFiniteLossError
@@ -146,34 +147,40 @@ class EmbeddedTrainEngine:
         size = self.train_cfg.micro_batch_size
         return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
-    def _logprobs(self, model: nn.Module, batch: TrainBatch, with_entropy: bool) -> tuple:
-        return self.parallel.token_logprobs(
+    def _scores(
+        self, model: nn.Module, batch: TrainBatch, with_entropy: bool, logit_term: LogitTerm | None
+    ) -> TokenScores:
+        extras = {k: batch.extras[k].to(self.device) for k in logit_term.inputs} if logit_term else None
+        return self.parallel.token_scores(
             model,
             batch.input_ids.to(self.device),
             batch.attention_mask.to(self.device),
             fp32_lm_head=self.model_cfg.fp32_lm_head,
             with_entropy=with_entropy,
             chunk_tokens=self.train_cfg.logprob_chunk_tokens,
+            term=logit_term,
+            extras=extras,
         )
 
     @torch.no_grad()
-    def _forward_all(self, model: nn.Module, batch: TrainBatch, with_entropy: bool) -> dict:
-        logprobs, entropy = [], []
+    def _forward_all(
+        self, model: nn.Module, batch: TrainBatch, with_entropy: bool, logit_term: LogitTerm | None = None
+    ) -> dict:
+        parts: dict[str, list[torch.Tensor]] = {"logprobs": [], "entropy": [], "logit_values": []}
         for rows in self._micro_batches(len(batch)):
-            lp, ent = self._logprobs(model, batch.rows(rows), with_entropy)
-            logprobs.append(lp.cpu())
-            if with_entropy:
-                entropy.append(ent.cpu())
-        out = {"logprobs": torch.cat(logprobs)}
-        if with_entropy:
-            out["entropy"] = torch.cat(entropy)
-        return out
+            scores = self._scores(model, batch.rows(rows), with_entropy, logit_term)
+            for key, value in (("logprobs", scores.logprobs), ("entropy", scores.entropy),
+                               ("logit_values", scores.values)):
+                if value is not None:
+                    parts[key].append(value.cpu())
+        return {key: torch.cat(values) for key, values in parts.items() if values}
 
     def compute_logprobs(
-        self, batch: TrainBatch, with_entropy: bool = False
+        self, batch: TrainBatch, with_entropy: bool = False, logit_term: LogitTerm | None = None
     ) -> dict[str, torch.Tensor]:
-        """``{"logprobs": [N, L]}`` (+ ``"entropy"``) in fp32 on CPU, without grad."""
-        return self._forward_all(self.model, batch, with_entropy)
+        """``{"logprobs": [N, L]}`` (+ ``"entropy"``, + ``"logit_values"`` [N, L, width] of
+        ``logit_term``) in fp32 on CPU, without grad."""
+        return self._forward_all(self.model, batch, with_entropy, logit_term)
 
     def compute_ref_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         """Logprobs [N, L] under the frozen reference (the checkpoint at ``model.path``).
@@ -203,6 +210,7 @@ class EmbeddedTrainEngine:
         mini_batches: int = 1,
         *,
         with_entropy: bool = False,
+        logit_term: LogitTerm | None = None,
     ) -> dict[str, float]:
         """Split ``batch`` into ``mini_batches`` optimizer steps; return averaged metrics.
 
@@ -211,7 +219,8 @@ class EmbeddedTrainEngine:
         shares of the mini-batch value (``loongsage.algorithms.metrics``), so both are summed
         over micro-batches, then averaged over mini-batches; metric names without a ``/``
         get a ``train/`` prefix. A batch with fewer rows than ``mini_batches`` takes one
-        step per row (``train/optimizer_steps`` reports the count).
+        step per row (``train/optimizer_steps`` reports the count). ``logit_term``'s values
+        reach the closure as ``ctx.logit_values``, with grad.
         """
         n = len(batch)
         if mini_batches < 1 or n == 0:
@@ -222,13 +231,13 @@ class EmbeddedTrainEngine:
         mini_batches = min(mini_batches, n)  # a filtered batch may have fewer rows than steps
         totals: dict[str, float] = {"train/optimizer_steps": float(mini_batches)}
         for rows in torch.tensor_split(torch.arange(n), mini_batches):
-            metrics = self._mini_batch_step(batch.rows(rows), loss_fn, with_entropy)
+            metrics = self._mini_batch_step(batch.rows(rows), loss_fn, with_entropy, logit_term)
             for key, value in metrics.items():
                 totals[key] = totals.get(key, 0.0) + value / mini_batches
         return totals
 
     def _mini_batch_step(
-        self, batch: TrainBatch, loss_fn: LossFn, with_entropy: bool
+        self, batch: TrainBatch, loss_fn: LossFn, with_entropy: bool, logit_term: LogitTerm | None
     ) -> dict[str, float]:
         mask = batch.loss_mask.float()
         local_tokens, local_seqs = float(mask.sum()), float((mask.sum(-1) > 0).sum())
@@ -238,14 +247,14 @@ class EmbeddedTrainEngine:
         loss_total, metrics = 0.0, {}
         for rows in self._micro_batches(len(batch)):
             micro = batch.rows(rows)
-            logprobs, entropy = self._logprobs(self.model, micro, with_entropy)
+            scores = self._scores(self.model, micro, with_entropy, logit_term)
             device_micro = TrainBatch(
                 micro.input_ids.to(self.device),
                 micro.attention_mask.to(self.device),
                 micro.loss_mask.to(self.device),
                 {k: v.to(self.device) for k, v in micro.extras.items()},
             )
-            ctx = LossContext(device_micro, logprobs, entropy, num_tokens, num_seqs)
+            ctx = LossContext(device_micro, scores.logprobs, scores.entropy, num_tokens, num_seqs, scores.values)
             out = loss_fn(ctx)
             loss, extra = out if isinstance(out, tuple) else (out, {})
             part = {key if "/" in key else f"train/{key}": float(value) for key, value in extra.items()}

@@ -18,20 +18,88 @@ kept, and the backward recomputes its logits (one extra LM-head matmul per such 
 price of never holding more than one chunk of logits; Liger's fused linear cross-entropy
 makes the same trade for a scalar loss, here the closure's per-token loss is not known in
 forward). A micro-batch of at most ``chunk_tokens`` real tokens is one chunk and pays nothing.
+
+A ``LogitTerm`` (``loongsage.engines.batch``) rides in the same loop: whatever else a loss
+needs from the full-vocabulary logits (a distillation divergence against a teacher's
+distribution) is computed from each chunk's logits right after the log-probs, so the logits
+are built once per chunk and never for a whole micro-batch.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from loongsage.engines.batch import LogitTerm
+
 DEFAULT_CHUNK_TOKENS = 512
+
+
+@dataclass
+class TokenScores:
+    """Per-token results of one forward: log-probs, entropy, and a ``LogitTerm``'s values."""
+
+    logprobs: torch.Tensor  # [N, L]
+    entropy: torch.Tensor | None  # [N, L]
+    values: torch.Tensor | None  # [N, L, width]
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """0, 1, 2, ... over the real tokens of each row (padding gets 0)."""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def final_hidden(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(hidden [T, H], real [T])``: the decoder body's last hidden state at every position
+    that predicts a real token, and those positions' flat index into ``[N, L - 1]``."""
+    out = model.base_model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+        use_cache=False,
+    )
+    hidden = out.last_hidden_state[:, :-1]
+    real = attention_mask[:, 1:].reshape(-1).nonzero().squeeze(-1)  # predicted tokens that are not padding
+    return hidden.reshape(-1, hidden.shape[-1]).index_select(0, real), real
+
+
+def gather_positions(tensor: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """The entries of a per-token ``[N, L, ...]`` tensor at the ``real`` positions.
+
+    Inverse of ``scatter_positions``: position ``p`` of ``real`` predicts token ``p % (L-1) + 1``
+    of row ``p // (L-1)``, so the tensor is read from column 1 on.
+    """
+    shifted = tensor[:, 1:]
+    return shifted.reshape(-1, *shifted.shape[2:]).index_select(0, real)
+
+
+def gather_inputs(
+    extras: Mapping[str, torch.Tensor], keys: tuple[str, ...], real: torch.Tensor, length: int
+) -> list[torch.Tensor]:
+    """``extras[key]`` at the ``real`` positions of rows ``length`` tokens long, for each key."""
+    out = []
+    for key in keys:
+        tensor = extras[key]
+        if tensor.dim() == 1:  # per row: repeat it over the row's positions
+            out.append(tensor.index_select(0, torch.div(real, length - 1, rounding_mode="floor")))
+        else:
+            out.append(gather_positions(tensor, real))
+    return out
+
+
+def scatter_positions(values: torch.Tensor, real: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """``[N, L, ...]`` with ``values`` [T, ...] at flat positions ``real`` of columns 1.., zeros
+    elsewhere (position 0 and padding)."""
+    n, length = shape
+    trailing = values.shape[1:]
+    flat = values.new_zeros(n * (length - 1), *trailing).index_put((real,), values)
+    return torch.cat([values.new_zeros(n, 1, *trailing), flat.view(n, length - 1, *trailing)], dim=1)
 
 
 def _chunk_scores(
@@ -41,21 +109,24 @@ def _chunk_scores(
     bias: torch.Tensor | None,
     fp32_lm_head: bool,
     with_entropy: bool,
+    term_fn: Callable[..., torch.Tensor] | None,
+    *term_inputs: torch.Tensor,
 ) -> torch.Tensor:
-    """``[c, 1 or 2]``: log p(target) (and the entropy) of one chunk of positions."""
+    """``[c, 1 + with_entropy + width]``: log p(target), the entropy, the term's values."""
     if fp32_lm_head:
         logits = nn.functional.linear(hidden.float(), weight, bias)
     else:
         logits = nn.functional.linear(hidden, weight, bias).float()
     lse = torch.logsumexp(logits, dim=-1)
-    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
-    if not with_entropy:
-        return picked.unsqueeze(-1)
-    entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
-    return torch.stack([picked, entropy], dim=-1)
+    columns = [(logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse).unsqueeze(-1)]
+    if with_entropy:
+        columns.append((lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)).unsqueeze(-1))
+    if term_fn is not None:
+        columns.append(term_fn(logits, *term_inputs).to(logits.dtype))
+    return torch.cat(columns, dim=-1)
 
 
-def head_logprobs(
+def head_scores(
     model: nn.Module,
     hidden: torch.Tensor,
     targets: torch.Tensor,
@@ -63,8 +134,11 @@ def head_logprobs(
     fp32_lm_head: bool = True,
     with_entropy: bool = False,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(logprobs [T], entropy [T] or None)`` of ``targets`` [T] given final ``hidden`` [T, H].
+    term: LogitTerm | None = None,
+    term_inputs: list[torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """``[T, 1 + with_entropy + term.width]`` for ``targets`` [T] given final ``hidden`` [T, H]:
+    log-probs, entropy, then the term's values, from ``term_inputs`` ([T, ...] each).
 
     Chunked over T (see the module docstring); differentiable when grad is enabled.
     """
@@ -75,16 +149,57 @@ def head_logprobs(
     if fp32_lm_head:  # cast once per call, not once per chunk
         weight = weight.float()
         bias = None if bias is None else bias.float()
+    fn = term.fn if term is not None else None
+    inputs = term_inputs or []
+    width = 1 + with_entropy + (term.width if term is not None else 0)
     starts = range(0, hidden.shape[0], chunk_tokens)
     chunks = []
     for start in starts:
-        args = (hidden[start : start + chunk_tokens], targets[start : start + chunk_tokens],
-                weight, bias, fp32_lm_head, with_entropy)
+        piece = slice(start, start + chunk_tokens)
+        args = (hidden[piece], targets[piece], weight, bias, fp32_lm_head, with_entropy, fn,
+                *(x[piece] for x in inputs))
         # the last chunk's logits may stay for the backward: that is still one chunk
         recompute = torch.is_grad_enabled() and start != starts[-1]
         chunks.append(checkpoint(_chunk_scores, *args, use_reentrant=False) if recompute else _chunk_scores(*args))
-    scores = torch.cat(chunks) if chunks else hidden.new_zeros(0, 1 + with_entropy, dtype=torch.float32)
-    return scores[:, 0], (scores[:, 1] if with_entropy else None)
+    return torch.cat(chunks) if chunks else hidden.new_zeros(0, width, dtype=torch.float32)
+
+
+def token_scores(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    fp32_lm_head: bool = True,
+    with_entropy: bool = False,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    term: LogitTerm | None = None,
+    extras: Mapping[str, torch.Tensor] | None = None,
+) -> TokenScores:
+    """Log-probs [N, L] (+ entropy, + ``term``'s values [N, L, width]) of ``input_ids``.
+
+    ``term``'s inputs are read from ``extras`` (the micro-batch's ``TrainBatch.extras``).
+    Differentiable when grad is enabled. Entropy at t is that of the distribution that
+    predicted token t (so it lines up with ``logprobs``); position 0 and padding positions
+    are 0 for every output.
+    """
+    hidden, real = final_hidden(model, input_ids, attention_mask)
+    inputs = gather_inputs(extras or {}, term.inputs, real, input_ids.shape[1]) if term is not None else None
+    scores = head_scores(
+        model,
+        hidden,
+        input_ids[:, 1:].reshape(-1).index_select(0, real),
+        fp32_lm_head=fp32_lm_head,
+        with_entropy=with_entropy,
+        chunk_tokens=chunk_tokens,
+        term=term,
+        term_inputs=inputs,
+    )
+    full = scatter_positions(scores, real, input_ids.shape)
+    return TokenScores(
+        logprobs=full[..., 0],
+        entropy=full[..., 1] if with_entropy else None,
+        values=full[..., 1 + with_entropy:] if term is not None else None,
+    )
 
 
 def token_logprobs(
@@ -96,35 +211,7 @@ def token_logprobs(
     with_entropy: bool = False,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(logprobs [N, L], entropy [N, L] or None)`` for the tokens of ``input_ids``.
-
-    Differentiable when grad is enabled. Entropy at t is that of the distribution that
-    predicted token t (so it lines up with ``logprobs``); position 0 and padding positions
-    are 0 for both.
-    """
-    out = model.base_model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids_from_mask(attention_mask),
-        use_cache=False,
-    )
-    hidden = out.last_hidden_state[:, :-1]
-    real = attention_mask[:, 1:].reshape(-1).nonzero().squeeze(-1)  # predicted tokens that are not padding
-    logprobs, entropy = head_logprobs(
-        model,
-        hidden.reshape(-1, hidden.shape[-1]).index_select(0, real),
-        input_ids[:, 1:].reshape(-1).index_select(0, real),
-        fp32_lm_head=fp32_lm_head,
-        with_entropy=with_entropy,
-        chunk_tokens=chunk_tokens,
-    )
-    return _scatter_rows(logprobs, real, input_ids.shape), (
-        None if entropy is None else _scatter_rows(entropy, real, input_ids.shape)
-    )
-
-
-def _scatter_rows(values: torch.Tensor, index: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    """``[N, L]`` with ``values`` at flat positions ``index`` of columns 1.., zeros elsewhere."""
-    n, length = shape
-    flat = values.new_zeros(n * (length - 1)).index_put((index,), values)
-    return torch.cat([values.new_zeros(n, 1), flat.view(n, length - 1)], dim=1)
+    """``(logprobs [N, L], entropy [N, L] or None)`` for the tokens of ``input_ids``."""
+    scores = token_scores(model, input_ids, attention_mask, fp32_lm_head=fp32_lm_head,
+                          with_entropy=with_entropy, chunk_tokens=chunk_tokens)
+    return scores.logprobs, scores.entropy
