@@ -116,9 +116,12 @@ def test_eos_stops_unless_ignored(client, engine, hf):
         engine.scheduler.eos_ids.add(eos)
 
 
-def _wait_running(url: str, n: int = 1, timeout: float = 30.0) -> None:
+def _wait_running(url: str, n: int = 1, timeout: float = 30.0, finished=lambda: False) -> None:
+    """Until ``n`` requests run; ``finished()`` says the awaited request is already done (on a
+    busy machine a short one can run and end between two polls, which defeats the test)."""
     deadline = time.monotonic() + timeout
     while httpx.get(url + "/get_load").json()["running"] < n:
+        assert not finished(), "the request finished before it was seen running"
         assert time.monotonic() < deadline, "request never started running"
         time.sleep(0.01)
 
@@ -157,8 +160,8 @@ def test_pause_in_place_holds_then_continue_finishes_unchanged(client, engine, h
 
     async def run():
         task = asyncio.create_task(client.agenerate(
-            prompt, {"max_new_tokens": 60, "temperature": 0, "ignore_eos": True}))
-        await asyncio.to_thread(_wait_running, engine.url)
+            prompt, {"max_new_tokens": 200, "temperature": 0, "ignore_eos": True}))
+        await asyncio.to_thread(_wait_running, engine.url, finished=task.done)
         await client.apause_generation("in_place")
         load = httpx.get(engine.url + "/get_load").json()
         row = engine.scheduler._rows[0]
@@ -171,7 +174,7 @@ def test_pause_in_place_holds_then_continue_finishes_unchanged(client, engine, h
 
     load, held, flushed_while_busy, out = asyncio.run(run())
     assert load["running"] == 1 and held and flushed_while_busy is False
-    assert out.finish_reason == "length" and out.output_ids == hf_greedy(hf, prompt, 60)
+    assert out.finish_reason == "length" and out.output_ids == hf_greedy(hf, prompt, 200)
     assert client.flush_cache() is True
 
 
