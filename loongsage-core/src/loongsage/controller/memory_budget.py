@@ -164,7 +164,8 @@ def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int,
     slack = in_step // 2
     est = Estimate()
     shard = t.dp_size if t.dp_size > 1 and t.strategy == "fsdp2" else 1  # FSDP2 shards weights, grads, AdamW
-    rank = PROCESS_BYTES + (3 * weights + reference + weights) // shard + in_step - weights + slack
+    model_state = 4 * weights + reference  # weights, gradients, AdamW's two moments (+ the reference)
+    rank = PROCESS_BYTES + model_state // shard + activations + logits + slack
     est.parts["train actor"] = t.dp_size * rank
     est.detail["train actor"] = (f"{t.dp_size} x (weights, gradients and AdamW {4 * weights / shard / GB:.1f} GB, "
                                  f"activations {activations / GB:.1f} GB for {rows} rows x {tokens_per_row} tokens, "
