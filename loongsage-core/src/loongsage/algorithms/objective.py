@@ -64,6 +64,20 @@ class Objective:
         """True when reference-model logprobs (``extras["ref_logprobs"]``) are needed."""
         return self.spec.needs_reference and self.rl_weight > 0
 
+    def old_from_loss_forward(self, mini_batches: int) -> bool:
+        """True when π_old may be taken, detached, from the loss forward itself.
+
+        π_old is the trainer's weights at step start. When the batch is one optimizer
+        step (``mini_batches == 1``) every micro-batch's loss forward runs on those very
+        weights, so ``sg(π_θ)`` *is* π_old, bit for bit, whether the samples came from the
+        current weights or (async, partial rollout) from older ones: the behaviour policy
+        is ``rollout_logprobs``, never π_old. The separate no-grad forward is needed only
+        when π_old is read before the loss (``AlgorithmSpec.needs_old_logprobs_before_loss``)
+        or by a distillation term, or when later mini-batches train on moved weights.
+        """
+        return (mini_batches == 1 and self.rl_weight > 0 and self.distill is None
+                and not self.spec.needs_old_logprobs_before_loss)
+
     @property
     def rl_weight(self) -> float:
         """Weight of the RL loss: 1, or ``1 − λ_gkd`` with distillation (0: no RL at all)."""

@@ -68,6 +68,13 @@ class AlgorithmSpec:
         """Whether the train engine must compute reference-model logprobs."""
         return self.kl_coef > 0
 
+    @property
+    def needs_old_logprobs_before_loss(self) -> bool:
+        """Whether π_old is read before the loss forward: by a KL penalty in the reward, or
+        by a component's batch-level ``prepare`` (M2PO's mask)."""
+        components = (self.policy_loss, *self.corrections)
+        return self.kl_as_reward or any(getattr(c.obj, "prepare", None) is not None for c in components)
+
 
 def _corrections(registries: Registries, node: Any) -> tuple[PluginRef, ...]:
     """``algorithm.is_correction``: null, one plugin node, or a list of them."""

@@ -21,6 +21,10 @@ def train_on_rollout(
 ) -> tuple[dict[str, float], torch.Tensor | None]:
     """pi_old (and reference) logprobs at step start, advantages, then the optimizer steps.
 
+    When the step is one optimizer step with nothing reading pi_old before the loss
+    (``Objective.old_from_loss_forward``), pi_old comes detached from the loss forward
+    itself and no separate forward runs (the same values: the weights have not moved yet).
+
     ``data`` is the step's whole batch (with per-sample rewards and group index); this rank
     computes the logprobs of its own rows (``shards``) and all-gathers them, so advantages
     and ``objective.prepare`` see the whole batch on every rank, then trains its rows.
@@ -38,30 +42,42 @@ def train_on_rollout(
     parallel, rank = engine.parallel, engine.parallel.rank
     distill = objective.distill
     entropy = {"with_entropy": distill.needs_entropy} if distill is not None else {}
+    fused = objective.old_from_loss_forward(shards.mini_batches)
     metrics: dict[str, float] = {}
     if objective.rl_weight > 0:
-        pg_term = {"logit_term": distill.pg_logit_term} if distill is not None else {}
         local = shards.local_batch(batch, rank)
-        old = {key: parallel.gather_rows(value, shards, len(batch))
-               for key, value in engine.compute_logprobs(local, **entropy, **pg_term).items()}
-        batch.extras["old_logprobs"] = old["logprobs"]
         if objective.needs_reference:
             ref = engine.compute_ref_logprobs(local)
             batch.extras["ref_logprobs"] = parallel.gather_rows(ref, shards, len(batch))
+        old = {} if fused else _old_logprobs(engine, local, batch, shards, entropy, distill)
         advantages = compute_advantages(
             rewards,
             group_index,
             batch.loss_mask,
             objective.spec,
-            old_logprobs=batch.extras["old_logprobs"],
+            old_logprobs=batch.extras.get("old_logprobs"),
             ref_logprobs=batch.extras.get("ref_logprobs"),
         )
         if distill is not None:
             advantages, metrics = distill.shape_advantages(batch, advantages, old)
         batch.extras["advantages"] = advantages
-        objective.prepare(batch)  # batch-level statistics (M2PO's mask) before any split
-    kept = batch.extras["old_logprobs"][list(keep_rows)].clone() if "old_logprobs" in batch.extras else None
+        if not fused:
+            objective.prepare(batch)  # batch-level statistics (M2PO's mask) before any split
     loss_term = {"logit_term": distill.logit_term} if distill is not None else {}
-    metrics.update(engine.train_step(shards.local_batch(batch, rank), objective, mini_batches=shards.mini_batches,
-                                     **entropy, **loss_term))
+    local = shards.local_batch(batch, rank)
+    metrics.update(engine.train_step(local, objective, mini_batches=shards.mini_batches,
+                                     old_from_forward=fused, **entropy, **loss_term))
+    if fused:
+        batch.extras["old_logprobs"] = parallel.gather_rows(local.extras["old_logprobs"], shards, len(batch))
+    kept = batch.extras["old_logprobs"][list(keep_rows)].clone() if "old_logprobs" in batch.extras else None
     return metrics, kept
+
+
+def _old_logprobs(engine: Any, local: TrainBatch, batch: TrainBatch, shards: RankShards,
+                  entropy: dict, distill: Any) -> dict[str, torch.Tensor]:
+    """The no-grad pi_old forward of this rank's rows, all-gathered into ``batch.extras``."""
+    pg_term = {"logit_term": distill.pg_logit_term} if distill is not None else {}
+    old = {key: engine.parallel.gather_rows(value, shards, len(batch))
+           for key, value in engine.compute_logprobs(local, **entropy, **pg_term).items()}
+    batch.extras["old_logprobs"] = old["logprobs"]
+    return old

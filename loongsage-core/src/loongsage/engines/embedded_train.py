@@ -211,6 +211,7 @@ class EmbeddedTrainEngine:
         *,
         with_entropy: bool = False,
         logit_term: LogitTerm | None = None,
+        old_from_forward: bool = False,
     ) -> dict[str, float]:
         """Split ``batch`` into ``mini_batches`` optimizer steps; return averaged metrics.
 
@@ -221,8 +222,18 @@ class EmbeddedTrainEngine:
         get a ``train/`` prefix. A batch with fewer rows than ``mini_batches`` takes one
         step per row (``train/optimizer_steps`` reports the count). ``logit_term``'s values
         reach the closure as ``ctx.logit_values``, with grad.
+
+        ``old_from_forward`` (one mini-batch only): each micro-batch's detached logprobs
+        become its ``extras["old_logprobs"]`` before the closure runs, and the whole batch's
+        are left in ``batch.extras["old_logprobs"]``, so π_old costs no forward of its own
+        (``Objective.old_from_loss_forward`` says when that is exact).
         """
         n = len(batch)
+        if old_from_forward and mini_batches != 1:
+            raise ValueError(
+                f"train_step: old_from_forward needs one optimizer step, got {mini_batches} mini-batches "
+                "(later mini-batches train on moved weights, so their pi_old needs its own forward)"
+            )
         if mini_batches < 1 or n == 0:
             raise ConfigError(
                 "train.mini_batches_per_step",
@@ -231,20 +242,24 @@ class EmbeddedTrainEngine:
         mini_batches = min(mini_batches, n)  # a filtered batch may have fewer rows than steps
         totals: dict[str, float] = {"train/optimizer_steps": float(mini_batches)}
         for rows in torch.tensor_split(torch.arange(n), mini_batches):
-            metrics = self._mini_batch_step(batch.rows(rows), loss_fn, with_entropy, logit_term)
+            metrics, old = self._mini_batch_step(batch.rows(rows), loss_fn, with_entropy, logit_term,
+                                                 old_from_forward)
+            if old is not None:
+                batch.extras["old_logprobs"] = old
             for key, value in metrics.items():
                 totals[key] = totals.get(key, 0.0) + value / mini_batches
         return totals
 
     def _mini_batch_step(
-        self, batch: TrainBatch, loss_fn: LossFn, with_entropy: bool, logit_term: LogitTerm | None
-    ) -> dict[str, float]:
+        self, batch: TrainBatch, loss_fn: LossFn, with_entropy: bool, logit_term: LogitTerm | None,
+        old_from_forward: bool = False,
+    ) -> tuple[dict[str, float], torch.Tensor | None]:
         mask = batch.loss_mask.float()
         local_tokens, local_seqs = float(mask.sum()), float((mask.sum(-1) > 0).sum())
         tokens, seqs = self.parallel.global_counts(local_tokens, local_seqs)
         num_tokens, num_seqs = max(tokens, 1.0), max(seqs, 1.0)
         self.optimizer.zero_grad(set_to_none=True)
-        loss_total, metrics = 0.0, {}
+        loss_total, metrics, old_parts = 0.0, {}, []
         for rows in self._micro_batches(len(batch)):
             micro = batch.rows(rows)
             scores = self._scores(self.model, micro, with_entropy, logit_term)
@@ -254,6 +269,9 @@ class EmbeddedTrainEngine:
                 micro.loss_mask.to(self.device),
                 {k: v.to(self.device) for k, v in micro.extras.items()},
             )
+            if old_from_forward:
+                device_micro.extras["old_logprobs"] = scores.logprobs.detach()
+                old_parts.append(scores.logprobs.detach().cpu())
             ctx = LossContext(device_micro, scores.logprobs, scores.entropy, num_tokens, num_seqs, scores.values)
             out = loss_fn(ctx)
             loss, extra = out if isinstance(out, tuple) else (out, {})
@@ -281,7 +299,7 @@ class EmbeddedTrainEngine:
             "train/lr": float(self.optimizer.param_groups[0]["lr"]),
             "train/num_tokens": num_tokens,
         })
-        return metrics
+        return metrics, torch.cat(old_parts) if old_parts else None
 
     def _refuse_non_finite(self, what: str, values: dict[str, float]) -> None:
         """Raise ``NonFiniteLossError`` naming the non-finite terms and parameter gradients."""
