@@ -56,10 +56,12 @@ def test_logprobs_equal_direct_hf_forward(tiny_model_dir):
         ids = batch.input_ids[row : row + 1, :k]
         with torch.no_grad():
             logp = torch.log_softmax(hf(ids).logits.float(), -1)[0, :-1]
+        scored = batch.loss_mask[row, 1:k] > 0  # the LM head runs over loss-mask positions only
         expected = logp.gather(-1, ids[0, 1:, None])[:, 0]
-        torch.testing.assert_close(out["logprobs"][row, 1:k], expected, atol=1e-5, rtol=0)
+        torch.testing.assert_close(out["logprobs"][row, 1:k][scored], expected[scored], atol=1e-5, rtol=0)
         entropy = -(logp.exp() * logp).sum(-1)
-        torch.testing.assert_close(out["entropy"][row, 1:k], entropy, atol=1e-4, rtol=0)
+        torch.testing.assert_close(out["entropy"][row, 1:k][scored], entropy[scored], atol=1e-4, rtol=0)
+        assert (out["logprobs"][row, 1:k][~scored] == 0).all() and scored.any() and (~scored).any()
     assert (out["logprobs"][:, 0] == 0).all()
     assert out["logprobs"].dtype == torch.float32 and out["logprobs"].shape == batch.input_ids.shape
 
@@ -242,4 +244,5 @@ def test_bf16_model_lm_head_precision_follows_config(tiny_model_dir, fp32_lm_hea
         w = hf.lm_head.weight
         logits = hidden.float() @ w.float().T if fp32_lm_head else (hidden @ w.T).float()
     expected = logits.log_softmax(-1).gather(-1, batch.input_ids[0, 1:, None])[:, 0]
-    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    scored = batch.loss_mask[0, 1:] > 0
+    torch.testing.assert_close(got[scored], expected[scored], atol=1e-5, rtol=0)

@@ -19,8 +19,11 @@ def test_engine_runs_in_a_ray_actor(tiny_model_dir):
     started = not ray.is_initialized()  # reuse a cluster another test left running
     if started:
         ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 30)
-    model, train = ModelConfig(path=str(tiny_model_dir)), TrainConfig(lr=1e-3, micro_batch_size=2)
+    # one thread on both sides: AdamW's first step is g / (|g| + eps), so a gradient entry near
+    # zero turns the summation order of a different thread count into a visible weight change
+    model, train = ModelConfig(path=str(tiny_model_dir)), TrainConfig(lr=1e-3, micro_batch_size=2, num_threads=1)
     actor = ray.remote(EmbeddedTrainEngine).options(num_cpus=1).remote(model, train, device="cpu")
+    threads = torch.get_num_threads()
     try:
         local = EmbeddedTrainEngine(model, train, device="cpu")
         messages = [{"role": "user", "content": "What is 2 + 3?"}]
@@ -37,6 +40,7 @@ def test_engine_runs_in_a_ray_actor(tiny_model_dir):
         for name, array in state.items():
             torch.testing.assert_close(torch.tensor(array), local_state[name], atol=1e-6, rtol=0)
     finally:
+        torch.set_num_threads(threads)
         ray.kill(actor)
         if started:
             ray.shutdown()

@@ -54,6 +54,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "train.lr": (lambda v: v > 0, "a positive learning rate"),
     "train.grad_clip": (lambda v: v >= 0, ">= 0 (0 disables clipping)"),
     "train.micro_batch_size": (lambda v: v >= 1, ">= 1"),
+    "train.max_tokens_per_micro_batch": (lambda v: v >= 0, ">= 0 (0: train.micro_batch_size rows)"),
     "train.mini_batches_per_step": (lambda v: v >= 1, ">= 1"),
     "train.dp_size": (lambda v: v >= 1, ">= 1"),
     "placement.train_cpus": (lambda v: v > 0, "> 0"),

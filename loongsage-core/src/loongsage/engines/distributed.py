@@ -103,6 +103,10 @@ class SingleProcess:
     def global_counts(self, tokens: float, seqs: float) -> tuple[float, float]:
         return tokens, seqs
 
+    def max_count(self, count: int) -> int:
+        """The largest ``count`` over the ranks (micro-batches: every rank runs as many)."""
+        return count
+
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
 
@@ -182,6 +186,13 @@ class DataParallelRanks(SingleProcess):
         counts = torch.tensor([tokens, seqs], dtype=torch.float64)
         dist.all_reduce(counts)
         return float(counts[0]), float(counts[1])
+
+    def max_count(self, count: int) -> int:
+        import torch.distributed as dist
+
+        value = torch.tensor([count], dtype=torch.long)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return int(value)
 
     def backward(self, loss: torch.Tensor) -> None:
         (loss * self.world_size).backward()  # the wrappers average gradients over ranks

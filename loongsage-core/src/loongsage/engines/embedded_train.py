@@ -31,6 +31,7 @@ from loongsage.engines.distributed import SingleProcess
 from loongsage.engines.embedded_train_logprobs import TokenScores
 from loongsage.engines.embedded_train_state import storage_ptr
 from loongsage.engines.memory import offload_train_state, onload_train_state
+from loongsage.engines.micro_batches import micro_batches, plan_micro_batches, row_lengths, scatter_rows, split_to
 from loongsage.errors import ConfigError, NonFiniteLossError
 
 LossFn = Callable[[LossContext], Any]
@@ -85,6 +86,9 @@ class EmbeddedTrainEngine:
             raise ConfigError(
                 "train.micro_batch_size", f"must be >= 1, got {train.micro_batch_size}"
             )
+        if train.max_tokens_per_micro_batch < 0:
+            raise ConfigError("train.max_tokens_per_micro_batch",
+                              f"must be >= 0 (0: micro_batch_size rows), got {train.max_tokens_per_micro_batch}")
         if train.logprob_chunk_tokens < 1:
             raise ConfigError(
                 "train.logprob_chunk_tokens", f"must be >= 1, got {train.logprob_chunk_tokens}"
@@ -143,9 +147,11 @@ class EmbeddedTrainEngine:
 
     # forward passes ------------------------------------------------------------------
 
-    def _micro_batches(self, n: int) -> list[slice]:
-        size = self.train_cfg.micro_batch_size
-        return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+    def _micro_batches(self, batch: TrainBatch) -> list[tuple[torch.Tensor, TrainBatch]]:
+        """Cropped micro-batches (``engines.micro_batches``); as many on every rank."""
+        t = self.train_cfg
+        plans = plan_micro_batches(row_lengths(batch), t.micro_batch_size, t.max_tokens_per_micro_batch)
+        return micro_batches(batch, split_to(plans, self.parallel.max_count(len(plans))))
 
     def _scores(
         self, model: nn.Module, batch: TrainBatch, with_entropy: bool, logit_term: LogitTerm | None
@@ -160,26 +166,29 @@ class EmbeddedTrainEngine:
             chunk_tokens=self.train_cfg.logprob_chunk_tokens,
             term=logit_term,
             extras=extras,
+            score_mask=batch.loss_mask.to(self.device),
         )
 
     @torch.no_grad()
     def _forward_all(
         self, model: nn.Module, batch: TrainBatch, with_entropy: bool, logit_term: LogitTerm | None = None
     ) -> dict:
-        parts: dict[str, list[torch.Tensor]] = {"logprobs": [], "entropy": [], "logit_values": []}
-        for rows in self._micro_batches(len(batch)):
-            scores = self._scores(model, batch.rows(rows), with_entropy, logit_term)
+        parts: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {"logprobs": [], "entropy": [], "logit_values": []}
+        for rows, micro in self._micro_batches(batch):
+            scores = self._scores(model, micro, with_entropy, logit_term)
             for key, value in (("logprobs", scores.logprobs), ("entropy", scores.entropy),
                                ("logit_values", scores.values)):
                 if value is not None:
-                    parts[key].append(value.cpu())
-        return {key: torch.cat(values) for key, values in parts.items() if values}
+                    parts[key].append((rows, value.cpu()))
+        n, length = batch.input_ids.shape
+        return {key: scatter_rows(values, n, length) for key, values in parts.items() if values}
 
     def compute_logprobs(
         self, batch: TrainBatch, with_entropy: bool = False, logit_term: LogitTerm | None = None
     ) -> dict[str, torch.Tensor]:
         """``{"logprobs": [N, L]}`` (+ ``"entropy"``, + ``"logit_values"`` [N, L, width] of
-        ``logit_term``) in fp32 on CPU, without grad."""
+        ``logit_term``) in fp32 on CPU, without grad, at the loss-mask positions (0 elsewhere:
+        the LM head runs only where a loss or a metric reads it)."""
         return self._forward_all(self.model, batch, with_entropy, logit_term)
 
     def compute_ref_logprobs(self, batch: TrainBatch) -> torch.Tensor:
@@ -260,8 +269,7 @@ class EmbeddedTrainEngine:
         num_tokens, num_seqs = max(tokens, 1.0), max(seqs, 1.0)
         self.optimizer.zero_grad(set_to_none=True)
         loss_total, metrics, old_parts = 0.0, {}, []
-        for rows in self._micro_batches(len(batch)):
-            micro = batch.rows(rows)
+        for rows, micro in self._micro_batches(batch):
             scores = self._scores(self.model, micro, with_entropy, logit_term)
             device_micro = TrainBatch(
                 micro.input_ids.to(self.device),
@@ -271,7 +279,7 @@ class EmbeddedTrainEngine:
             )
             if old_from_forward:
                 device_micro.extras["old_logprobs"] = scores.logprobs.detach()
-                old_parts.append(scores.logprobs.detach().cpu())
+                old_parts.append((rows, scores.logprobs.detach().cpu()))
             ctx = LossContext(device_micro, scores.logprobs, scores.entropy, num_tokens, num_seqs, scores.values)
             out = loss_fn(ctx)
             loss, extra = out if isinstance(out, tuple) else (out, {})
@@ -299,7 +307,7 @@ class EmbeddedTrainEngine:
             "train/lr": float(self.optimizer.param_groups[0]["lr"]),
             "train/num_tokens": num_tokens,
         })
-        return metrics, torch.cat(old_parts) if old_parts else None
+        return metrics, scatter_rows(old_parts, *batch.input_ids.shape) if old_parts else None
 
     def _refuse_non_finite(self, what: str, values: dict[str, float]) -> None:
         """Raise ``NonFiniteLossError`` naming the non-finite terms and parameter gradients."""

@@ -9,7 +9,9 @@ inference mismatch). This covers HF causal LMs whose logits are ``lm_head(hidden
 special-cased. Position ids come from the attention mask, so left or right padding both
 give the positions an unpadded sequence would have.
 
-The LM head and log-softmax run only over real tokens (padding positions get 0), in chunks
+The LM head and log-softmax run only over real tokens (padding positions get 0), and only
+over the scored ones when a ``score_mask`` is given (the train engine's loss mask: a prompt
+token's log-probability is never read, and the head is ~20 % of SmolLM2's FLOPs), in chunks
 of ``chunk_tokens`` positions, so the fp32 ``[tokens, vocab]`` logits of a whole
 micro-batch never exist at once: for SmolLM2 (vocab 49,152) 8 rows of 100 tokens are
 157 MB of logits, and autograd used to keep them (and their gradient) for the backward.
@@ -54,10 +56,12 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def final_hidden(
-    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+    score_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(hidden [T, H], real [T])``: the decoder body's last hidden state at every position
-    that predicts a real token, and those positions' flat index into ``[N, L - 1]``."""
+    that predicts a real token (only those whose token is in ``score_mask`` [N, L], when
+    given), and those positions' flat index into ``[N, L - 1]``."""
     out = model.base_model(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -65,7 +69,10 @@ def final_hidden(
         use_cache=False,
     )
     hidden = out.last_hidden_state[:, :-1]
-    real = attention_mask[:, 1:].reshape(-1).nonzero().squeeze(-1)  # predicted tokens that are not padding
+    wanted = attention_mask[:, 1:].bool()  # predicted tokens that are not padding
+    if score_mask is not None:
+        wanted = wanted & score_mask[:, 1:].bool()
+    real = wanted.reshape(-1).nonzero().squeeze(-1)
     return hidden.reshape(-1, hidden.shape[-1]).index_select(0, real), real
 
 
@@ -151,8 +158,9 @@ def head_scores(
         bias = None if bias is None else bias.float()
     fn = term.fn if term is not None else None
     inputs = term_inputs or []
-    width = 1 + with_entropy + (term.width if term is not None else 0)
-    starts = range(0, hidden.shape[0], chunk_tokens)
+    # no position to score (a data-parallel padding row) still runs one empty chunk, so the
+    # result stays attached to the graph and every rank's backward reaches every parameter
+    starts = range(0, max(hidden.shape[0], 1), chunk_tokens)
     chunks = []
     for start in starts:
         piece = slice(start, start + chunk_tokens)
@@ -161,7 +169,7 @@ def head_scores(
         # the last chunk's logits may stay for the backward: that is still one chunk
         recompute = torch.is_grad_enabled() and start != starts[-1]
         chunks.append(checkpoint(_chunk_scores, *args, use_reentrant=False) if recompute else _chunk_scores(*args))
-    return torch.cat(chunks) if chunks else hidden.new_zeros(0, width, dtype=torch.float32)
+    return torch.cat(chunks)
 
 
 def token_scores(
@@ -174,15 +182,17 @@ def token_scores(
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     term: LogitTerm | None = None,
     extras: Mapping[str, torch.Tensor] | None = None,
+    score_mask: torch.Tensor | None = None,
 ) -> TokenScores:
     """Log-probs [N, L] (+ entropy, + ``term``'s values [N, L, width]) of ``input_ids``.
 
     ``term``'s inputs are read from ``extras`` (the micro-batch's ``TrainBatch.extras``).
     Differentiable when grad is enabled. Entropy at t is that of the distribution that
     predicted token t (so it lines up with ``logprobs``); position 0 and padding positions
-    are 0 for every output.
+    are 0 for every output, and so are positions outside ``score_mask`` [N, L] when given
+    (the train engine passes the loss mask: the LM head never runs over the prompt).
     """
-    hidden, real = final_hidden(model, input_ids, attention_mask)
+    hidden, real = final_hidden(model, input_ids, attention_mask, score_mask)
     inputs = gather_inputs(extras or {}, term.inputs, real, input_ids.shape[1]) if term is not None else None
     scores = head_scores(
         model,

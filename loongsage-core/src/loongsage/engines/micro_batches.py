@@ -1,0 +1,91 @@
+"""Cutting a batch into micro-batches that compute no padding they can avoid.
+
+A step's batch is right-padded to its longest sequence. Run as it is, a short row pays for
+the longest one's positions in every layer. Two things remove most of that cost without
+changing any result:
+
+- **cropping**: a micro-batch is cut to its own longest row (the columns past it are padding
+  in every row), and its per-token outputs are padded back into the batch layout;
+- **length-sorted packing by a token budget** (``train.max_tokens_per_micro_batch``): rows are
+  sorted by length and a micro-batch takes rows while ``rows x longest row`` stays within the
+  budget, so rows of alike length share a forward, and short rows go many to a micro-batch.
+
+Without a budget, micro-batches are ``train.micro_batch_size`` consecutive rows (cropped). The
+loss closures normalise by the global token and sequence counts, so neither the order nor the
+split of the rows changes the loss or the gradient beyond float summation order.
+
+Sorted buckets rather than one packed varlen sequence: on CPU the attention kernels of
+transformers take a padded ``[rows, length]`` batch; a packed row needs a block-diagonal mask
+that costs the full ``length²`` it was meant to save.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from loongsage.engines.batch import TrainBatch
+
+
+def row_lengths(batch: TrainBatch) -> torch.Tensor:
+    """[N] tokens up to and including each row's last real one (right padding)."""
+    mask = batch.attention_mask.bool()
+    positions = torch.arange(1, mask.shape[1] + 1).expand_as(mask)
+    return (positions * mask).amax(-1)
+
+
+def plan_micro_batches(lengths: torch.Tensor, rows_per_micro_batch: int, token_budget: int) -> list[torch.Tensor]:
+    """Row indices of each micro-batch: consecutive ``rows_per_micro_batch`` rows, or (with a
+    ``token_budget`` > 0) rows sorted longest first, packed while ``rows x longest <= budget``
+    (a row longer than the budget goes alone)."""
+    n = len(lengths)
+    if token_budget <= 0:
+        return [torch.arange(i, min(i + rows_per_micro_batch, n)) for i in range(0, n, rows_per_micro_batch)]
+    order = torch.argsort(lengths, descending=True, stable=True)
+    plans, current, longest = [], [], 0
+    for row in order.tolist():
+        length = int(lengths[row])
+        if current and max(longest, length) * (len(current) + 1) > token_budget:
+            plans.append(torch.tensor(current))
+            current, longest = [], 0
+        current.append(row)
+        longest = max(longest, length)
+    if current:
+        plans.append(torch.tensor(current))
+    return plans
+
+
+def cropped(batch: TrainBatch, length: int) -> TrainBatch:
+    """``batch`` cut to its first ``length`` columns (per-token extras too; per-row ones kept)."""
+    full = batch.input_ids.shape[1]
+    extras = {key: value[:, :length] if value.dim() >= 2 and value.shape[1] == full else value
+              for key, value in batch.extras.items()}
+    return TrainBatch(batch.input_ids[:, :length], batch.attention_mask[:, :length],
+                      batch.loss_mask[:, :length], extras)
+
+
+def split_to(plans: list[torch.Tensor], count: int) -> list[torch.Tensor]:
+    """``plans`` split until there are ``count`` of them (the one with most rows is halved),
+    so that data-parallel ranks, which must run the same number of backwards, agree."""
+    plans = list(plans)
+    while len(plans) < count:
+        widest = max(range(len(plans)), key=lambda i: len(plans[i]))
+        if len(plans[widest]) < 2:
+            raise ValueError(f"cannot cut {sum(map(len, plans))} rows into {count} micro-batches")
+        plans[widest:widest + 1] = list(torch.tensor_split(plans[widest], 2))
+    return plans
+
+
+def micro_batches(batch: TrainBatch, plans: list[torch.Tensor]) -> list[tuple[torch.Tensor, TrainBatch]]:
+    """``(rows, micro-batch)`` for each plan of rows, each micro-batch cropped to its longest row."""
+    lengths = row_lengths(batch)
+    return [(rows, cropped(batch.rows(rows), max(int(lengths[rows].max()), 1))) for rows in plans]
+
+
+def scatter_rows(parts: list[tuple[torch.Tensor, torch.Tensor]], n: int, length: int) -> torch.Tensor:
+    """``[n, length, ...]`` from ``(rows, values [len(rows), l <= length, ...])`` pairs, zeros
+    in the cropped-away columns."""
+    first = parts[0][1]
+    out = first.new_zeros((n, length, *first.shape[2:]))
+    for rows, values in parts:
+        out[rows, : values.shape[1]] = values
+    return out

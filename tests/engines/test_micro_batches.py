@@ -1,0 +1,91 @@
+"""Micro-batches that skip padding: the plan, and results unchanged by cropping and packing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from loongsage.engines.batch import TrainBatch
+from loongsage.engines.embedded_train import EmbeddedTrainEngine
+from loongsage.engines.micro_batches import (
+    cropped, micro_batches, plan_micro_batches, row_lengths, scatter_rows, split_to,
+)
+from loongsage.errors import ConfigError
+from loongsage.schema import ModelConfig, TrainConfig
+
+
+def ragged(lengths: list[int], width: int = 40, seed: int = 0) -> TrainBatch:
+    g = torch.Generator().manual_seed(seed)
+    n = len(lengths)
+    ids = torch.randint(3, 500, (n, width), generator=g)
+    attn, mask = torch.zeros(n, width, dtype=torch.long), torch.zeros(n, width)
+    for row, k in enumerate(lengths):
+        attn[row, :k] = 1
+        mask[row, k // 2:k] = 1.0
+        ids[row, k:] = 0
+    extras = {"advantages": torch.linspace(-1, 1, n)[:, None].expand(n, width) * mask,
+              "per_row": torch.arange(n, dtype=torch.float32)}
+    return TrainBatch(ids, attn, mask, extras)
+
+
+def test_the_token_budget_packs_rows_of_alike_length_longest_first():
+    lengths = torch.tensor([10, 40, 12, 38, 11, 9])
+    plans = plan_micro_batches(lengths, rows_per_micro_batch=2, token_budget=80)
+    assert [p.tolist() for p in plans] == [[1, 3], [2, 4, 0, 5]]  # 2 x 40 <= 80; 4 x 12 <= 80
+    for plan in plans:
+        assert len(plan) * int(lengths[plan].max()) <= 80
+    assert [p.tolist() for p in plan_micro_batches(torch.tensor([50, 5]), 4, 30)] == [[0], [1]]  # too long: alone
+    assert [p.tolist() for p in plan_micro_batches(lengths, 4, 0)] == [[0, 1, 2, 3], [4, 5]]  # no budget: rows
+
+
+def test_a_micro_batch_is_cropped_to_its_longest_row_and_scattered_back():
+    batch = ragged([7, 20, 5])
+    assert row_lengths(batch).tolist() == [7, 20, 5]
+    pieces = micro_batches(batch, [torch.tensor([0, 2]), torch.tensor([1])])
+    assert [m.input_ids.shape[1] for _, m in pieces] == [7, 20]
+    assert pieces[0][1].extras["advantages"].shape == (2, 7) and pieces[0][1].extras["per_row"].tolist() == [0, 2]
+    back = scatter_rows([(rows, m.extras["advantages"]) for rows, m in pieces], 3, 40)
+    torch.testing.assert_close(back, batch.extras["advantages"], rtol=0, atol=0)
+    short = cropped(batch, 5)
+    assert short.loss_mask.shape == short.extras["advantages"].shape == (3, 5) and short.extras["per_row"].shape == (3,)
+
+
+def test_split_to_gives_data_parallel_ranks_the_same_number_of_micro_batches():
+    plans = split_to([torch.tensor([0, 1, 2, 3]), torch.tensor([4])], 4)
+    assert len(plans) == 4 and sorted(torch.cat(plans).tolist()) == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="cannot cut 2 rows into 3 micro-batches"):
+        split_to([torch.tensor([0]), torch.tensor([1])], 3)
+
+
+def nll(ctx):
+    loss = -(ctx.logprobs * ctx.batch.loss_mask * (1 + ctx.batch.extras["advantages"])).sum() / ctx.global_num_tokens
+    return loss, {"nll": loss.detach()}
+
+
+@pytest.mark.parametrize("train", [{"micro_batch_size": 2}, {"max_tokens_per_micro_batch": 64}])
+def test_cropped_and_packed_micro_batches_change_no_result(tiny_model_dir, train):
+    """Against one uncropped micro-batch holding every row: logprobs, entropy, loss and weights."""
+    batch = ragged([9, 40, 14, 33, 6, 21])
+
+    def engine(**options):
+        eng = EmbeddedTrainEngine(ModelConfig(path=str(tiny_model_dir)),
+                                  TrainConfig(lr=1e-2, grad_clip=0.0, **options), device="cpu")
+        eng.optimizer = torch.optim.SGD(eng.model.parameters(), lr=1.0)  # the update is the gradient
+        return eng
+
+    whole, split = engine(micro_batch_size=len(batch)), engine(**train)
+    assert len(split._micro_batches(batch)) > 1
+    a, b = whole.compute_logprobs(batch, with_entropy=True), split.compute_logprobs(batch, with_entropy=True)
+    for key in ("logprobs", "entropy"):
+        torch.testing.assert_close(b[key], a[key], atol=1e-5, rtol=0)
+    m_whole, m_split = whole.train_step(batch, nll), split.train_step(batch, nll)
+    assert m_split["train/loss"] == pytest.approx(m_whole["train/loss"], rel=1e-5)
+    after_whole, after_split = whole.model.state_dict(), split.model.state_dict()
+    for name, tensor in after_split.items():
+        torch.testing.assert_close(tensor, after_whole[name], atol=1e-5, rtol=1e-4)
+
+
+def test_a_negative_token_budget_is_refused(tiny_model_dir):
+    with pytest.raises(ConfigError, match="train.max_tokens_per_micro_batch"):
+        EmbeddedTrainEngine(ModelConfig(path=str(tiny_model_dir)), TrainConfig(max_tokens_per_micro_batch=-1),
+                            device="cpu")
