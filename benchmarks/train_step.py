@@ -12,8 +12,10 @@ the variants interleaved round by round on fresh copies of the same weights:
 * ``pi_old fused``: π_old taken detached from the loss forward (one optimizer step).
 * ``+ cropped, head on response``: also micro-batches cut to their longest row and the LM head
   over loss-mask positions only (the engine's default now).
-* ``+ token budget``: also length-sorted micro-batches packed by
-  ``train.max_tokens_per_micro_batch`` (``--token-budget``).
+* ``+ shared prompt``: also each group's prompt computed once per micro-batch, its KV cache
+  repeated over the group's rows (``train.share_prompt``, the engine's default now).
+* ``+ token budget``: all of the above with length-sorted micro-batches packed by
+  ``train.max_tokens_per_micro_batch`` (``--token-budget``) within each group.
 
 Every variant must give the same loss and weights (checked: the table prints the largest weight
 difference against ``before``). Seconds are wall time of the whole phase, medians over rounds.
@@ -79,11 +81,12 @@ def main_job_batch(groups: int, samples: int, prompt: int, max_response: int, vo
     return TrainBatch(ids, attn, mask, {"rollout_logprobs": roll}), rewards, groups_index
 
 
-VARIANTS = {
-    "before": (BeforeEngine, RecomputedObjective, 0),
-    "pi_old fused": (BeforeEngine, Objective, 0),
-    "+ cropped, head on response": (EmbeddedTrainEngine, Objective, 0),
-    "+ token budget": (EmbeddedTrainEngine, Objective, None),
+VARIANTS = {  # name: (engine, objective, token budget (None: --token-budget), share_prompt)
+    "before": (BeforeEngine, RecomputedObjective, 0, False),
+    "pi_old fused": (BeforeEngine, Objective, 0, False),
+    "+ cropped, head on response": (EmbeddedTrainEngine, Objective, 0, False),
+    "+ shared prompt": (EmbeddedTrainEngine, Objective, 0, True),
+    "+ token budget": (EmbeddedTrainEngine, Objective, None, True),
 }
 
 
@@ -100,8 +103,8 @@ def run(args: argparse.Namespace) -> dict:
     drift: dict[str, float] = {}
     for _ in range(args.rounds):
         reference = None
-        for name, (engine_cls, objective_cls, budget) in VARIANTS.items():
-            train = TrainConfig(lr=1e-5, micro_batch_size=args.micro_batch, num_threads=args.threads,
+        for name, (engine_cls, objective_cls, budget, share) in VARIANTS.items():
+            train = TrainConfig(lr=1e-5, micro_batch_size=args.micro_batch, num_threads=args.threads, share_prompt=share,
                                 max_tokens_per_micro_batch=args.token_budget if budget is None else budget)
             engine = engine_cls(ModelConfig(path=path), train, device="cpu")
             engine.model.load_state_dict(initial)

@@ -8,7 +8,8 @@ import torch
 from loongsage.engines.batch import TrainBatch
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 from loongsage.engines.micro_batches import (
-    cropped, micro_batches, plan_micro_batches, row_lengths, scatter_rows, split_to,
+    cropped, micro_batches, plan_micro_batches, prompt_keys, row_lengths, scatter_rows, shared_prefix_length,
+    split_to,
 )
 from loongsage.errors import ConfigError
 from loongsage.schema import ModelConfig, TrainConfig
@@ -89,3 +90,55 @@ def test_a_negative_token_budget_is_refused(tiny_model_dir):
     with pytest.raises(ConfigError, match="train.max_tokens_per_micro_batch"):
         EmbeddedTrainEngine(ModelConfig(path=str(tiny_model_dir)), TrainConfig(max_tokens_per_micro_batch=-1),
                             device="cpu")
+
+
+def grouped(groups: int = 3, samples: int = 4, prompt: int = 11, width: int = 30) -> TrainBatch:
+    """``groups`` prompts x ``samples`` responses of uneven length, groups interleaved row by row."""
+    g = torch.Generator().manual_seed(1)
+    n = groups * samples
+    ids = torch.randint(3, 500, (n, width), generator=g)
+    attn, mask = torch.zeros(n, width, dtype=torch.long), torch.zeros(n, width)
+    prompts = torch.randint(3, 500, (groups, prompt), generator=g)
+    for row in range(n):
+        ids[row, :prompt] = prompts[row % groups]
+        end = prompt + 4 + (row * 7) % (width - prompt - 4)
+        attn[row, :end], mask[row, prompt:end] = 1, 1.0
+        ids[row, end:] = 0
+    return TrainBatch(ids, attn, mask, {"advantages": torch.linspace(-1, 1, n)[:, None].expand(n, width) * mask})
+
+
+def test_the_samples_of_a_group_are_planned_together_and_share_their_prompt():
+    batch = grouped()
+    keys = prompt_keys(batch)
+    assert len(set(keys)) == 3 and keys[0] == keys[3] == tuple(batch.input_ids[0, :11].tolist())
+    plans = plan_micro_batches(row_lengths(batch), 2, 0, keys)
+    assert [p.tolist() for p in plans] == [[0, 3], [6, 9], [1, 4], [7, 10], [2, 5], [8, 11]]
+    assert shared_prefix_length(batch.rows(plans[0])) == 11 and shared_prefix_length(batch) == 0
+    assert shared_prefix_length(batch.rows(torch.tensor([0]))) == 0  # one row: nothing to share
+
+
+def test_a_prompt_computed_once_gives_the_logprobs_and_gradients_of_every_row_alone(tiny_model_dir):
+    batch = grouped()
+    calls: list[tuple[int, ...]] = []
+
+    def engine(share: bool) -> EmbeddedTrainEngine:
+        eng = EmbeddedTrainEngine(ModelConfig(path=str(tiny_model_dir)),
+                                  TrainConfig(micro_batch_size=4, grad_clip=0.0, share_prompt=share), device="cpu")
+        eng.optimizer = torch.optim.SGD(eng.model.parameters(), lr=1.0)  # the update is the gradient
+        return eng
+
+    shared, alone = engine(True), engine(False)
+    shared.model.base_model.register_forward_pre_hook(
+        lambda module, args, kwargs: calls.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    a, b = alone.compute_logprobs(batch, with_entropy=True), shared.compute_logprobs(batch, with_entropy=True)
+    longest = int(row_lengths(batch)[[0, 3, 6, 9]].max())  # the first micro-batch: group 0's samples
+    assert calls[:2] == [(1, 11), (4, longest - 11)]  # its prompt once, then its four responses on its cache
+    for key in ("logprobs", "entropy"):
+        torch.testing.assert_close(b[key], a[key], atol=1e-5, rtol=0)
+    assert int((a["logprobs"] != 0).sum()) == int(batch.loss_mask.sum())  # every loss token scored, nothing else
+    m_alone, m_shared = alone.train_step(batch, nll), shared.train_step(batch, nll)
+    assert m_shared["train/loss"] == pytest.approx(m_alone["train/loss"], rel=1e-5)
+    assert m_shared["train/grad_norm"] == pytest.approx(m_alone["train/grad_norm"], rel=1e-5)
+    after_alone = alone.model.state_dict()
+    for name, tensor in shared.model.state_dict().items():
+        torch.testing.assert_close(tensor, after_alone[name], atol=1e-5, rtol=1e-4)

@@ -31,7 +31,9 @@ from loongsage.engines.distributed import SingleProcess
 from loongsage.engines.embedded_train_logprobs import TokenScores
 from loongsage.engines.embedded_train_state import storage_ptr
 from loongsage.engines.memory import offload_train_state, onload_train_state
-from loongsage.engines.micro_batches import micro_batches, plan_micro_batches, row_lengths, scatter_rows, split_to
+from loongsage.engines.micro_batches import (
+    micro_batches, plan_micro_batches, prompt_keys, row_lengths, scatter_rows, shared_prefix_length, split_to,
+)
 from loongsage.errors import ConfigError, NonFiniteLossError
 
 LossFn = Callable[[LossContext], Any]
@@ -147,10 +149,16 @@ class EmbeddedTrainEngine:
 
     # forward passes ------------------------------------------------------------------
 
+    @property
+    def _share_prompt(self) -> bool:
+        """``train.share_prompt``, except under gradient checkpointing (HF runs no cache there)."""
+        return self.train_cfg.share_prompt and not self.train_cfg.gradient_checkpointing
+
     def _micro_batches(self, batch: TrainBatch) -> list[tuple[torch.Tensor, TrainBatch]]:
         """Cropped micro-batches (``engines.micro_batches``); as many on every rank."""
         t = self.train_cfg
-        plans = plan_micro_batches(row_lengths(batch), t.micro_batch_size, t.max_tokens_per_micro_batch)
+        keys = prompt_keys(batch) if self._share_prompt else None
+        plans = plan_micro_batches(row_lengths(batch), t.micro_batch_size, t.max_tokens_per_micro_batch, keys)
         return micro_batches(batch, split_to(plans, self.parallel.max_count(len(plans))))
 
     def _scores(
@@ -167,6 +175,7 @@ class EmbeddedTrainEngine:
             term=logit_term,
             extras=extras,
             score_mask=batch.loss_mask.to(self.device),
+            prefix_len=shared_prefix_length(batch) if self._share_prompt else 0,
         )
 
     @torch.no_grad()

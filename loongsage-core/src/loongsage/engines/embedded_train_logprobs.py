@@ -55,20 +55,37 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def body_hidden(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix_len: int = 0
+) -> torch.Tensor:
+    """The decoder body's last hidden states [N, L, H]. With ``prefix_len`` > 0 (every row
+    holds the same first ``prefix_len`` tokens, all real), that prefix runs once, its KV cache
+    is repeated over the rows and the rest of every row runs on top of it: the same values
+    (attention reads the same keys and values), the prefix's FLOPs paid once instead of N times."""
+    positions = position_ids_from_mask(attention_mask)
+    if prefix_len <= 0:
+        out = model.base_model(input_ids=input_ids, attention_mask=attention_mask,
+                               position_ids=positions, use_cache=False)
+        return out.last_hidden_state
+    n = input_ids.shape[0]
+    head = model.base_model(input_ids=input_ids[:1, :prefix_len], position_ids=positions[:1, :prefix_len],
+                            use_cache=True)
+    head.cache.batch_repeat_interleave(n)
+    tail = model.base_model(input_ids=input_ids[:, prefix_len:], attention_mask=attention_mask,
+                            position_ids=positions[:, prefix_len:], cache=head.cache, use_cache=True)
+    shared = head.last_hidden_state.expand(n, -1, -1)
+    return torch.cat([shared, tail.last_hidden_state], dim=1)
+
+
 def final_hidden(
     model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-    score_mask: torch.Tensor | None = None,
+    score_mask: torch.Tensor | None = None, prefix_len: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(hidden [T, H], real [T])``: the decoder body's last hidden state at every position
     that predicts a real token (only those whose token is in ``score_mask`` [N, L], when
-    given), and those positions' flat index into ``[N, L - 1]``."""
-    out = model.base_model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids_from_mask(attention_mask),
-        use_cache=False,
-    )
-    hidden = out.last_hidden_state[:, :-1]
+    given), and those positions' flat index into ``[N, L - 1]``; ``prefix_len`` as in
+    ``body_hidden``."""
+    hidden = body_hidden(model, input_ids, attention_mask, prefix_len)[:, :-1]
     wanted = attention_mask[:, 1:].bool()  # predicted tokens that are not padding
     if score_mask is not None:
         wanted = wanted & score_mask[:, 1:].bool()
@@ -183,6 +200,7 @@ def token_scores(
     term: LogitTerm | None = None,
     extras: Mapping[str, torch.Tensor] | None = None,
     score_mask: torch.Tensor | None = None,
+    prefix_len: int = 0,
 ) -> TokenScores:
     """Log-probs [N, L] (+ entropy, + ``term``'s values [N, L, width]) of ``input_ids``.
 
@@ -191,8 +209,9 @@ def token_scores(
     predicted token t (so it lines up with ``logprobs``); position 0 and padding positions
     are 0 for every output, and so are positions outside ``score_mask`` [N, L] when given
     (the train engine passes the loss mask: the LM head never runs over the prompt).
+    ``prefix_len``: a prefix all rows share, computed once (``body_hidden``).
     """
-    hidden, real = final_hidden(model, input_ids, attention_mask, score_mask)
+    hidden, real = final_hidden(model, input_ids, attention_mask, score_mask, prefix_len)
     inputs = gather_inputs(extras or {}, term.inputs, real, input_ids.shape[1]) if term is not None else None
     scores = head_scores(
         model,

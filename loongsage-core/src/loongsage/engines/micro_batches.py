@@ -14,6 +14,12 @@ Without a budget, micro-batches are ``train.micro_batch_size`` consecutive rows 
 loss closures normalise by the global token and sequence counts, so neither the order nor the
 split of the rows changes the loss or the gradient beyond float summation order.
 
+- **a shared prompt computed once** (``train.share_prompt``): the samples of a group share their
+  prompt, so micro-batches are planned group by group and each runs the prompt through the
+  decoder once, then the responses of every row on top of its cache (``shared_prefix_length``;
+  ``engines.embedded_train_logprobs.final_hidden``). Gradients reach the prompt's positions
+  through the cache, summed over the rows, as they would be row by row.
+
 Sorted buckets rather than one packed varlen sequence: on CPU the attention kernels of
 transformers take a padded ``[rows, length]`` batch; a packed row needs a block-diagonal mask
 that costs the full ``length²`` it was meant to save.
@@ -33,10 +39,30 @@ def row_lengths(batch: TrainBatch) -> torch.Tensor:
     return (positions * mask).amax(-1)
 
 
-def plan_micro_batches(lengths: torch.Tensor, rows_per_micro_batch: int, token_budget: int) -> list[torch.Tensor]:
+def prompt_keys(batch: TrainBatch) -> list[tuple[int, ...]]:
+    """Per row, its tokens before the first loss-mask position (its prompt): rows with equal
+    keys share that prefix (the samples of a group); a row without loss tokens is its own."""
+    first = batch.loss_mask.gt(0).float().argmax(-1).tolist()
+    has_loss = batch.loss_mask.gt(0).any(-1).tolist()
+    return [tuple(batch.input_ids[row, :first[row]].tolist()) if has_loss[row] else (-1 - row,)
+            for row in range(len(batch))]
+
+
+def plan_micro_batches(lengths: torch.Tensor, rows_per_micro_batch: int, token_budget: int,
+                       keys: list | None = None) -> list[torch.Tensor]:
     """Row indices of each micro-batch: consecutive ``rows_per_micro_batch`` rows, or (with a
     ``token_budget`` > 0) rows sorted longest first, packed while ``rows x longest <= budget``
-    (a row longer than the budget goes alone)."""
+    (a row longer than the budget goes alone). With ``keys`` (``prompt_keys``), rows of one key
+    are planned together and never share a micro-batch with another key's."""
+    if keys is not None:
+        by_key: dict = {}
+        for row, key in enumerate(keys):
+            by_key.setdefault(key, []).append(row)
+        plans = []
+        for rows in by_key.values():
+            index = torch.tensor(rows)
+            plans.extend(index[plan] for plan in plan_micro_batches(lengths[index], rows_per_micro_batch, token_budget))
+        return plans
     n = len(lengths)
     if token_budget <= 0:
         return [torch.arange(i, min(i + rows_per_micro_batch, n)) for i in range(0, n, rows_per_micro_batch)]
@@ -61,6 +87,18 @@ def cropped(batch: TrainBatch, length: int) -> TrainBatch:
               for key, value in batch.extras.items()}
     return TrainBatch(batch.input_ids[:, :length], batch.attention_mask[:, :length],
                       batch.loss_mask[:, :length], extras)
+
+
+def shared_prefix_length(batch: TrainBatch) -> int:
+    """Positions every row of ``batch`` holds alike before its first loss token (0 for one row):
+    the prompt a micro-batch of one group's samples can compute once."""
+    if len(batch) < 2 or not batch.loss_mask.gt(0).any():
+        return 0
+    ids, attn = batch.input_ids, batch.attention_mask.bool()
+    alike = (ids == ids[:1]).all(0) & attn.all(0)
+    first_loss = int(batch.loss_mask.gt(0).float().argmax(-1).min())
+    prefix = int(alike.long().cumprod(0).sum())
+    return min(prefix, first_loss)
 
 
 def split_to(plans: list[torch.Tensor], count: int) -> list[torch.Tensor]:
