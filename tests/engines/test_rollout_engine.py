@@ -85,6 +85,32 @@ def test_concurrent_batched_requests_equal_sequential(client, engine):
                               atol=1e-5, rtol=0)
 
 
+def test_a_group_of_identical_prompts_is_prefilled_once(client, engine, hf):
+    """Eight samples of one prompt admitted together: one prompt's tokens prefilled, seven shared;
+    each sample's logprobs still equal a plain HF forward of its own tokens."""
+    prompt = PROMPTS[2]
+    engine.scheduler.pause("in_place").result()
+    stats = engine.scheduler.stats
+    before = (stats["prefills"], stats["prefill_tokens"], stats["prefill_tokens_shared"])
+    params = [{"max_new_tokens": 8, "temperature": 1.0, "ignore_eos": True}] * 8
+
+    async def group():
+        tasks = [asyncio.create_task(client.agenerate(prompt, sp)) for sp in params]
+        while engine.scheduler.load()["waiting"] < 8:  # all queued before the engine admits any
+            await asyncio.sleep(0.01)
+        engine.scheduler.resume().result()
+        return await asyncio.gather(*tasks)
+
+    outs = asyncio.run(group())
+    assert stats["prefills"] - before[0] == 1
+    assert stats["prefill_tokens"] - before[1] == 8 * len(prompt)
+    assert stats["prefill_tokens_shared"] - before[2] == 7 * len(prompt)
+    assert len({tuple(o.output_ids) for o in outs}) > 1  # sampled apart after the shared prefill
+    for out in outs:
+        ref = hf_logprobs(hf, prompt, out.output_ids)
+        assert torch.allclose(torch.tensor(out.output_logprobs), ref, atol=1e-5, rtol=0)
+
+
 def test_stop_token_ids_and_max_new_tokens(client, hf):
     prompt = PROMPTS[0]
     ref = hf_greedy(hf, prompt, 12)

@@ -4,8 +4,9 @@ Why not transformers' continuous batching: on CPU its per-step overhead makes it
 than static batching (REFERENCE.md §6.8). This module keeps the decode step as cheap as a
 plain ``generate`` step and pays for batch changes only when they happen:
 
-* **admit**: new requests are prefilled together (left-padded, one forward), and their
-  cache is merged into the running one by left-padding the narrower cache to the common
+* **admit**: new requests are prefilled together (left-padded, one forward; identical
+  prompts, the samples of one group, once, their cache rows repeated: SGLang's radix cache
+  shares such a prefix too), and their cache is merged into the running one by left-padding the narrower cache to the common
   width and concatenating along the batch dimension;
 * **evict**: finished or aborted rows are dropped with an index-select, then leading columns
   that are padding in every remaining row are sliced off, so a long finished request does not
@@ -68,6 +69,7 @@ class KVBatch:
         self.cache = cache
         self.mask = mask  # [B, W] long, 1 = real token
         self.lengths = mask.sum(dim=-1)  # [B] real tokens per row
+        self.shared_tokens = 0  # prompt tokens a prefill did not recompute (identical prompts)
 
     @property
     def size(self) -> int:
@@ -77,7 +79,25 @@ class KVBatch:
     def prefill(cls, head: LogitsHead, prompts: list[list[int]],
                 device: torch.device | str = "cpu") -> tuple["KVBatch", torch.Tensor]:
         """Prefill ``prompts`` in one left-padded forward on ``device`` (the model's); returns
-        the batch and fp32 logits."""
+        the batch and fp32 logits. Identical prompts (the G samples of a group) are computed
+        once and their cache rows repeated; ``shared_tokens`` counts the tokens not recomputed."""
+        distinct: dict[tuple[int, ...], int] = {}
+        rows = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+        batch, logits = cls._prefill_distinct(head, [list(p) for p in distinct], device)
+        batch.shared_tokens = sum(map(len, prompts)) - sum(map(len, distinct))
+        if len(distinct) == len(prompts):
+            return batch, logits
+        index = torch.tensor(rows, dtype=torch.long, device=batch.mask.device)
+        for layer in _layers(batch.cache):
+            layer.keys = layer.keys.index_select(0, index)
+            layer.values = layer.values.index_select(0, index)
+        repeated = cls(batch.cache, batch.mask.index_select(0, index))
+        repeated.shared_tokens = batch.shared_tokens
+        return repeated, logits.index_select(0, index)
+
+    @classmethod
+    def _prefill_distinct(cls, head: LogitsHead, prompts: list[list[int]],
+                          device: torch.device | str) -> tuple["KVBatch", torch.Tensor]:
         width = max(len(p) for p in prompts)
         ids = torch.zeros(len(prompts), width, dtype=torch.long)
         mask = torch.zeros(len(prompts), width, dtype=torch.long)

@@ -76,7 +76,8 @@ class Scheduler:
         self._paused = False
         self._stale = False
         self._stopping = False
-        self.stats = {"prefills": 0, "decode_steps": 0, "max_batch": 0}
+        self.stats = {"prefills": 0, "prefill_tokens": 0, "prefill_tokens_shared": 0, "decode_steps": 0,
+                      "max_batch": 0}
         self._thread = threading.Thread(target=self._run, name="embedded-rollout-decode",
                                         daemon=True)
 
@@ -220,6 +221,8 @@ class Scheduler:
             batch, logits = KVBatch.prefill(self.head, [r.prompt_ids + r.output_ids for r in new],
                                             self.device)
             self.stats["prefills"] += 1
+            self.stats["prefill_tokens"] += sum(len(r.prompt_ids) + len(r.output_ids) for r in new)
+            self.stats["prefill_tokens_shared"] += batch.shared_tokens
             self._append(new, logits, self._row_settings(new))
             self._batch = batch if self._batch is None else self._batch.merge(batch)
             self._rows += new
