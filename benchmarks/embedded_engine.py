@@ -1,6 +1,7 @@
 """Output tokens/s of the embedded rollout engine vs transformers' static-batch ``generate``.
 
-Workload (REFERENCE.md §6.8): ``--requests`` prompts (8–40 tokens) whose response lengths are
+Workload (REFERENCE.md §6.8): ``--requests`` prompts (8–40 tokens; ``--group-size`` requests
+share each prompt, as an RL group's samples do) whose response lengths are
 long-tailed, from 8 to 118 new tokens (most short, a few long), sampled at temperature 1 with
 EOS ignored so every request produces exactly its length. Both sides run the same prompts
 with the same torch thread count, interleaved round by round, in one process:
@@ -19,7 +20,10 @@ baseline has none. Also tokens per CPU-second of this process (all its threads):
 shared, oversubscribed machine wall-clock swings with other people's load, CPU time much less.
 
     .venv/bin/python benchmarks/embedded_engine.py [--model tiny|smollm2] [--requests 32]
-        [--rounds 3] [--threads N] [--json]
+        [--group-size 8] [--rounds 3] [--threads N] [--json]
+
+The hit rate of the engine's shared prefill (identical prompts admitted together are
+prefilled once) is printed: the share of prefilled prompt tokens that were not recomputed.
 """
 
 from __future__ import annotations
@@ -36,9 +40,11 @@ import time
 import torch
 
 
-def workload(n: int, seed: int, vocab: int) -> tuple[list[list[int]], list[int]]:
+def workload(n: int, seed: int, vocab: int, group: int = 1) -> tuple[list[list[int]], list[int]]:
+    """``n`` requests: ``n / group`` distinct prompts, each asked ``group`` times (an RL group)."""
     rng = random.Random(seed)
-    prompts = [[rng.randrange(3, vocab) for _ in range(rng.randint(8, 40))] for _ in range(n)]
+    distinct = [[rng.randrange(3, vocab) for _ in range(rng.randint(8, 40))] for _ in range(-(-n // group))]
+    prompts = [distinct[i // group] for i in range(n)]
     # long tail: n_i = 8 + 110 * u^3 for evenly spaced u, shuffled (median ~22, max 118)
     lengths = [8 + round(110 * (i / max(n - 1, 1)) ** 3) for i in range(n)]
     rng.shuffle(lengths)
@@ -98,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", choices=["tiny", "smollm2"], default="tiny")
     ap.add_argument("--requests", type=int, default=32)
+    ap.add_argument("--group-size", type=int, default=8, help="samples per prompt (RL groups; 1: all distinct)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     ap.add_argument("--seed", type=int, default=0)
@@ -122,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                                    num_threads=threads, seed=args.seed)
     url = engine.start()
     client = EngineClient(url, timeout=3600)
-    prompts, lengths = workload(args.requests, args.seed, model.config.vocab_size)
+    prompts, lengths = workload(args.requests, args.seed, model.config.vocab_size, args.group_size)
     useful = sum(lengths)
     rows = {"HF generate, static batch": lambda: run_baseline(model, prompts, lengths),
             "embedded engine over HTTP": lambda: run_embedded(client, prompts, lengths),
@@ -138,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
                 c0 = time.process_time()
                 wall[name].append(fn())
                 cpu[name].append(time.process_time() - c0)
+        stats = engine.scheduler.stats
+        shared_prefill = stats["prefill_tokens_shared"] / max(stats["prefill_tokens"], 1)
     finally:
         client.close()
         engine.stop()
@@ -147,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "embedded_engine",
         "model": args.model,
-        "requests": args.requests,
+        "requests": args.requests, "group_size": args.group_size,
+        "shared_prefill_hit_rate": round(shared_prefill, 3),
         "new_tokens_min": min(lengths), "new_tokens_median": statistics.median(lengths),
         "new_tokens_max": max(lengths), "useful_tokens": useful,
         "threads": threads, "rounds": args.rounds,
@@ -165,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"embedded engine vs HF generate (static batch) | model={args.model} "
           f"requests={args.requests} new tokens {min(lengths)}-{max(lengths)} "
-          f"(median {statistics.median(lengths)}) | threads={threads} rounds={args.rounds}")
+          f"(median {statistics.median(lengths)}) | groups of {args.group_size} | threads={threads} "
+          f"rounds={args.rounds}")
     print(f"{'':<28}{'wall s':>9}{'tok/s':>10}{'CPU s':>9}{'tok/CPU-s':>11}")
     for k in rows:
         print(f"{k:<28}{statistics.median(wall[k]):>9.3f}{tps[k]:>10.1f}"
@@ -173,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ratio embedded (HTTP) / HF generate: {tps[http] / tps[base]:.2f}x wall-clock, "
           f"{tpc[http] / tpc[base]:.2f}x per CPU-second "
           f"(no HTTP: {tps[direct] / tps[base]:.2f}x wall-clock)")
+    print(f"shared-prefill hit rate: {shared_prefill:.1%} of prefilled prompt tokens not recomputed")
     return 0
 
 
