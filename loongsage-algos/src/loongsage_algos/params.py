@@ -16,10 +16,14 @@ from typing import ClassVar, Optional
 class DrGRPOParams:
     """Dr. GRPO: r − group mean, no std division (pair with seq_mean_token_sum_norm)."""
 
+    group_baseline: ClassVar[bool] = True
+
 
 @dataclass
 class RLOOParams:
     """RLOO: r minus the mean of the other G−1 samples of the group."""
+
+    group_baseline: ClassVar[bool] = True
 
 
 @dataclass
@@ -36,6 +40,8 @@ class ReinforcePPParams:
 @dataclass
 class ReinforcePPBaselineParams:
     """REINFORCE++-baseline: r − group mean, then whitened over every token of the batch."""
+
+    group_baseline: ClassVar[bool] = True
 
 
 # ---- policy losses -----------------------------------------------------------------------

@@ -108,7 +108,7 @@ def _as_tensor(values: Any, dtype: torch.dtype) -> torch.Tensor:
     return torch.as_tensor(list(values), dtype=dtype)
 
 
-def compute_advantages(
+def advantage_inputs(
     rewards: torch.Tensor | Sequence[float],
     group_ids: torch.Tensor | Sequence[int],
     loss_mask: torch.Tensor,
@@ -116,14 +116,9 @@ def compute_advantages(
     *,
     old_logprobs: torch.Tensor | None = None,
     ref_logprobs: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Per-token advantages [N, L] (zero outside ``loss_mask``) for one training step.
-
-    ``rewards`` [N] outcome rewards, ``group_ids`` [N] prompt-group ids, ``loss_mask``
-    [N, L], ``spec`` the resolved ``algorithm`` section (the objective's). ``old_logprobs``
-    and ``ref_logprobs`` [N, L] are required only when ``algorithm.kl.use_as == "reward"``
-    with ``coef > 0``.
-    """
+    values: torch.Tensor | None = None,
+) -> AdvantageInputs:
+    """What the estimator of ``spec`` sees (arguments as ``compute_advantages``)."""
     mask = loss_mask.detach().float()
     rewards_t = _as_tensor(rewards, mask.dtype)
     groups_t = _as_tensor(group_ids, torch.long)
@@ -140,6 +135,33 @@ def compute_advantages(
                 "old_logprobs and ref_logprobs [N, L]"
             )
         penalty = spec.kl_coef * spec.kl_fn(old_logprobs.detach().float(), ref_logprobs.detach().float())
+    if spec.advantage.flag("needs_values") and values is None:
+        raise ValueError(f"compute_advantages: estimator '{spec.advantage.name}' needs the critic's "
+                         "values [N, L]")
     inputs = build_inputs(rewards_t, groups_t, mask, penalty)
+    inputs.values = None if values is None else values.detach().to(mask.dtype)
+    return inputs
+
+
+def compute_advantages(
+    rewards: torch.Tensor | Sequence[float],
+    group_ids: torch.Tensor | Sequence[int],
+    loss_mask: torch.Tensor,
+    spec: AlgorithmSpec,
+    *,
+    old_logprobs: torch.Tensor | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    values: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Per-token advantages [N, L] (zero outside ``loss_mask``) for one training step.
+
+    ``rewards`` [N] outcome rewards, ``group_ids`` [N] prompt-group ids, ``loss_mask``
+    [N, L], ``spec`` the resolved ``algorithm`` section (the objective's). ``old_logprobs``
+    and ``ref_logprobs`` [N, L] are required only when ``algorithm.kl.use_as == "reward"``
+    with ``coef > 0``; ``values`` [N, L] (the critic's) only by an estimator with
+    ``needs_values`` (``gae``).
+    """
+    inputs = advantage_inputs(rewards, group_ids, loss_mask, spec, old_logprobs=old_logprobs,
+                              ref_logprobs=ref_logprobs, values=values)
     advantages = spec.advantage.obj(inputs, spec.advantage.params)
-    return advantages * mask
+    return advantages * inputs.mask

@@ -1,6 +1,7 @@
 """A run's lifecycle around the loop: warm start, model export, checkpoints, resume.
 
-A checkpoint is the trainer's state (weights, optimizer, RNG) plus the controller's (step,
+A checkpoint is the trainer's state (weights, optimizer, RNG), the critic's when the run has
+one (value model with its head, optimizer), plus the controller's (step,
 weight version, the scheduler's state with its data order); ``resume_or_warm_start`` either
 restores the newest complete one and republishes its weights, or runs the supervised warm
 start of a fresh run.
@@ -72,6 +73,8 @@ def checkpoint_due(run: Run, step: int) -> bool:
 def save_checkpoint(run: Run, step: int) -> None:
     tmp = run.run_dir.begin_checkpoint(step)
     run.trainers.call("save", str(tmp / "trainer"))
+    if run.critic is not None:
+        run.critic.call("save", str(tmp / "critic"))
     state = {
         "step": step,
         "version": run.version,
@@ -88,6 +91,8 @@ def resume_or_warm_start(run: Run) -> int:
         return 0
     folder, state = latest
     run.trainers.call("load", str(folder / "trainer"))
+    if run.critic is not None:
+        run.critic.call("load", str(folder / "critic"))
     if run.scheduler and state["scheduler"] is not None:
         run.scheduler.load_state_dict(state["scheduler"])
     for tracker in run.trackers:
