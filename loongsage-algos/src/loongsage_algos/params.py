@@ -84,6 +84,18 @@ class CISPOParams:
 
 
 @dataclass
+class SAOParams:
+    """SAO: ratio π_θ/π_roll, tokens outside [1 − eps_low, 1 + eps_high] masked out entirely."""
+
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    uses_rollout_ratio: ClassVar[bool] = True  # its ratio is against π_roll
+
+    def __post_init__(self) -> None:
+        _check_eps(self.eps_low, self.eps_high)
+
+
+@dataclass
 class ReinforceParams:
     """REINFORCE with the unclipped importance ratio: ℓ = −ρ·Â."""
 
