@@ -38,6 +38,10 @@ def warm_start(run: Run) -> None:
     if run.memory is not None:
         peak = f" (train actor RSS peak {run.memory.step_metrics().get('perf/train_rss_peak_gb', 0.0):.2f} GB)"
     log.info(f"sft warm start: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {len(losses)} steps{peak}")
+    if run.critic is not None and run.cfg.algorithm.critic.path is None:
+        folder = run.run_dir.path / "warm_start_model"
+        save_model(run, str(folder))
+        run.critic.call("load_body", str(folder))  # the critic starts from the policy RL starts from
     if run.rollout_actors:
         run.publish_weights()
 

@@ -7,7 +7,10 @@ values line up with log-probs and loss masks (``loongsage.engines.batch``). The 
 from the policy's checkpoint or ``algorithm.critic.path``; the head is a ``Linear(hidden, 1)``
 in fp32 registered on the model as ``value_head``, initialised to zero (V = 0 until the
 critic learns, so the first explained variance is 0) unless the folder is a saved critic,
-whose head is loaded with it. Loss, for returns R and the values V_old the step started with
+whose head is loaded with it. After a supervised warm start the controller copies the
+warm-started policy into the critic (``load_body``) unless ``algorithm.critic.path`` is set,
+so the critic starts from the policy RL starts from (verl initialises both from one
+checkpoint). Loss, for returns R and the values V_old the step started with
 (verl ``compute_value_loss``, OpenRLHF ``ValueLoss``):
 
     L_V = ½ · max((V − R)², (V_old + clip(V − V_old, −ε_v, ε_v) − R)²)
@@ -33,6 +36,7 @@ from torch import nn
 from loongsage.engines.batch import TrainBatch
 from loongsage.engines.embedded_train import EmbeddedTrainEngine, _section
 from loongsage.engines.embedded_train_logprobs import final_hidden, scatter_positions
+from loongsage.engines.embedded_train_state import check_loaded, read_weights
 from loongsage.schema import CriticConfig, ModelConfig, TrainConfig
 
 HEAD = "value_head"
@@ -95,6 +99,15 @@ class EmbeddedCriticEngine(EmbeddedTrainEngine):
         hidden, real = final_hidden(self.model, ids, attention)
         values = self.model.get_submodule(HEAD)(hidden.float())
         return scatter_positions(values, real, ids.shape)[..., 0]
+
+    @torch.no_grad()
+    def load_body(self, path: str | Path) -> None:
+        """Replace the decoder's weights by a policy's HF folder (the warm-started policy), keeping
+        the value head; AdamW moments restart."""
+        folder = Path(path)
+        missing, unexpected = self.model.load_state_dict(read_weights(folder), strict=False)
+        check_loaded(folder, self.model, [k for k in missing if not k.startswith(f"{HEAD}.")], unexpected)
+        self.optimizer = self._new_optimizer(self.critic_cfg.lr)
 
     @torch.no_grad()
     def compute_values(self, batch: TrainBatch) -> torch.Tensor:
