@@ -5,9 +5,12 @@ The value of position t is V(s_t), the value of the state *before* token t: the 
 the decoder's hidden state at t − 1, the same position whose LM head gives log p(token t), so
 values line up with log-probs and loss masks (``loongsage.engines.batch``). The model starts
 from the policy's checkpoint or ``algorithm.critic.path``; the head is a ``Linear(hidden, 1)``
-in fp32 registered on the model as ``value_head``, initialised to zero (V = 0 until the
-critic learns, so the first explained variance is 0) unless the folder is a saved critic,
-whose head is loaded with it. After a supervised warm start the controller copies the
+in fp32 registered on the model as ``value_head``, its weight drawn from N(0, σ²) with the
+model's ``initializer_range`` σ and its bias 0 (verl's token-classification head), unless the
+folder is a saved critic, whose head is loaded with it. A zero head would be a trap: the body's
+gradients are then ~0 but AdamW scales every step to the learning rate, and the tiny critic
+collapsed to one constant value for every token (measured: value std 1.5e-4 over tokens after
+20 steps, explained variance 0). After a supervised warm start the controller copies the
 warm-started policy into the critic (``load_body``) unless ``algorithm.critic.path`` is set,
 so the critic starts from the policy RL starts from (verl initialises both from one
 checkpoint). Loss, for returns R and the values V_old the step started with
@@ -71,7 +74,7 @@ class EmbeddedCriticEngine(EmbeddedTrainEngine):
         head = nn.Linear(self.model.config.hidden_size, 1, dtype=torch.float32)
         state = saved_head(Path(model.path))
         if state is None:
-            nn.init.zeros_(head.weight)
+            nn.init.normal_(head.weight, std=getattr(self.model.config, "initializer_range", 0.02))
             nn.init.zeros_(head.bias)
         else:
             head.load_state_dict(state)
