@@ -17,9 +17,9 @@ def refused(*overrides: str, recipe: str = "tiny/ppo") -> ConfigError:
 
 def test_ppo_recipe_resolves_a_critic_and_grpo_has_none():
     ppo = load_config("tiny/ppo").algorithm
-    assert ppo.advantage.name == "gae" and ppo.advantage.params.lam == 0.95
+    assert ppo.advantage.name == "gae" and ppo.advantage.params.lam == 1.0
     assert ppo.critic.engine.name == "embedded_critic"
-    assert ppo.critic.settings.warmup_steps == 2 and ppo.critic.settings.lr == 1e-3
+    assert ppo.critic.settings.warmup_steps == 2 and ppo.critic.settings.lr == 1e-4
     assert load_config("tiny/grpo").algorithm.critic is None
 
 

@@ -4,8 +4,10 @@ rollout engine, critic), HTTP engines, TransferMesh sync.
 
 Curves against ``tiny/grpo`` (docs/algorithms.md): its synchronous run measured a mean reward
 of 0.085 over the first 5 steps and 0.35 over the last 5. Each run here must rise by at least
-0.1 as the GRPO test requires; the critic's explained variance must rise, and the critic-only
-warm-up steps must leave the policy untrained.
+0.1 as the GRPO test requires. The critic's explained variance must rise by at least 0.5 (its
+random head starts it far below 0; measured about −1.6 over the first 5 steps, −0.05 over the
+last 5) while its values stay spread over tokens (a critic collapsed to the batch mean also
+reaches 0); the critic-only warm-up steps must leave the policy untrained.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ def test_tiny_ppo_learns_and_its_critic_explains_the_returns(tmp_path, runs):
     first, last = _means(rows, "rollout/reward_mean")
     assert last >= first + 0.1, f"reward did not rise: first 5 steps {first:.3f}, last 5 {last:.3f}"
     ev_first, ev_last = _means(rows, "critic/explained_variance")
-    assert ev_last >= ev_first + 0.1, f"explained variance did not rise: {ev_first:.3f} -> {ev_last:.3f}"
+    assert ev_last >= ev_first + 0.5, f"explained variance did not rise: {ev_first:.3f} -> {ev_last:.3f}"
+    # ...by telling tokens apart, not by collapsing to the batch mean (which also gives EV 0)
+    assert _means(rows, "critic/value_std")[1] > 0.01
     critic = run_dir / "checkpoints" / f"step_{STEPS - 1:06d}" / "critic" / "model.safetensors"
     with safe_open(str(critic), "pt") as f:
         assert {"value_head.weight", "value_head.bias"} <= set(f.keys())

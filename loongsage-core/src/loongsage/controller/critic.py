@@ -15,7 +15,8 @@ Per training step (``verbs.Run.train``):
    returns R = Â + V from the same values) and ``updates_per_step`` passes of the clipped value
    loss. Metrics: ``critic/value_loss``, ``critic/value_clipfrac``, ``critic/grad_norm`` (means
    over the passes), and, of the values the step used, ``critic/explained_variance``
-   1 − Var(R − V)/Var(R), ``critic/value_mean`` and ``critic/return_mean`` over loss tokens.
+   1 − Var(R − V)/Var(R), ``critic/value_mean``, ``critic/value_std`` (a critic that
+   collapsed to one value has std 0) and ``critic/return_mean`` over loss tokens.
 
 Colocated phases onload the critic with the train ranks and offload it with them; its state
 is saved beside the trainer's in every checkpoint (``critic/``) and restored on resume.
@@ -45,7 +46,7 @@ def value_metrics(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tenso
     variance = r.var()
     explained = 1.0 - float((r - v).var() / variance) if variance > 0 else 0.0
     return {"critic/explained_variance": explained, "critic/value_mean": float(v.mean()),
-            "critic/return_mean": float(r.mean())}
+            "critic/value_std": float(v.std()), "critic/return_mean": float(r.mean())}
 
 
 def train_critic(engine: Any, data: tuple[TrainBatch, torch.Tensor, torch.Tensor], spec: AlgorithmSpec,
