@@ -118,7 +118,8 @@ def advantage_inputs(
     ref_logprobs: torch.Tensor | None = None,
     values: torch.Tensor | None = None,
 ) -> AdvantageInputs:
-    """What the estimator of ``spec`` sees (arguments as ``compute_advantages``)."""
+    """What the estimator of ``spec`` sees: the outcome reward on each row's last loss token, a
+    KL reward penalty per token when configured, the critic's values (``compute_advantages``)."""
     mask = loss_mask.detach().float()
     rewards_t = _as_tensor(rewards, mask.dtype)
     groups_t = _as_tensor(group_ids, torch.long)
@@ -148,20 +149,16 @@ def compute_advantages(
     group_ids: torch.Tensor | Sequence[int],
     loss_mask: torch.Tensor,
     spec: AlgorithmSpec,
-    *,
-    old_logprobs: torch.Tensor | None = None,
-    ref_logprobs: torch.Tensor | None = None,
-    values: torch.Tensor | None = None,
+    **tensors: torch.Tensor | None,
 ) -> torch.Tensor:
     """Per-token advantages [N, L] (zero outside ``loss_mask``) for one training step.
 
     ``rewards`` [N] outcome rewards, ``group_ids`` [N] prompt-group ids, ``loss_mask``
-    [N, L], ``spec`` the resolved ``algorithm`` section (the objective's). ``old_logprobs``
-    and ``ref_logprobs`` [N, L] are required only when ``algorithm.kl.use_as == "reward"``
-    with ``coef > 0``; ``values`` [N, L] (the critic's) only by an estimator with
-    ``needs_values`` (``gae``).
+    [N, L], ``spec`` the resolved ``algorithm`` section (the objective's). ``tensors`` are
+    ``advantage_inputs``' keywords, each [N, L]: ``old_logprobs`` and ``ref_logprobs``,
+    required only when ``algorithm.kl.use_as == "reward"`` with ``coef > 0``, and ``values``
+    (the critic's), required by an estimator with ``needs_values`` (``gae``).
     """
-    inputs = advantage_inputs(rewards, group_ids, loss_mask, spec, old_logprobs=old_logprobs,
-                              ref_logprobs=ref_logprobs, values=values)
+    inputs = advantage_inputs(rewards, group_ids, loss_mask, spec, **tensors)
     advantages = spec.advantage.obj(inputs, spec.advantage.params)
     return advantages * inputs.mask
