@@ -49,7 +49,7 @@ def test_values_sit_where_logprobs_sit(tiny_model_dir):
     values = critic.compute_values(b)
     assert values.shape == b.input_ids.shape and values[:, 1:].std() > 0  # a random head, not a constant
     head = critic.model.get_submodule("value_head")
-    assert float(head.bias) == 0.0 and 0.01 < float(head.weight.std()) < 0.03  # N(0, 0.02²)
+    assert float(head.bias.detach()) == 0.0 and 0.01 < float(head.weight.detach().std()) < 0.03  # N(0, 0.02²)
     with torch.no_grad():
         head.weight.zero_()
         head.bias.fill_(0.5)
@@ -102,4 +102,4 @@ def test_load_body_takes_a_policy_and_keeps_the_head(tiny_model_dir, tmp_path):
     critic.load_body(tmp_path / "policy")
     body = {k: v for k, v in critic.model.state_dict().items() if not k.startswith("value_head.")}
     assert all(torch.equal(v, policy.model.state_dict()[k]) for k, v in body.items())
-    assert float(critic.model.get_submodule("value_head").bias) == 0.25
+    assert float(critic.model.get_submodule("value_head").bias.detach()) == 0.25
