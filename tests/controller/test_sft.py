@@ -188,7 +188,7 @@ def test_warm_start_reports_progress_while_the_train_actor_runs(tiny_model_dir, 
         run = types.SimpleNamespace(
             cfg=types.SimpleNamespace(trainer=types.SimpleNamespace(sft=sft, seed=0)),
             spec=types.SimpleNamespace(tool_parser=types.SimpleNamespace(obj=lambda: None)),
-            sources={}, trainers=TrainGroup([actor]), rollout_actors=[], memory=None)
+            sources={}, trainers=TrainGroup([actor]), rollout_actors=[], memory=None, critic=None)
         monkeypatch.setattr(lifecycle, "sft_examples", lambda *a, **k: examples())
         with caplog.at_level(logging.INFO, logger="loongsage"):
             lifecycle.warm_start(run)

@@ -16,10 +16,14 @@ from typing import ClassVar, Optional
 class DrGRPOParams:
     """Dr. GRPO: r − group mean, no std division (pair with seq_mean_token_sum_norm)."""
 
+    group_baseline: ClassVar[bool] = True
+
 
 @dataclass
 class RLOOParams:
     """RLOO: r minus the mean of the other G−1 samples of the group."""
+
+    group_baseline: ClassVar[bool] = True
 
 
 @dataclass
@@ -36,6 +40,8 @@ class ReinforcePPParams:
 @dataclass
 class ReinforcePPBaselineParams:
     """REINFORCE++-baseline: r − group mean, then whitened over every token of the batch."""
+
+    group_baseline: ClassVar[bool] = True
 
 
 # ---- policy losses -----------------------------------------------------------------------
@@ -72,6 +78,18 @@ class CISPOParams:
     eps_low: float = 1.0  # 1.0 = no lower bound (MiniMax-M1 tunes only eps_high)
     eps_high: float = 0.28
     uses_rollout_ratio: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        _check_eps(self.eps_low, self.eps_high)
+
+
+@dataclass
+class SAOParams:
+    """SAO: ratio π_θ/π_roll, tokens outside [1 − eps_low, 1 + eps_high] masked out entirely."""
+
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    uses_rollout_ratio: ClassVar[bool] = True  # its ratio is against π_roll
 
     def __post_init__(self) -> None:
         _check_eps(self.eps_low, self.eps_high)

@@ -28,6 +28,7 @@ def loongsage_register_policy_losses(register):
     register("cispo", f"{losses}.cispo:cispo_loss", params=p.CISPOParams)
     register("reinforce", f"{losses}.reinforce:reinforce_loss", params=p.ReinforceParams)
     register("m2po", f"{losses}.m2po:m2po_loss", params=p.M2POParams)
+    register("sao", f"{losses}.sao:sao_loss", params=p.SAOParams)
 
 
 @hookimpl

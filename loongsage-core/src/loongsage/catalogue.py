@@ -32,7 +32,7 @@ SIBLING_PLUGINS: dict[str, dict[str, tuple[str, ...]]] = {
         "advantage": ("dr_grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"),
         "data_filter": ("dynamic_sampling", "length", "overlong", "overlong_reward_shaping"),
         "is_correction": ("geometric", "icepop", "opsm", "sequence", "token"),
-        "policy_loss": ("cispo", "gspo", "gspo_token", "m2po", "reinforce"),
+        "policy_loss": ("cispo", "gspo", "gspo_token", "m2po", "reinforce", "sao"),
     },
     "loongsage-distill": {
         "distiller": ("multi_teacher",),

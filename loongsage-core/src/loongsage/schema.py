@@ -80,6 +80,19 @@ class KLConfig:
 
 
 @dataclass
+class CriticConfig:
+    """The value model of a critic-based estimator (``gae``): its own engine, actor and optimizer."""
+
+    backend: str = "embedded_critic"  # engine plugin hosting the value model
+    path: Optional[str] = None  # initial weights: null = the policy's model.path; a saved critic keeps its head
+    lr: float = 1e-5
+    value_clip: float = 0.5  # ε_v of the clipped value loss; V moves at most this far from V_old per step
+    warmup_steps: int = 0  # first steps train only the critic (the policy waits)
+    updates_per_step: int = 1  # critic optimizer passes over each step's batch (SAO: 2)
+    freeze_attention: bool = False  # train only the MLPs, norms, embeddings and head (SAO)
+
+
+@dataclass
 class AlgorithmConfig:
     """Advantage, policy loss, KL, IS correction, filters."""
 
@@ -90,6 +103,7 @@ class AlgorithmConfig:
     kl: KLConfig = field(default_factory=KLConfig)
     is_correction: Any = None  # PluginRef, list of PluginRefs (e.g. [opsm, token]) or null
     filters: List[Any] = field(default_factory=list)  # PluginRefs
+    critic: CriticConfig = field(default_factory=CriticConfig)  # used when the estimator needs values
 
 
 @dataclass

@@ -108,7 +108,7 @@ def _as_tensor(values: Any, dtype: torch.dtype) -> torch.Tensor:
     return torch.as_tensor(list(values), dtype=dtype)
 
 
-def compute_advantages(
+def advantage_inputs(
     rewards: torch.Tensor | Sequence[float],
     group_ids: torch.Tensor | Sequence[int],
     loss_mask: torch.Tensor,
@@ -116,14 +116,10 @@ def compute_advantages(
     *,
     old_logprobs: torch.Tensor | None = None,
     ref_logprobs: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Per-token advantages [N, L] (zero outside ``loss_mask``) for one training step.
-
-    ``rewards`` [N] outcome rewards, ``group_ids`` [N] prompt-group ids, ``loss_mask``
-    [N, L], ``spec`` the resolved ``algorithm`` section (the objective's). ``old_logprobs``
-    and ``ref_logprobs`` [N, L] are required only when ``algorithm.kl.use_as == "reward"``
-    with ``coef > 0``.
-    """
+    values: torch.Tensor | None = None,
+) -> AdvantageInputs:
+    """What the estimator of ``spec`` sees: the outcome reward on each row's last loss token, a
+    KL reward penalty per token when configured, the critic's values (``compute_advantages``)."""
     mask = loss_mask.detach().float()
     rewards_t = _as_tensor(rewards, mask.dtype)
     groups_t = _as_tensor(group_ids, torch.long)
@@ -140,6 +136,29 @@ def compute_advantages(
                 "old_logprobs and ref_logprobs [N, L]"
             )
         penalty = spec.kl_coef * spec.kl_fn(old_logprobs.detach().float(), ref_logprobs.detach().float())
+    if spec.advantage.flag("needs_values") and values is None:
+        raise ValueError(f"compute_advantages: estimator '{spec.advantage.name}' needs the critic's "
+                         "values [N, L]")
     inputs = build_inputs(rewards_t, groups_t, mask, penalty)
+    inputs.values = None if values is None else values.detach().to(mask.dtype)
+    return inputs
+
+
+def compute_advantages(
+    rewards: torch.Tensor | Sequence[float],
+    group_ids: torch.Tensor | Sequence[int],
+    loss_mask: torch.Tensor,
+    spec: AlgorithmSpec,
+    **tensors: torch.Tensor | None,
+) -> torch.Tensor:
+    """Per-token advantages [N, L] (zero outside ``loss_mask``) for one training step.
+
+    ``rewards`` [N] outcome rewards, ``group_ids`` [N] prompt-group ids, ``loss_mask``
+    [N, L], ``spec`` the resolved ``algorithm`` section (the objective's). ``tensors`` are
+    ``advantage_inputs``' keywords, each [N, L]: ``old_logprobs`` and ``ref_logprobs``,
+    required only when ``algorithm.kl.use_as == "reward"`` with ``coef > 0``, and ``values``
+    (the critic's), required by an estimator with ``needs_values`` (``gae``).
+    """
+    inputs = advantage_inputs(rewards, group_ids, loss_mask, spec, **tensors)
     advantages = spec.advantage.obj(inputs, spec.advantage.params)
-    return advantages * mask
+    return advantages * inputs.mask

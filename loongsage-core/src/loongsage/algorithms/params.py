@@ -52,11 +52,33 @@ class GRPOParams:
     eps: float = 1e-6  # added to the standard deviation
     std_unbiased: bool = True  # Bessel-corrected std (torch.std default, as verl and LS-ref)
 
+    @property
+    def group_baseline(self) -> bool:
+        """Whether each sample is baselined by its prompt group (a group of one gives Â = 0)."""
+        return self.norm_mode.startswith("group")
+
     def __post_init__(self) -> None:
         if self.norm_mode not in GRPO_NORM_MODES:
             raise ValueError(f"norm_mode must be one of {GRPO_NORM_MODES}, got {self.norm_mode!r}")
         if self.eps < 0:
             raise ValueError(f"eps must be >= 0, got {self.eps}")
+
+
+@dataclass
+class GAEParams:
+    """GAE: advantages from a critic's values; needs ``algorithm.critic``."""
+
+    gamma: float = 1.0  # discount per sampled token
+    lam: float = 1.0  # GAE λ: 1 = Monte-Carlo returns minus V, 0 = one-step TD
+    whiten: bool = True  # whiten the advantages over every loss token of the batch
+
+    needs_values: ClassVar[bool] = True  # the estimator reads a critic's values
+
+    def __post_init__(self) -> None:
+        if not 0 < self.gamma <= 1:
+            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
+        if not 0 <= self.lam <= 1:
+            raise ValueError(f"lam must be in [0, 1], got {self.lam}")
 
 
 @dataclass

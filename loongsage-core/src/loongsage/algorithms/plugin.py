@@ -1,12 +1,12 @@
 """Core's built-in algorithms plugins, registered through the same hooks as third-party code.
 
-Only ``grpo``, ``ppo_clip`` and the KL policies live in core (enough for one GRPO run);
-``loongsage-algos`` registers every other estimator, loss, correction and filter.
+Only ``grpo``, ``gae``, ``ppo_clip`` and the KL policies live in core (enough for one GRPO or
+PPO run); ``loongsage-algos`` registers every other estimator, loss, correction and filter.
 Targets are lazy ``"module:attr"`` strings so importing this module never imports torch.
 """
 
 from loongsage import hookimpl
-from loongsage.algorithms.params import GRPOParams, KLLossParams, KLPenaltyParams, PPOClipParams
+from loongsage.algorithms.params import GAEParams, GRPOParams, KLLossParams, KLPenaltyParams, PPOClipParams
 
 _KL = "loongsage.algorithms.kl"
 
@@ -14,6 +14,7 @@ _KL = "loongsage.algorithms.kl"
 @hookimpl
 def loongsage_register_advantage_estimators(register):
     register("grpo", "loongsage.algorithms.advantages:grpo_advantage", params=GRPOParams)
+    register("gae", "loongsage.algorithms.gae:gae_advantage", params=GAEParams)
 
 
 @hookimpl

@@ -106,7 +106,8 @@ def check_correction_contract(fn: Callable[..., Any], params: Any, seed: int = 0
 
 
 def check_advantage_contract(fn: Callable[..., torch.Tensor], params: Any, seed: int = 0) -> None:
-    """Assert the advantage contract: [N, L], finite, zero outside the loss mask, no gradient."""
+    """Assert the advantage contract: [N, L], finite, zero outside the loss mask, no gradient.
+    An estimator with ``needs_values`` gets random critic values [N, L]."""
     from loongsage.algorithms.advantages import build_inputs
 
     g = torch.Generator().manual_seed(seed)
@@ -115,7 +116,10 @@ def check_advantage_contract(fn: Callable[..., torch.Tensor], params: Any, seed:
     mask[:, 0] = 1.0
     rewards = torch.rand(n, generator=g)
     groups = torch.tensor([0, 0, 0, 1, 1, 1, 1, 2])
-    out = fn(build_inputs(rewards, groups, mask), params)
+    inputs = build_inputs(rewards, groups, mask)
+    if getattr(params, "needs_values", False):
+        inputs.values = torch.randn(n, length, generator=g)
+    out = fn(inputs, params)
     assert out.shape == (n, length), f"advantages must be [N, L], got {tuple(out.shape)}"
     assert torch.isfinite(out).all() and not out.requires_grad
     assert bool((out[mask == 0] == 0).all()), "advantages must be zero outside the loss mask"

@@ -324,6 +324,19 @@ def _check_agents(cfg: DictConfig, sources: tuple[SourceSpec, ...]) -> None:
             )
 
 
+def _check_baseline(cfg: DictConfig, algorithm: AlgorithmSpec) -> None:
+    """One sample per prompt leaves a group-relative estimator nothing to compare with."""
+    estimator = algorithm.advantage
+    if cfg.rollout.n_samples_per_prompt == 1 and getattr(estimator.params, "group_baseline", False):
+        raise ConfigError(
+            "rollout.n_samples_per_prompt",
+            f"advantage estimator '{estimator.name}' baselines each sample by the other samples of "
+            "its prompt group; with 1 sample per prompt every group holds one sample and every "
+            "advantage is 0. Sample >= 2 per prompt, or let a critic give the baseline "
+            "(algorithm/advantage_estimator=gae)",
+        )
+
+
 def validate_config(cfg: DictConfig, registries: Registries) -> RunConfig:
     """Return the typed config with its plugins resolved, or raise ``ConfigError``/``UnknownPluginError``."""
     cfg = _typed(cfg)
@@ -338,6 +351,7 @@ def validate_config(cfg: DictConfig, registries: Registries) -> RunConfig:
     _check_data_sources(cfg)
     run = _resolve_plugins(cfg, registries)
     _check_agents(cfg, run.sources)
+    _check_baseline(cfg, run.algorithm)
     return run
 
 

@@ -7,7 +7,8 @@ ranks into one process group (``TrainGroup``), and builds the data sources, the 
 engine pool (the one load balancer), the AgentFlow routers, the reward worker processes
 (``reward.workers``), the rollout manager and the scheduler on the run's one rollout event
 loop, the distiller with its teachers beside train rank 0 when ``opd.teachers`` are set
-(``distill.py``), the objective and the trackers, and returns a ``Run`` whose verbs the loop in
+(``distill.py``), the critic beside train rank 0 when the advantage estimator needs values
+(``critic.py``), the objective and the trackers, and returns a ``Run`` whose verbs the loop in
 ``run.py`` calls. Nothing here chooses an algorithm or looks a plugin name up: every plugin
 arrives resolved in the ``RunConfig``.
 
@@ -35,6 +36,7 @@ from loongsage.algorithms.objective import Objective
 from loongsage.config.validate import RunConfig, as_container
 from loongsage.controller.actors import spawn_engine, start_ray
 from loongsage.controller.agent_routers import AgentRouters
+from loongsage.controller.critic import build_critic
 from loongsage.controller.distill import build_distiller
 from loongsage.controller.memory import RunMemory
 from loongsage.controller.memory_budget import check_run_memory
@@ -144,6 +146,9 @@ def _start_actors(run: Run, plain: dict, rollout: bool) -> None:
     log.info(format_layout(rows))
     run.run_dir.write_layout(placement.plan.mode, rows)
     run.trainers.connect(rows[0]["node_ip"], run.cfg.train.strategy)
+    if spec.algorithm.critic is not None:
+        run.critic = build_critic(spec.algorithm, plain, train_seats[0], placement,
+                                  run.cfg.train.mini_batches_per_step)
 
 
 def _start_rollout(run: Run, plain: dict) -> None:
@@ -168,7 +173,7 @@ def _start_rollout(run: Run, plain: dict) -> None:
                                    mini_batches=cfg.train.mini_batches_per_step,
                                    dp_size=cfg.train.dp_size)
     run.scheduler = build_scheduler(spec, mixer, run.rollout, run.loop)
-    run.phases = PHASES[cfg.placement.mode](run.scheduler, run.trainers, run.rollout_actors)
+    run.phases = PHASES[cfg.placement.mode](run.scheduler, run.trainers, run.rollout_actors, run.critic)
 
 
 @contextmanager
@@ -198,8 +203,8 @@ def build_run(spec: RunConfig, rollout: bool = True) -> Iterator[Run]:
             run.distiller = build_distiller(spec.distill, as_container(cfg), placement.plan.role("train")[0],
                                           placement)
             run.objective = Objective(spec.algorithm, run.distiller.train_term)
-        run.memory = RunMemory.for_run(cfg, run.trainers.actors, run.rollout_actors,
-                                       run.distiller.actors if run.distiller else {})
+        others = {**(run.distiller.actors if run.distiller else {}), **(run.critic.actors if run.critic else {})}
+        run.memory = RunMemory.for_run(cfg, run.trainers.actors, run.rollout_actors, others)
         run.trackers = build_trackers(spec, run_dir)
         yield run
     finally:

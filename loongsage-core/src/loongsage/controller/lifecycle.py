@@ -1,6 +1,7 @@
 """A run's lifecycle around the loop: warm start, model export, checkpoints, resume.
 
-A checkpoint is the trainer's state (weights, optimizer, RNG) plus the controller's (step,
+A checkpoint is the trainer's state (weights, optimizer, RNG), the critic's when the run has
+one (value model with its head, optimizer), plus the controller's (step,
 weight version, the scheduler's state with its data order); ``resume_or_warm_start`` either
 restores the newest complete one and republishes its weights, or runs the supervised warm
 start of a fresh run.
@@ -37,6 +38,10 @@ def warm_start(run: Run) -> None:
     if run.memory is not None:
         peak = f" (train actor RSS peak {run.memory.step_metrics().get('perf/train_rss_peak_gb', 0.0):.2f} GB)"
     log.info(f"sft warm start: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {len(losses)} steps{peak}")
+    if run.critic is not None and run.cfg.algorithm.critic.path is None:
+        folder = run.run_dir.path / "warm_start_model"
+        save_model(run, str(folder))
+        run.critic.call("load_body", str(folder))  # the critic starts from the policy RL starts from
     if run.rollout_actors:
         run.publish_weights()
 
@@ -72,6 +77,8 @@ def checkpoint_due(run: Run, step: int) -> bool:
 def save_checkpoint(run: Run, step: int) -> None:
     tmp = run.run_dir.begin_checkpoint(step)
     run.trainers.call("save", str(tmp / "trainer"))
+    if run.critic is not None:
+        run.critic.call("save", str(tmp / "critic"))
     state = {
         "step": step,
         "version": run.version,
@@ -88,6 +95,8 @@ def resume_or_warm_start(run: Run) -> int:
         return 0
     folder, state = latest
     run.trainers.call("load", str(folder / "trainer"))
+    if run.critic is not None:
+        run.critic.call("load", str(folder / "critic"))
     if run.scheduler and state["scheduler"] is not None:
         run.scheduler.load_state_dict(state["scheduler"])
     for tracker in run.trackers:

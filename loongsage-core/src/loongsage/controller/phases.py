@@ -5,7 +5,8 @@ device and take turns. Before training, generation stops (partial rollout: in-fl
 requests are aborted and resumed later) and the engines release their weights and KV cache;
 the train ranks bring their state back from host memory. Before the weight update the engines
 take their weights back; after it the train ranks move parameters, gradients and optimizer
-state to host memory while the engines generate. On CPU devices the moves are no-ops, the
+state to host memory while the engines generate. A critic (``controller.critic``) shares train
+rank 0's device and moves with the train ranks. On CPU devices the moves are no-ops, the
 calls still happen at the same boundaries.
 
 Disaggregated: every actor keeps its own device; generation overlaps training and only
@@ -20,23 +21,26 @@ import ray
 
 
 class ColocatedPhases:
-    def __init__(self, scheduler: Any, trainers: Any, engines: Sequence[Any]) -> None:
+    def __init__(self, scheduler: Any, trainers: Any, engines: Sequence[Any], critic: Any = None) -> None:
         self.scheduler, self.trainers, self.engines = scheduler, trainers, list(engines)
+        self.holders = [trainers] if critic is None else [trainers, critic]
 
     def to_train(self) -> None:
         self.scheduler.pause()
         ray.get([engine.call.remote("offload") for engine in self.engines])
-        self.trainers.call("onload")
+        for holder in self.holders:
+            holder.call("onload")
 
     def to_sync(self) -> None:
         ray.get([engine.call.remote("onload") for engine in self.engines])
 
     def to_rollout(self) -> None:
-        self.trainers.call("offload")
+        for holder in self.holders:
+            holder.call("offload")
 
 
 class OverlappedPhases:
-    def __init__(self, scheduler: Any, trainers: Any, engines: Sequence[Any]) -> None:
+    def __init__(self, scheduler: Any, trainers: Any, engines: Sequence[Any], critic: Any = None) -> None:
         self.scheduler = scheduler
 
     def to_train(self) -> None:

@@ -57,6 +57,7 @@ def train_on_rollout(
             objective.spec,
             old_logprobs=batch.extras.get("old_logprobs"),
             ref_logprobs=batch.extras.get("ref_logprobs"),
+            values=batch.extras.get("values"),  # the critic's, when the estimator needs them
         )
         if distill is not None:
             advantages, metrics = distill.shape_advantages(batch, advantages, old)

@@ -23,6 +23,7 @@ from loongsage.algorithms.objective import Objective
 from loongsage.config.validate import RunConfig
 from loongsage.controller.agent_routers import AgentRouters
 from loongsage.controller.batching import attach_train_logprobs, groups_to_batch, plan_shards, rollout_metrics
+from loongsage.controller.critic import Critic
 from loongsage.controller.distill import Distiller
 from loongsage.controller.memory import RunMemory
 from loongsage.controller.placement import Placement
@@ -65,6 +66,7 @@ class Run:
     reward_pool: DeadlinePool | None = None
     memory: RunMemory | None = None
     distiller: Distiller | None = None
+    critic: Critic | None = None  # the value model of a critic-based estimator (controller.critic)
     version: int = 0
     _bar: Any = None
 
@@ -85,8 +87,9 @@ class Run:
 
     def train(self, groups: list, step: int, metrics: dict) -> dict[str, float]:
         """Train on ``groups``: cut into (mini-batch, rank) shards, one batch for all ranks, to
-        which the distiller's teachers first add their outputs; the samples ``record`` saves
-        (the first ``logging.samples_per_step``) get their pi_old logprobs."""
+        which the distiller's teachers first add their outputs and the critic its values; the
+        policy waits during the critic's warm-up steps, the critic trains after it; the samples
+        ``record`` saves (the first ``logging.samples_per_step``) get their pi_old logprobs."""
         train = self.cfg.train
         sources = [source.name for source in self.spec.sources]
         ordered, shards = plan_shards(groups, sources, train.mini_batches_per_step, train.dp_size,
@@ -97,13 +100,20 @@ class Run:
             with timed(step_metrics, "timing/teacher"):
                 row_sources = [g.prompt.source for g in ordered for _ in g.samples]
                 step_metrics.update(self.distiller.teacher_outputs(batch, row_sources))
-        saved = [s for g in groups for s in g.samples][:self.cfg.logging.samples_per_step]
-        row_of = {id(s): row for row, s in enumerate(s for g in ordered for s in g.samples)}
-        train_metrics, logprobs = self.trainers.train(batch, rewards, group_index, shards, self.objective,
-                                                      keep_rows=[row_of[id(s)] for s in saved])
-        if logprobs is not None:
-            attach_train_logprobs(saved, logprobs)
-        step_metrics.update(train_metrics)
+        if self.critic is not None:
+            with timed(step_metrics, "timing/critic_values"):
+                batch.extras["values"] = self.critic.values(batch)
+        if self.critic is None or not self.critic.warming_up(step):
+            saved = [s for g in groups for s in g.samples][:self.cfg.logging.samples_per_step]
+            row_of = {id(s): row for row, s in enumerate(s for g in ordered for s in g.samples)}
+            train_metrics, logprobs = self.trainers.train(batch, rewards, group_index, shards, self.objective,
+                                                          keep_rows=[row_of[id(s)] for s in saved])
+            if logprobs is not None:
+                attach_train_logprobs(saved, logprobs)
+            step_metrics.update(train_metrics)
+        if self.critic is not None:
+            with timed(step_metrics, "timing/critic_train"):
+                step_metrics.update(self.critic.train(batch, rewards, group_index))
         return step_metrics
 
     def eval_due(self, step: int) -> bool:
@@ -160,6 +170,8 @@ class Run:
             self.memory.close()
         if self.distiller is not None:
             self.distiller.close()
+        if self.critic is not None:
+            self.critic.close()
         if self.scheduler is not None:
             self.scheduler.close()
         if self.agent_routers is not None:

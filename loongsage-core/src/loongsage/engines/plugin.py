@@ -11,6 +11,11 @@ def loongsage_register_engines(register):
         doc="HF causal LM trainer on CPU or one GPU (micro-batching, AdamW, HF safetensors).",
     )
     register(
+        "embedded_critic",
+        "loongsage.engines.embedded_critic:EmbeddedCriticEngine",
+        doc="Value model (HF decoder + scalar head) trained on the clipped value loss (algorithm.critic).",
+    )
+    register(
         "embedded_rollout",
         "loongsage.engines.embedded_rollout.engine:EmbeddedRolloutEngine",
         doc="HF causal LM behind SGLang's HTTP API on loopback, with its own batched decode loop.",
