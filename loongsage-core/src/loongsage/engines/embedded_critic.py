@@ -39,6 +39,7 @@ from torch import nn
 from loongsage.engines.batch import TrainBatch
 from loongsage.engines.embedded_train import EmbeddedTrainEngine, _section
 from loongsage.engines.embedded_train_logprobs import final_hidden, scatter_positions
+from loongsage.engines.micro_batches import scatter_rows
 from loongsage.engines.embedded_train_state import check_loaded, read_weights
 from loongsage.schema import CriticConfig, ModelConfig, TrainConfig
 
@@ -115,7 +116,8 @@ class EmbeddedCriticEngine(EmbeddedTrainEngine):
     @torch.no_grad()
     def compute_values(self, batch: TrainBatch) -> torch.Tensor:
         """V(s_t) [N, L] in fp32 on CPU (0 at position 0 and padding), without grad."""
-        return torch.cat([self._values(batch.rows(rows)).cpu() for rows in self._micro_batches(len(batch))])
+        parts = [(rows, self._values(micro).cpu()) for rows, micro in self._micro_batches(batch)]
+        return scatter_rows(parts, *batch.input_ids.shape)
 
     def train_values(self, batch: TrainBatch, returns: torch.Tensor, old_values: torch.Tensor,
                      mini_batches: int = 1) -> dict[str, float]:
@@ -135,8 +137,7 @@ class EmbeddedCriticEngine(EmbeddedTrainEngine):
         tokens = max(float(batch.loss_mask.sum()), 1.0)
         self.optimizer.zero_grad(set_to_none=True)
         loss_total, clipped_total = 0.0, 0.0
-        for rows in self._micro_batches(len(batch)):
-            micro = batch.rows(rows)
+        for _, micro in self._micro_batches(batch):
             mask = micro.loss_mask.to(self.device).float()
             per_token, clipped = clipped_value_loss(
                 self._values(micro), micro.extras["old_values"].to(self.device),
