@@ -49,6 +49,18 @@ class TrainConfig:
 
 
 @dataclass
+class EngineHealthConfig:
+    """The engine monitor (controller/engine_health.py): when an engine counts as dead or hung."""
+
+    enable: bool = True
+    interval_s: float = 2.0  # between two looks at every engine
+    failures: int = 3  # /health probes in a row without a 200 that mean hung (a local stopped process: at once)
+    max_restarts: int = 3  # restarts per run; past them a dead engine stays down
+    restart_timeout_s: float = 300.0  # a restarted engine's start, weights and /health
+    max_attempts: int = 3  # sends of one /generate, the first included, before it fails
+
+
+@dataclass
 class RolloutConfig:
     """The rollout engines and sampling."""
 
@@ -66,6 +78,7 @@ class RolloutConfig:
     partial: bool = False  # partial rollout across weight updates
     mask_offpolicy_in_partial_rollout: bool = False
     oversample_groups: int = 0  # extra prompt groups dispatched per step
+    health: EngineHealthConfig = field(default_factory=EngineHealthConfig)
 
 
 @dataclass

@@ -7,7 +7,7 @@ ranks into one process group (``TrainGroup``), and builds the data sources, the 
 engine pool (the one load balancer), the AgentFlow routers, the reward worker processes
 (``reward.workers``), the rollout manager and the scheduler on the run's one rollout event
 loop, the distiller with its teachers beside train rank 0 when ``opd.teachers`` are set
-(``distill.py``), the objective and the trackers, and returns a ``Run`` whose verbs the loop in
+(``distill.py``), the objective, the trackers and the engine monitor (``engine_health.py``), and returns a ``Run`` whose verbs the loop in
 ``run.py`` calls. Nothing here chooses an algorithm or looks a plugin name up: every plugin
 arrives resolved in the ``RunConfig``.
 
@@ -36,6 +36,7 @@ from loongsage.config.validate import RunConfig, as_container
 from loongsage.controller.actors import spawn_engine, start_ray
 from loongsage.controller.agent_routers import AgentRouters
 from loongsage.controller.distill import build_distiller
+from loongsage.controller.engine_health import EngineMonitor
 from loongsage.controller.memory import RunMemory
 from loongsage.controller.memory_budget import check_run_memory
 from loongsage.controller.phases import PHASES
@@ -152,7 +153,9 @@ def _start_rollout(run: Run, plain: dict) -> None:
     urls = ray.get([a.call.remote("start") for a in run.rollout_actors])
     transfer = TransferConfig(**plain["transfer"])
     run.weight_sync = WeightSync(run.trainers, run.rollout_actors, transfer)
-    pool = EnginePool([EngineClient(url) for url in urls])
+    health = cfg.rollout.health
+    pool = EnginePool([EngineClient(url) for url in urls], max_attempts=health.max_attempts,
+                      wait_s=health.restart_timeout_s)
     run.loop = EventLoopThread()
     base = RouterSettings.from_config(cfg.agentflow)
     run.agent_routers = AgentRouters(run.sources, pool, run.tokenizer, spec.registries, base, run.run_dir.path)
@@ -201,6 +204,9 @@ def build_run(spec: RunConfig, rollout: bool = True) -> Iterator[Run]:
         run.memory = RunMemory.for_run(cfg, run.trainers.actors, run.rollout_actors,
                                        run.distiller.actors if run.distiller else {})
         run.trackers = build_trackers(spec, run_dir)
+        if rollout and cfg.rollout.health.enable:
+            run.engine_monitor = EngineMonitor(run, run.rollout.pool, as_container(cfg),
+                                               run_dir.path / "engine_events.jsonl").start()
         yield run
     finally:
         run.close()
