@@ -4,9 +4,42 @@ with its own Ray cluster) from ``tests/e2e/conftest.py``."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import time
 from pathlib import Path
+
+import pytest
 
 _spec = importlib.util.spec_from_file_location("e2e_helpers", Path(__file__).parent.parent / "e2e" / "conftest.py")
 e2e_helpers = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(e2e_helpers)
 runs = e2e_helpers.runs
+
+
+def _session_processes(sid: int) -> list[int]:
+    """Live pids whose session is ``sid`` (a run started with a new session: all of its processes)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] not in "ZX":
+            pids.append(int(entry))
+    return pids
+
+
+@pytest.fixture
+def leftovers():
+    """``leftovers(sid)``: the processes of session ``sid`` still alive after up to 60 s."""
+
+    def wait(sid: int, timeout: float = 60.0) -> list[int]:
+        deadline = time.monotonic() + timeout
+        while _session_processes(sid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return _session_processes(sid)
+
+    return wait

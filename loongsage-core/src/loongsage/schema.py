@@ -250,6 +250,7 @@ class TrainerConfig:
     steps: int = 10
     seed: int = 0
     resume: bool = False
+    auto_resume: int = 0  # restarts from the last checkpoint when an actor dies (0 = stop with the resume command)
     run_dir: Optional[str] = None  # resume into / write to this directory
     eval_interval: int = 0  # steps between evaluations (0 = never); also before step 0
     eval_prompts: int = 64  # fixed prompts per evaluation, split over the data sources
