@@ -183,10 +183,12 @@ class DataSourceConfig:
 class AgentFlowConfig:
     """The AgentFlow router."""
 
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # any other address needs api_key (agentflow/access.py)
     port: int = 0  # 0 = pick a free port
     tool_parser: str = "hermes"
     middlewares: List[Any] = field(default_factory=list)
+    api_key: Optional[str] = None  # else LOONGSAGE_ROUTER_API_KEY; with one, agents get per-trajectory tokens
+    max_body_bytes: int = 32 << 20  # request bodies past this are refused with 413
 
 
 @dataclass

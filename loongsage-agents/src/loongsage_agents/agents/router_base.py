@@ -129,7 +129,7 @@ class RouterAgentBase:
         router.open_trajectory(tid, "0", sampling=enforced, source=prompt.source,
                                index=prompt.index)
         try:
-            outcome = await self.run_trajectory(prompt, router.base_urls(tid, "0"), f"{tid}:0",
+            outcome = await self.run_trajectory(prompt, router.base_urls(tid, "0"), router.trajectory_key(tid, "0"),
                                                 dict(sampling_params))
         except BaseException:
             router.finish_trajectory(tid, "0")
