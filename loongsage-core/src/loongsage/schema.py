@@ -61,6 +61,19 @@ class EngineHealthConfig:
 
 
 @dataclass
+class SGLangConfig:
+    """``rollout.backend=sglang``: how each replica's server is launched (engines/sglang_server.py)."""
+
+    launch_command: List[str] = field(default_factory=lambda: ["python", "-m", "sglang.launch_server"])
+    tp_size: int = 1
+    mem_fraction_static: float = 0.8
+    context_length: Optional[int] = None
+    routed_experts: bool = False  # --enable-return-routed-experts (router replay)
+    extra_args: List[str] = field(default_factory=list)
+    startup_timeout_s: float = 600.0
+
+
+@dataclass
 class RolloutConfig:
     """The rollout engines and sampling."""
 
@@ -79,6 +92,7 @@ class RolloutConfig:
     mask_offpolicy_in_partial_rollout: bool = False
     oversample_groups: int = 0  # extra prompt groups dispatched per step
     health: EngineHealthConfig = field(default_factory=EngineHealthConfig)
+    sglang: SGLangConfig = field(default_factory=SGLangConfig)
 
 
 @dataclass

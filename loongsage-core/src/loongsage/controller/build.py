@@ -46,6 +46,7 @@ from loongsage.controller.run_dir import RunDirectory
 from loongsage.controller.train_group import TrainGroup
 from loongsage.controller.verbs import Run
 from loongsage.controller.weight_sync import WeightSync
+from loongsage.controller.weight_sync_distributed import DistributedWeightSync
 from loongsage.data.mixer import DataMixer
 from loongsage.data.scoring import RewardScorer, reward_modules
 from loongsage.data.sources import build_sources
@@ -61,6 +62,9 @@ from loongsage.runtime.sync_scheduler import SyncScheduler
 from loongsage.transfer import TransferConfig
 
 log = logging.getLogger(__name__)
+
+# how weights reach a rollout engine class (its ``weight_transport``; TransferMesh by default)
+WEIGHT_SYNCS = {"transfer_mesh": WeightSync, "sglang_distributed": DistributedWeightSync}
 
 
 def data_filters(spec: RunConfig) -> tuple[Any, int]:
@@ -152,7 +156,8 @@ def _start_rollout(run: Run, plain: dict) -> None:
     cfg, spec = run.cfg, run.spec
     urls = ray.get([a.call.remote("start") for a in run.rollout_actors])
     transfer = TransferConfig(**plain["transfer"])
-    run.weight_sync = WeightSync(run.trainers, run.rollout_actors, transfer)
+    sync = WEIGHT_SYNCS[getattr(spec.rollout_engine.obj, "weight_transport", "transfer_mesh")]
+    run.weight_sync = sync(run.trainers, run.rollout_actors, transfer)
     health = cfg.rollout.health
     pool = EnginePool([EngineClient(url) for url in urls], max_attempts=health.max_attempts,
                       wait_s=health.restart_timeout_s)
