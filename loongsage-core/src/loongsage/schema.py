@@ -92,6 +92,9 @@ class RolloutConfig:
     mask_offpolicy_in_partial_rollout: bool = False
     oversample_groups: int = 0  # extra prompt groups dispatched per step
     health: EngineHealthConfig = field(default_factory=EngineHealthConfig)
+    # a trajectory marked failed (agent timed out, its engine turn failed): zero_reward trains it
+    # with reward 0; drop_group generates the group again (at most reward.drop_group_retries times)
+    failed_trajectory: str = "zero_reward"
     sglang: SGLangConfig = field(default_factory=SGLangConfig)
 
 

@@ -169,8 +169,9 @@ class Run:
         return self._bar if self._bar is not None else steps
 
     def engine_metrics(self) -> dict[str, float]:
-        """Requests per engine, and the monitor's retries and restarts, since the last call."""
-        metrics = self.rollout.engine_metrics()
+        """Requests per engine, the monitor's retries and restarts, and failed trajectories,
+        since the last call."""
+        metrics = {**self.rollout.engine_metrics(), **self.rollout.failure_metrics()}
         if self.engine_monitor is not None:
             metrics.update(self.engine_monitor.metrics())
         return metrics
