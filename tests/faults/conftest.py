@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
+import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -43,3 +46,40 @@ def leftovers():
         return _session_processes(sid)
 
     return wait
+
+
+class WatchedRun:
+    """``loongsage train`` (tiny recipe) in its own session, its output collected as it comes."""
+
+    def __init__(self, runs, run_dir, *overrides: str) -> None:
+        args = [*runs.cli, "train", "--config-name", "tiny/grpo", f"trainer.run_dir={run_dir}",
+                "logging.progress_bar=false", *overrides]
+        self.proc = subprocess.Popen(args, env=runs.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, start_new_session=True)
+        self.out: list[str] = []
+        threading.Thread(target=lambda: self.out.extend(self.proc.stdout), daemon=True).start()
+
+    @property
+    def text(self) -> str:
+        return "".join(self.out)
+
+    def actor_pids(self) -> dict[str, int]:
+        """Role -> pid, from the run's ``actor processes:`` line."""
+        line = next(line for line in self.out if "actor processes:" in line)
+        return {role: int(pid) for role, pid in re.findall(r"(\w+) (\d+)", line.split("actor processes:")[1])}
+
+
+@pytest.fixture
+def watched(runs):
+    """``watched(run_dir, *overrides)`` starts a ``WatchedRun``; its whole session is killed after the test."""
+    started: list[WatchedRun] = []
+
+    def start(run_dir, *overrides: str) -> WatchedRun:
+        started.append(WatchedRun(runs, run_dir, *overrides))
+        return started[-1]
+
+    yield start
+    for run in started:
+        if run.proc.poll() is None:
+            runs.kill_group(run.proc)
+        print(run.text[-6000:])  # shown by pytest when the test failed

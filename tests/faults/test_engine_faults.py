@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
-import subprocess
-import threading
 
 import pytest
 
@@ -37,27 +34,18 @@ def restarts(run_dir) -> list[dict]:
     return [row for row in rows if row["event"] == "restart"]
 
 
-def test_a_killed_then_a_hung_engine_are_restarted_and_the_run_loses_nothing(tmp_path, runs, leftovers):
+def test_a_killed_then_a_hung_engine_are_restarted_and_the_run_loses_nothing(tmp_path, runs, watched, leftovers):
     """SIGKILL of the engine once 2 steps are recorded, SIGSTOP of its replacement once 4 are."""
     run_dir = tmp_path / "run"
-    args = [*runs.cli, "train", "--config-name", "tiny/grpo", f"trainer.run_dir={run_dir}",
-            "logging.progress_bar=false", *COMMON]
-    proc = subprocess.Popen(args, env=runs.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    out: list[str] = []
-    threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True).start()
-    try:
-        runs.wait_for(lambda: len(runs.metrics(run_dir)) >= 2, timeout=600, proc=proc)
-        line = next(line for line in out if "actor processes:" in line)
-        pids = {role: int(pid) for role, pid in re.findall(r"(\w+) (\d+)", line.split("actor processes:")[1])}
-        os.kill(pids["rollout0"], signal.SIGKILL)
-        runs.wait_for(lambda: restarts(run_dir) and len(runs.metrics(run_dir)) >= 4, timeout=600, proc=proc)
-        os.kill(restarts(run_dir)[0]["pid"], signal.SIGSTOP)
-        proc.wait(timeout=600)
-    finally:
-        if proc.poll() is None:
-            runs.kill_group(proc)
-    assert proc.returncode == 0, "".join(out)[-4000:]
+    run = watched(run_dir, *COMMON)
+    proc = run.proc
+    runs.wait_for(lambda: len(runs.metrics(run_dir)) >= 2, timeout=600, proc=proc)
+    pids = run.actor_pids()
+    os.kill(pids["rollout0"], signal.SIGKILL)
+    runs.wait_for(lambda: restarts(run_dir) and len(runs.metrics(run_dir)) >= 4, timeout=600, proc=proc)
+    os.kill(restarts(run_dir)[0]["pid"], signal.SIGSTOP)
+    proc.wait(timeout=600)
+    assert proc.returncode == 0, run.text[-4000:]
     assert leftovers(proc.pid) == []  # nothing of the run outlives it
 
     events = [json.loads(line) for line in (run_dir / "engine_events.jsonl").read_text().splitlines()]

@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import threading
 
 import pytest
 
@@ -23,27 +21,18 @@ pytestmark = pytest.mark.slow
 STEPS = 6
 
 
-def test_dead_train_rank_prints_the_resume_command_and_auto_resume_finishes_the_run(tmp_path, runs, leftovers):
+def test_dead_train_rank_prints_the_resume_command_and_auto_resume_finishes_the_run(tmp_path, runs, watched,
+                                                                                   leftovers):
     run_dir = tmp_path / "run"
-    args = [*runs.cli, "train", "--config-name", "tiny/grpo", f"trainer.run_dir={run_dir}",
-            "logging.progress_bar=false", f"trainer.steps={STEPS}", "checkpoint.interval=2",
-            "trainer.sft.steps=0", "rollout.prompts_per_step=4", "rollout.n_samples_per_prompt=2",
-            "rollout.max_new_tokens=12", "trainer.auto_resume=1"]
-    proc = subprocess.Popen(args, env=runs.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    out: list[str] = []
-    threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True).start()
-    try:
-        runs.wait_for(lambda: len(runs.metrics(run_dir)) >= 3, timeout=600, proc=proc)
-        line = next(line for line in out if "actor processes:" in line)
-        pids = {role: int(pid) for role, pid in re.findall(r"(\w+) (\d+)", line.split("actor processes:")[1])}
-        saved = runs.latest_step(run_dir)
-        os.kill(pids["train"], signal.SIGKILL)
-        proc.wait(timeout=600)
-    finally:
-        if proc.poll() is None:
-            runs.kill_group(proc)
-    text = "".join(out)
+    run = watched(run_dir, f"trainer.steps={STEPS}", "checkpoint.interval=2", "trainer.sft.steps=0",
+                  "rollout.prompts_per_step=4", "rollout.n_samples_per_prompt=2", "rollout.max_new_tokens=12",
+                  "trainer.auto_resume=1")
+    proc = run.proc
+    runs.wait_for(lambda: len(runs.metrics(run_dir)) >= 3, timeout=600, proc=proc)
+    saved = runs.latest_step(run_dir)
+    os.kill(run.actor_pids()["train"], signal.SIGKILL)
+    proc.wait(timeout=600)
+    text = run.text
     assert proc.returncode == 0, text[-4000:]
     assert "train actor 'train' died" in text
     latest = re.search(r"the train actor is gone with its state since the latest checkpoint; "
