@@ -159,7 +159,8 @@ def _start_rollout(run: Run, plain: dict) -> None:
     sync = WEIGHT_SYNCS[getattr(spec.rollout_engine.obj, "weight_transport", "transfer_mesh")]
     run.weight_sync = sync(run.trainers, run.rollout_actors, transfer)
     health = cfg.rollout.health
-    pool = EnginePool([EngineClient(url) for url in urls], max_attempts=health.max_attempts,
+    # without the monitor nothing restarts a dead engine: a failed request fails at once
+    pool = EnginePool([EngineClient(url) for url in urls], max_attempts=health.max_attempts if health.enable else 1,
                       wait_s=health.restart_timeout_s)
     run.loop = EventLoopThread()
     base = RouterSettings.from_config(cfg.agentflow)
