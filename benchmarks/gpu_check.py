@@ -14,6 +14,9 @@ tiny_run     ``loongsage train --config-name tiny/grpo`` on the GPUs, colocated 
              offload/onload between phases: ``placement.gpus_per_node`` = the GPUs visible,
              ``train.dp_size`` = ``rollout.num_engines`` = min(2, GPUs) (FSDP2 over NCCL with
              two), 4 steps; its layout (every actor on ``cuda``, its GPU ids) and metrics.
+sglang_run   The tiny recipe on ``rollout.backend=sglang``: a real SGLang server (skipped when
+             ``sglang`` is not installed), weights over ``/update_weights_from_distributed``
+             (NCCL), the rollout-vs-train logprob gap at the last step.
 transfer     ``benchmarks/transfer_mesh.py``'s CUDA rows: TransferMesh CUDA IPC (receiver on the
              sender's GPU) and NCCL (receiver on a second GPU; skipped with one) against a
              device memcpy of the same bytes, SmolLM2-135M-shaped fp32 state dict.
@@ -114,6 +117,45 @@ def check_engines(device: str) -> dict:
     return out
 
 
+def _train(args: list[str], run_dir: Path, timeout: float = 480) -> list[dict]:
+    """Run ``loongsage train`` with ``args``; return its metrics rows (raise with its output)."""
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", OMP_WAIT_POLICY="PASSIVE")
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+    if done.returncode:
+        raise RuntimeError(f"exit {done.returncode}: {done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def check_sglang_run(device: str) -> dict:
+    """The tiny recipe on ``rollout.backend=sglang``: a real ``python -m sglang.launch_server``
+    on the GPU (colocated: memory released and resumed around training), weights over NCCL
+    through ``/update_weights_from_distributed``; on ``--cpu`` the embedded SGLang stand-in."""
+    import importlib.util
+
+    module = "sglang.launch_server" if device.startswith("cuda") else "loongsage.engines.embedded_rollout.sglang_compat"
+    if device.startswith("cuda") and importlib.util.find_spec("sglang") is None:
+        return {"skipped": "sglang is not installed: pip install 'loongsage-core[sglang]'"}
+    gpus = 1 if device.startswith("cuda") else 0
+    with tempfile.TemporaryDirectory(prefix="gpu-check-sglang-") as folder:
+        run_dir = Path(folder) / "run"
+        args = [sys.executable, "-m", "loongsage.cli", "train", "--config-name", "tiny/grpo",
+                f"trainer.run_dir={run_dir}", "logging.progress_bar=false", "trainer.steps=4",
+                "trainer.sft.steps=4", "checkpoint.interval=0", f"placement.gpus_per_node={gpus}",
+                "rollout.backend=sglang", f"rollout.sglang.launch_command=[{sys.executable},-m,{module}]",
+                "rollout.sglang.mem_fraction_static=0.3"]
+        rows = _train(args, run_dir, timeout=600)
+        samples = [json.loads(line) for line in (run_dir / "samples" / "step_000003.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "timing/step" in r]
+    gaps = [abs(a - b) for row in samples for a, b in zip(row["rollout_logprobs"], row["train_logprobs"])]
+    return {"launcher": module, "steps": len(steps),
+            "last_step_weight_versions": sorted({v for row in samples for v in row["weight_versions"]}),
+            "rollout_vs_train_logprob_gap_max": max(gaps),
+            "k3_mismatch_max": max(r["train/is_approx_k3_kl"] for r in steps),
+            "weight_sync_s_median": statistics.median(r["perf/weight_sync_s"] for r in steps),
+            "step_s_median": statistics.median(r["timing/step"] for r in steps)}
+
+
 def check_tiny_run(device: str) -> dict:
     gpus = torch.cuda.device_count() if device.startswith("cuda") else 0
     ranks = max(1, min(2, gpus)) if gpus else 1
@@ -126,13 +168,7 @@ def check_tiny_run(device: str) -> dict:
                 f"train.strategy={'fsdp2' if ranks > 1 else 'ddp'}"]
         if ranks > 1 and not gpus:
             args += ["placement.train_cpus=0.5", "placement.rollout_cpus=0.5"]
-        env = dict(os.environ, RAY_AUTH_MODE="disabled", OMP_WAIT_POLICY="PASSIVE")
-        env.pop("RAY_ADDRESS", None)
-        done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=480)
-        if done.returncode:
-            raise RuntimeError(f"exit {done.returncode}: {done.stdout[-2000:]}\n"
-                               f"{done.stderr[-2000:]}")
-        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        rows = _train(args, run_dir)
         layout = json.loads((run_dir / "layout.json").read_text())
     steps = [r for r in rows if "timing/step" in r]
     actors = [{k: a[k] for k in ("role", "rank", "bundle", "device", "gpu_ids", "node_ip")}
@@ -176,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     part("engines", lambda: check_engines(device), out)
     part("tiny_run", lambda: check_tiny_run(device), out)
     part("transfer", lambda: check_transfer(device), out)
-    out["ok"] = all(out[name]["ok"] for name in ("engines", "tiny_run", "transfer"))
+    part("sglang_run", lambda: check_sglang_run(device), out)
+    out["ok"] = all(out[name]["ok"] for name in ("engines", "tiny_run", "transfer", "sglang_run"))
     print(json.dumps(out))
     return 0 if out["ok"] else 1
 

@@ -1,4 +1,6 @@
-"""A rollout engine that dies mid-run: the error names it, the trainer's state is saved, resume works.
+"""A rollout engine that dies mid-run without the engine monitor (``rollout.health.enable=false``;
+with it the engine is restarted, tests/faults): the error names it, the trainer's state is
+saved, resume works.
 
 Real processes: the CLI in a subprocess with its own Ray cluster; the test SIGKILLs the
 rollout engine's process (its pid is printed at start) after a few steps. The run must exit
@@ -27,6 +29,7 @@ COMMON = (
     "rollout.prompts_per_step=4",
     "rollout.n_samples_per_prompt=2",
     "rollout.max_new_tokens=12",
+    "rollout.health.enable=false",
 )
 
 

@@ -51,6 +51,31 @@ class TrainConfig:
 
 
 @dataclass
+class EngineHealthConfig:
+    """The engine monitor (controller/engine_health.py): when an engine counts as dead or hung."""
+
+    enable: bool = True
+    interval_s: float = 2.0  # between two looks at every engine
+    failures: int = 3  # /health probes in a row without a 200 that mean hung (a local stopped process: at once)
+    max_restarts: int = 3  # restarts per run; past them a dead engine stays down
+    restart_timeout_s: float = 300.0  # a restarted engine's start, weights and /health
+    max_attempts: int = 3  # sends of one /generate, the first included, before it fails
+
+
+@dataclass
+class SGLangConfig:
+    """``rollout.backend=sglang``: how each replica's server is launched (engines/sglang_server.py)."""
+
+    launch_command: List[str] = field(default_factory=lambda: ["python", "-m", "sglang.launch_server"])
+    tp_size: int = 1
+    mem_fraction_static: float = 0.8
+    context_length: Optional[int] = None
+    routed_experts: bool = False  # --enable-return-routed-experts (router replay)
+    extra_args: List[str] = field(default_factory=list)
+    startup_timeout_s: float = 600.0
+
+
+@dataclass
 class RolloutConfig:
     """The rollout engines and sampling."""
 
@@ -68,6 +93,11 @@ class RolloutConfig:
     partial: bool = False  # partial rollout across weight updates
     mask_offpolicy_in_partial_rollout: bool = False
     oversample_groups: int = 0  # extra prompt groups dispatched per step
+    health: EngineHealthConfig = field(default_factory=EngineHealthConfig)
+    # a trajectory marked failed (agent timed out, its engine turn failed): zero_reward trains it
+    # with reward 0; drop_group generates the group again (at most reward.drop_group_retries times)
+    failed_trajectory: str = "zero_reward"
+    sglang: SGLangConfig = field(default_factory=SGLangConfig)
 
 
 @dataclass
@@ -186,10 +216,12 @@ class DataSourceConfig:
 class AgentFlowConfig:
     """The AgentFlow router."""
 
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # any other address needs api_key (agentflow/access.py)
     port: int = 0  # 0 = pick a free port
     tool_parser: str = "hermes"
     middlewares: List[Any] = field(default_factory=list)
+    api_key: Optional[str] = None  # else LOONGSAGE_ROUTER_API_KEY; with one, agents get per-trajectory tokens
+    max_body_bytes: int = 32 << 20  # request bodies past this are refused with 413
 
 
 @dataclass
@@ -253,6 +285,7 @@ class TrainerConfig:
     steps: int = 10
     seed: int = 0
     resume: bool = False
+    auto_resume: int = 0  # restarts from the last checkpoint when an actor dies (0 = stop with the resume command)
     run_dir: Optional[str] = None  # resume into / write to this directory
     eval_interval: int = 0  # steps between evaluations (0 = never); also before step 0
     eval_prompts: int = 64  # fixed prompts per evaluation, split over the data sources

@@ -65,6 +65,17 @@ def prompt_task(prompt: Prompt) -> str:
     raise ValueError(f"prompt {prompt.source}#{prompt.index} has no user message: {prompt.messages}")
 
 
+def trajectory_failure(router: Any, tid: str, outcome: "Outcome") -> str | None:
+    """Why trajectory ``tid`` failed, if it did: the agent process timed out (killed with its
+    process group), or a turn's engine request failed (the router marked it)."""
+    if outcome.info.get("timed_out"):
+        return "the agent process timed out and was killed"
+    traj = router.store.lookup(tid, "0")
+    if traj is not None and traj.status == "failed":
+        return f"a turn failed: {traj.error}"
+    return None
+
+
 class RouterAgentBase:
     """Runs ``n`` trajectories through a router and returns their TITO samples."""
 
@@ -129,15 +140,18 @@ class RouterAgentBase:
         router.open_trajectory(tid, "0", sampling=enforced, source=prompt.source,
                                index=prompt.index)
         try:
-            outcome = await self.run_trajectory(prompt, router.base_urls(tid, "0"), f"{tid}:0",
+            outcome = await self.run_trajectory(prompt, router.base_urls(tid, "0"), router.trajectory_key(tid, "0"),
                                                 dict(sampling_params))
         except BaseException:
             router.finish_trajectory(tid, "0")
             raise
+        failure = trajectory_failure(router, tid, outcome)
         samples = router.finish_trajectory(tid, "0")
         for sample in samples:
             sample.text = outcome.text
             sample.reward_info.update(outcome.info)
+            if failure:  # rollout.failed_trajectory decides: reward 0 or the group again
+                sample.reward_info["failed"] = failure
         if not samples:
             log.warning("%s: trajectory %s recorded no sampled tokens: %s",
                         type(self).__name__, tid, outcome.info)

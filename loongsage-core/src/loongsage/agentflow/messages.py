@@ -15,6 +15,7 @@ and tool results; ids, reasoning and cache hints are left out.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,17 @@ class SamplingOptions:
     top_k: int = -1
     stop: list[str] = field(default_factory=list)
     seed: int | None = None  # accepted from clients; engines here sample from their own seed
+
+    def __post_init__(self) -> None:
+        """Refuse values no engine takes, naming the field (the engine's refusal would reach
+        the client as a failed turn, not as its own mistake)."""
+        checks = (("max_tokens", self.max_tokens is None or self.max_tokens >= 1, "must be >= 1"),
+                  ("temperature", math.isfinite(self.temperature) and self.temperature >= 0, "must be >= 0"),
+                  ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
+                  ("top_k", self.top_k == -1 or self.top_k >= 1, "must be -1 (off) or >= 1"))
+        for name, ok, expected in checks:
+            if not ok:
+                raise RequestError(f"{name}: {expected}, got {getattr(self, name)!r}", param=name)
 
     def to_engine(self, default_max: int) -> dict[str, Any]:
         out: dict[str, Any] = {

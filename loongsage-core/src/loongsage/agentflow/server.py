@@ -7,7 +7,9 @@ Routes (each ``/v1/...`` also under a ``/{trajectory_id}/{attempt_id}`` prefix):
 ``GET /health``. A request's trajectory comes
 from the path prefix, else from the API key (``Authorization: Bearer`` or ``x-api-key``)
 read as ``"{trajectory_id}:{attempt_id}"`` or ``"{trajectory_id}"`` (attempt ``"0"``).
-Every error is answered in the caller's wire format.
+Every error is answered in the caller's wire format. Binding a non-loopback address needs
+an API key, with which agents name trajectories by issued tokens, and bodies are capped
+(``access.py``).
 
 Unlike LS-ref (a reverse proxy in a daemon thread with emulated streaming), streaming here
 relays the engine's own token stream as it is generated.
@@ -22,6 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
+from loongsage.agentflow.access import TrajectoryTokens, capped_body, router_api_key
 from loongsage.agentflow.errors import EngineError, RequestError
 from loongsage.agentflow.middleware import RouterMiddleware, TurnContext
 from loongsage.agentflow.protocols import ADAPTERS
@@ -59,6 +62,7 @@ class Router:
     def __init__(self, engines: EnginePool | list[Any], tokenizer: Any, registries: Registries,
                  settings: RouterSettings | None = None) -> None:
         self.settings = settings or RouterSettings()
+        self.tokens = TrajectoryTokens(router_api_key(self.settings.api_key, self.settings.host))
         self.store = TrajectoryStore(self.settings.run_dir,
                                      auto_create=self.settings.auto_create_trajectories)
         self.pool = engines if isinstance(engines, EnginePool) else \
@@ -82,13 +86,19 @@ class Router:
         (temperature, top_p, top_k; max_new_tokens as a cap), whatever the client sends."""
         traj = self.store.open(trajectory_id, attempt_id, **metadata)
         traj.sampling = dict(sampling) if sampling else None
+        if self.tokens.required:
+            self.tokens.issue(trajectory_id, attempt_id)
         return traj
+
+    def trajectory_key(self, trajectory_id: str, attempt_id: str = "0") -> str:
+        """The API key an agent passes for this trajectory (its token on an exposed router)."""
+        return f"{self.tokens.public_id(trajectory_id, attempt_id)}:{attempt_id}"
 
     def base_urls(self, trajectory_id: str, attempt_id: str = "0") -> dict[str, str]:
         """What to give an agent: ``OPENAI_BASE_URL`` (ends in /v1) and ``ANTHROPIC_BASE_URL``."""
         if self.url is None:
             raise RuntimeError("router is not started")
-        root = f"{self.url}/{trajectory_id}/{attempt_id}"
+        root = f"{self.url}/{self.tokens.public_id(trajectory_id, attempt_id)}/{attempt_id}"
         return {"openai": f"{root}/v1", "anthropic": root}
 
     def finish_trajectory(self, trajectory_id: str, attempt_id: str = "0",
@@ -97,6 +107,7 @@ class Router:
         key = (str(trajectory_id), str(attempt_id))
         self.pool.release(key)
         self.runner.forget(key)
+        self.tokens.revoke(*key)
         return self.store.finish(trajectory_id, attempt_id, reward=reward)
 
     def record_reward(self, sample: Sample) -> None:
@@ -116,7 +127,8 @@ class Router:
                                    "'{trajectory_id}:{attempt_id}' as the API key", status=401,
                                    kind="authentication_error")
             tid, _, aid = key.partition(":")
-        traj = self.store.lookup(tid, aid or "0")
+        tid, aid = self.tokens.resolve(tid, aid or "0")
+        traj = self.store.lookup(tid, aid)
         if traj is None:
             raise RequestError(f"unknown trajectory {tid!r} attempt {aid or '0'!r}; open it first",
                                status=404, kind="not_found_error")
@@ -143,10 +155,10 @@ class Router:
             return JSONResponse(adapter.render_error(err), status_code=err.status)
         return JSONResponse({"input_tokens": len(self.renderer.encode(text))})
 
-    @staticmethod
-    async def _json(http: Request) -> Any:
+    async def _json(self, http: Request) -> Any:
+        raw = await capped_body(http, self.settings.max_body_bytes)
         try:
-            return json.loads(await http.body())
+            return json.loads(raw)
         except ValueError as exc:
             raise RequestError(f"malformed JSON body: {exc}") from None
 
@@ -210,14 +222,22 @@ class Router:
         app.get("/{tid}/{aid}/v1/models")(models)
 
         @app.get("/v1/trajectories")
-        async def trajectories() -> dict[str, Any]:
-            return {"trajectories": [
+        async def trajectories(http: Request) -> Response:
+            try:
+                self.tokens.check_reader(http.headers.get("authorization", ""))
+            except RequestError as err:
+                return JSONResponse(ADAPTERS["chat/completions"].render_error(err), status_code=err.status)
+            return JSONResponse({"trajectories": [
                 {"trajectory_id": t.trajectory_id, "attempt_id": t.attempt_id, "status": t.status,
                  "num_tokens": len(t.tokens), "num_segments": len(t.segments)}
-                for t in self.store]}
+                for t in self.store]})
 
         @app.get("/v1/trajectories/{trajectory_id}")
-        async def trajectory(trajectory_id: str) -> Response:
+        async def trajectory(trajectory_id: str, http: Request) -> Response:
+            try:
+                self.tokens.check_reader(http.headers.get("authorization", ""))
+            except RequestError as err:
+                return JSONResponse(ADAPTERS["chat/completions"].render_error(err), status_code=err.status)
             attempts = self.store.attempts(trajectory_id)
             if not attempts:
                 return JSONResponse({"error": {"message": f"unknown trajectory {trajectory_id!r}",

@@ -22,16 +22,20 @@ class RouterSettings:
     clamp_max_tokens: bool = True  # max_tokens beyond the context left is lowered, not refused
     max_inflight_per_engine: int = 64  # requests sent to one replica at once; the rest queue here
     run_dir: str | None = None  # finished trajectories are appended to run_dir/trajectories.jsonl
+    api_key: str | None = None  # needed to bind a non-loopback host (else LOONGSAGE_ROUTER_API_KEY); see access.py
+    max_body_bytes: int = 32 << 20  # larger request bodies are refused with 413
 
     @classmethod
     def from_config(cls, agentflow: Any, **overrides: Any) -> "RouterSettings":
-        """Settings from the ``agentflow`` config section (host, port, tool_parser, middlewares)."""
+        """Settings from the ``agentflow`` config section (host, port, tool_parser, middlewares, api_key,
+        max_body_bytes)."""
         if hasattr(agentflow, "get"):
             get = agentflow.get
         else:
             def get(key, default=None):
                 return getattr(agentflow, key, default)
-        values = {k: get(k) for k in ("host", "port", "tool_parser") if get(k) is not None}
+        values = {k: get(k) for k in ("host", "port", "tool_parser", "api_key", "max_body_bytes")
+                  if get(k) is not None}
         values["middlewares"] = list(get("middlewares") or [])
         values.update(overrides)
         return cls(**values)

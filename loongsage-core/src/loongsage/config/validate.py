@@ -41,6 +41,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "train.strategy": ("ddp", "fsdp2"),
     "algorithm.kl.use_as": ("loss", "reward"),
     "reward.on_error": ("zero", "drop_group", "fail"),
+    "rollout.failed_trajectory": ("zero_reward", "drop_group"),
     "algorithm.loss_agg_mode": (
         "token_mean",
         "seq_mean_token_mean",

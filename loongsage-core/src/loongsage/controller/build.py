@@ -8,7 +8,8 @@ engine pool (the one load balancer), the AgentFlow routers, the reward worker pr
 (``reward.workers``), the rollout manager and the scheduler on the run's one rollout event
 loop, the distiller with its teachers beside train rank 0 when ``opd.teachers`` are set
 (``distill.py``), the critic beside train rank 0 when the advantage estimator needs values
-(``critic.py``), the objective and the trackers, and returns a ``Run`` whose verbs the loop in
+(``critic.py``), the objective, the trackers and the engine monitor (``engine_health.py``), and
+returns a ``Run`` whose verbs the loop in
 ``run.py`` calls. Nothing here chooses an algorithm or looks a plugin name up: every plugin
 arrives resolved in the ``RunConfig``.
 
@@ -38,6 +39,7 @@ from loongsage.controller.actors import spawn_engine, start_ray
 from loongsage.controller.agent_routers import AgentRouters
 from loongsage.controller.critic import build_critic
 from loongsage.controller.distill import build_distiller
+from loongsage.controller.engine_health import EngineMonitor
 from loongsage.controller.memory import RunMemory
 from loongsage.controller.memory_budget import check_run_memory
 from loongsage.controller.phases import PHASES
@@ -47,6 +49,7 @@ from loongsage.controller.run_dir import RunDirectory
 from loongsage.controller.train_group import TrainGroup
 from loongsage.controller.verbs import Run
 from loongsage.controller.weight_sync import WeightSync
+from loongsage.controller.weight_sync_distributed import DistributedWeightSync
 from loongsage.data.mixer import DataMixer
 from loongsage.data.scoring import RewardScorer, reward_modules
 from loongsage.data.sources import build_sources
@@ -62,6 +65,9 @@ from loongsage.runtime.sync_scheduler import SyncScheduler
 from loongsage.transfer import TransferConfig
 
 log = logging.getLogger(__name__)
+
+# how weights reach a rollout engine class (its ``weight_transport``; TransferMesh by default)
+WEIGHT_SYNCS = {"transfer_mesh": WeightSync, "sglang_distributed": DistributedWeightSync}
 
 
 def data_filters(spec: RunConfig) -> tuple[Any, int]:
@@ -156,8 +162,12 @@ def _start_rollout(run: Run, plain: dict) -> None:
     cfg, spec = run.cfg, run.spec
     urls = ray.get([a.call.remote("start") for a in run.rollout_actors])
     transfer = TransferConfig(**plain["transfer"])
-    run.weight_sync = WeightSync(run.trainers, run.rollout_actors, transfer)
-    pool = EnginePool([EngineClient(url) for url in urls])
+    sync = WEIGHT_SYNCS[getattr(spec.rollout_engine.obj, "weight_transport", "transfer_mesh")]
+    run.weight_sync = sync(run.trainers, run.rollout_actors, transfer)
+    health = cfg.rollout.health
+    # without the monitor nothing restarts a dead engine: a failed request fails at once
+    pool = EnginePool([EngineClient(url) for url in urls], max_attempts=health.max_attempts if health.enable else 1,
+                      wait_s=health.restart_timeout_s)
     run.loop = EventLoopThread()
     base = RouterSettings.from_config(cfg.agentflow)
     run.agent_routers = AgentRouters(run.sources, pool, run.tokenizer, spec.registries, base, run.run_dir.path)
@@ -167,7 +177,8 @@ def _start_rollout(run: Run, plain: dict) -> None:
     scorer = RewardScorer(run.reward_pool, cfg.reward.drop_group_retries)
     run.rollout = RolloutManager(run.sources, pool, run.loop, cfg.rollout.n_samples_per_prompt,
                                  sampling_params(cfg, run.tokenizer), scorer,
-                                 on_scored=run.agent_routers.record_rewards)
+                                 on_scored=run.agent_routers.record_rewards,
+                                 failed_trajectory=cfg.rollout.failed_trajectory)
     mixer = DataMixer.from_sources(run.sources, cfg.trainer.seed,
                                    batch_size=cfg.rollout.prompts_per_step,
                                    mini_batches=cfg.train.mini_batches_per_step,
@@ -206,6 +217,9 @@ def build_run(spec: RunConfig, rollout: bool = True) -> Iterator[Run]:
         others = {**(run.distiller.actors if run.distiller else {}), **(run.critic.actors if run.critic else {})}
         run.memory = RunMemory.for_run(cfg, run.trainers.actors, run.rollout_actors, others)
         run.trackers = build_trackers(spec, run_dir)
+        if rollout and cfg.rollout.health.enable:
+            run.engine_monitor = EngineMonitor(run, run.rollout.pool, as_container(cfg),
+                                               run_dir.path / "engine_events.jsonl").start()
         yield run
     finally:
         run.close()

@@ -10,13 +10,15 @@ memory ..."), and a call to an actor that died otherwise with ``RayActorError``.
 checkpoint of the last step the trainer finished (when the train actor is alive and that
 step is not checkpointed yet), then raises ``RunFailed`` naming the dead actors and the
 memory figures of the last step when an actor died, or re-raises the original error with a
-note saying where the state went. Whether the failed step was trained is read from the
+note saying where the state went; either way the message ends with the resume command when a
+checkpoint exists (a dead train actor leaves the last one intact). Whether the failed step was trained is read from the
 engine's ``weight_version`` (its optimizer-step count) against its value when the step began.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from loongsage.controller.lifecycle import save_checkpoint
@@ -27,7 +29,16 @@ PING_TIMEOUT_S = 30.0
 
 
 class RunFailed(LoongSageError):
-    """A training step failed because an actor of the run died."""
+    """A training step failed because an actor of the run died; ``resume_dir`` is the run
+    directory when it holds a checkpoint to resume from (what ``trainer.auto_resume`` does)."""
+
+    def __init__(self, message: str, resume_dir: Path | None = None) -> None:
+        super().__init__(message)
+        self.resume_dir = resume_dir
+
+
+def resume_command(run_dir: Any) -> str:
+    return f"resume with trainer.resume=true trainer.run_dir={run_dir.path}"
 
 
 @dataclass
@@ -111,7 +122,8 @@ class FailureGuard:
         lines = [f"step {self.step} failed: " + "; ".join(describe(d) for d in deaths) + ".",
                  self._memory_line(any(d.out_of_memory for d in deaths)), saved,
                  f"the step itself failed with {type(exc).__name__}: {_first_line(exc)}"]
-        raise RunFailed("\n".join(lines)) from exc
+        resumable = self.run.run_dir.latest_checkpoint() is not None
+        raise RunFailed("\n".join(lines), self.run.run_dir.path if resumable else None) from exc
 
     def _memory_line(self, out_of_memory: bool) -> str:
         last = self.run.memory.last
@@ -129,7 +141,8 @@ class FailureGuard:
         latest = run_dir.latest_checkpoint()
         kept = f"the latest checkpoint is {latest[0].name}" if latest else "no checkpoint exists"
         if not alive:
-            return f"the train actor is gone with its state since the latest checkpoint; {kept}"
+            resume = f": {resume_command(run_dir)}" if latest else ""
+            return f"the train actor is gone with its state since the latest checkpoint; {kept}{resume}"
         try:
             trained = ray.get(self.run.trainers.actors[0].run.remote(_trainer_version)) != self._version_at_start
             done = self.step if trained else self.step - 1
@@ -141,4 +154,4 @@ class FailureGuard:
         except Exception as err:  # the run is failing already: report, do not mask the first error
             return f"saving the trainer's state failed ({type(err).__name__}: {_first_line(err)}); {kept}"
         return (f"trainer state through step {done} saved as checkpoint {run_dir.checkpoint_dir(done).name}: "
-                f"resume with trainer.resume=true trainer.run_dir={run_dir.path}")
+                f"{resume_command(run_dir)}")

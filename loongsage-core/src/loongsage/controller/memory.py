@@ -202,11 +202,19 @@ class RunMemory:
         return {role: report.pid for role, report in self._reports().items()}
 
     def _reports(self) -> dict[str, ActorMemory]:
+        """Every answering actor's report; one that died or hangs is left out (a rollout engine
+        the engine monitor is restarting; a dead train actor fails the step by itself)."""
         import ray
 
-        roles = list(self.actors)
-        values = ray.get([self.actors[r].memory.remote(release=True) for r in roles], timeout=60)
-        self.last = {role: ActorMemory(**value) for role, value in zip(roles, values)}
+        refs = {role: actor.memory.remote(release=True) for role, actor in list(self.actors.items())}
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=60)
+        reports = {}
+        for role, ref in refs.items():
+            try:
+                reports[role] = ActorMemory(**ray.get(ref)) if ref in ready else None
+            except ray.exceptions.RayActorError:
+                reports[role] = None
+        self.last = {role: report for role, report in reports.items() if report is not None}
         return self.last
 
     def step_metrics(self) -> dict[str, float]:

@@ -20,19 +20,30 @@ from typing import Any, Sequence
 import ray
 
 
+def call_engines(engines: Sequence[Any], method: str) -> None:
+    """``method`` on every engine; one whose actor died is skipped: the engine monitor
+    (``engine_health``) restarts it, and without the monitor the weight sync names it."""
+    for ref in [engine.call.remote(method) for engine in engines]:
+        try:
+            ray.get(ref)
+        except ray.exceptions.RayActorError:
+            continue
+
+
 class ColocatedPhases:
     def __init__(self, scheduler: Any, trainers: Any, engines: Sequence[Any], critic: Any = None) -> None:
-        self.scheduler, self.trainers, self.engines = scheduler, trainers, list(engines)
+        self.scheduler, self.trainers = scheduler, trainers
+        self.engines = engines  # the run's own list: a restarted engine takes its slot there
         self.holders = [trainers] if critic is None else [trainers, critic]
 
     def to_train(self) -> None:
         self.scheduler.pause()
-        ray.get([engine.call.remote("offload") for engine in self.engines])
+        call_engines(self.engines, "offload")
         for holder in self.holders:
             holder.call("onload")
 
     def to_sync(self) -> None:
-        ray.get([engine.call.remote("onload") for engine in self.engines])
+        call_engines(self.engines, "onload")
 
     def to_rollout(self) -> None:
         for holder in self.holders:

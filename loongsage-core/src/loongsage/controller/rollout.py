@@ -7,7 +7,10 @@ source's reward in the reward worker processes, under the reward's deadline
 router trajectories' rewards there) and returns a ``Group``. A group the reward's
 ``on_error: drop_group`` drops is generated again from its prompt before
 ``generate_group`` returns, so every scheduler receives complete scored groups and never
-waits for a slot a dropped group left empty. Its coroutines run on the run's one rollout
+waits for a slot a dropped group left empty. A sample its agent marked failed
+(``reward_info["failed"]``: the agent process timed out, its engine turn failed) gets reward 0
+(``rollout.failed_trajectory=zero_reward``) or has its group generated again
+(``drop_group``); both are counted (``rollout/failed_trajectories``). Its coroutines run on the run's one rollout
 event loop, whichever scheduler drives them: the synchronous scheduler through
 ``generate_groups``, the asynchronous one by awaiting ``generate_group``.
 """
@@ -21,6 +24,7 @@ from loongsage.data.scoring import RewardScorer
 from loongsage.data.sources import DataSource
 from loongsage.data.types import Group, Prompt, Sample
 from loongsage.engines.pool import EnginePool
+from loongsage.errors import LoongSageError
 from loongsage.runtime.event_loop import EventLoopThread
 
 OnScored = Callable[[str, list[Sample]], None]
@@ -38,6 +42,7 @@ class RolloutManager:
         sampling_params: dict[str, Any],
         scorer: RewardScorer,
         on_scored: OnScored | None = None,
+        failed_trajectory: str = "zero_reward",
     ) -> None:
         self.sources = dict(sources)
         self.pool = pool
@@ -46,10 +51,15 @@ class RolloutManager:
         self.sampling_params = dict(sampling_params)
         self.scorer = scorer
         self.on_scored = on_scored
+        self.drop_failed = failed_trajectory == "drop_group"
+        self._failed_samples = self._failed_groups = 0
 
     async def _score(self, source: DataSource, prompt: Prompt, samples: list[Sample]) -> bool:
         """Score the group (``False``: dropped by ``on_error: drop_group``) and report it."""
         kept = await self.scorer.score_group(source, prompt, samples)
+        for sample in samples:
+            if sample.reward_info.get("failed"):  # rollout.failed_trajectory=zero_reward
+                sample.reward = 0.0
         if self.on_scored is not None:
             self.on_scored(source.name, samples)
         return kept
@@ -57,6 +67,13 @@ class RolloutManager:
     def reward_metrics(self) -> dict[str, float]:
         """Reward timeouts, errors and dropped groups since the last call (``RewardScorer``)."""
         return self.scorer.metrics()
+
+    def failure_metrics(self) -> dict[str, float]:
+        """Failed trajectories kept (reward 0) and groups generated again for one, since the last call."""
+        metrics = {"rollout/failed_trajectories": float(self._failed_samples),
+                   "rollout/failed_trajectory_groups_dropped": float(self._failed_groups)}
+        self._failed_samples = self._failed_groups = 0
+        return metrics
 
     async def generate_group(
         self,
@@ -82,7 +99,17 @@ class RolloutManager:
             samples = await source.agent.run_group(prompt, count, self.pool, params)
         else:
             samples = list(await asyncio.gather(*(self._resume(source, s, params) for s in resume_from.samples)))
-        drops = 0
+        drops = failures = 0
+        while self.drop_failed and resume_from is None and _failed(samples):
+            failures += 1
+            self._failed_groups += 1
+            if failures > self.scorer.drop_group_retries:
+                raise TrajectoryFailed(
+                    f"rollout.failed_trajectory=drop_group: the group of prompt {prompt.source}[{prompt.index}] "
+                    f"had a failed trajectory {failures} times in a row (regenerated at most "
+                    f"reward.drop_group_retries={self.scorer.drop_group_retries} times); the last: {_failed(samples)[0]}")
+            samples = await source.agent.run_group(prompt, count, self.pool, params)
+        self._failed_samples += len(_failed(samples))
         while not _aborted(samples) and not await self._score(source, prompt, samples):
             drops += 1
             self.scorer.dropped(source, prompt, drops)
@@ -116,6 +143,15 @@ class RolloutManager:
             )
 
         return self.loop.run(all_groups())
+
+
+class TrajectoryFailed(LoongSageError):
+    """A prompt's group kept a failed trajectory past its regenerations (drop_group)."""
+
+
+def _failed(samples: list[Sample]) -> list[str]:
+    """Why each failed sample failed (agents mark them in ``reward_info["failed"]``)."""
+    return [s.reward_info["failed"] for s in samples if s.reward_info.get("failed")]
 
 
 def _aborted(samples: list[Sample]) -> bool:

@@ -8,12 +8,14 @@ start, checkpoints and resume in ``lifecycle.py``, the building in ``build.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from pathlib import Path
 
 from loongsage.config.validate import RunConfig
 from loongsage.controller.batching import rollout_metrics
 from loongsage.controller.build import build_run
-from loongsage.controller.failures import FailureGuard
+from loongsage.controller.failures import FailureGuard, RunFailed
 from loongsage.controller.lifecycle import (checkpoint_due, export_final_model, resume_or_warm_start, save_checkpoint,
                                             save_model, warm_start)
 from loongsage.controller.verbs import Run, timed
@@ -36,13 +38,35 @@ def train_one_step(run: Run, step: int) -> dict[str, float]:
     metrics.update(rollout_metrics(groups))
     metrics.update(run.rollout.reward_metrics())
     metrics.update(run.scheduler.metrics())
-    metrics.update(run.rollout.engine_metrics())
+    metrics.update(run.engine_metrics())
     run.record(step, metrics, groups)
     return metrics
 
 
 def run_training(spec: RunConfig) -> str:
-    """Train per ``spec``; return the run directory."""
+    """Train per ``spec``; return the run directory. A run that fails because an actor died
+    and left a checkpoint starts again from it, up to ``trainer.auto_resume`` times."""
+    restarts = spec.cfg.trainer.auto_resume
+    while True:
+        try:
+            return _train(spec)
+        except RunFailed as err:
+            if err.resume_dir is None or restarts <= 0:
+                raise
+            restarts -= 1
+            log.warning(f"{err}\ntrainer.auto_resume: resuming ({restarts} more allowed)")
+            spec = resuming(spec, err.resume_dir)
+
+
+def resuming(spec: RunConfig, run_dir: Path) -> RunConfig:
+    """``spec`` resuming the run in ``run_dir``."""
+    cfg = spec.cfg.copy()
+    cfg.trainer.resume = True
+    cfg.trainer.run_dir = str(run_dir)
+    return dataclasses.replace(spec, cfg=cfg)
+
+
+def _train(spec: RunConfig) -> str:
     with build_run(spec) as run:
         log.info(f"run directory: {run.run_dir.path}")
         first_step = resume_or_warm_start(run)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from loongsage.data.mixer import apportion
 from loongsage.deadline.pool import DeadlinePool
 from loongsage.runtime.event_loop import EventLoopThread
 from loongsage.runtime.partial import mask_offpolicy_tokens
+from loongsage.transfer import WeightSyncError
 
 
 @contextmanager
@@ -67,7 +69,11 @@ class Run:
     memory: RunMemory | None = None
     distiller: Distiller | None = None
     critic: Critic | None = None  # the value model of a critic-based estimator (controller.critic)
+    engine_monitor: Any = None  # controller.engine_health.EngineMonitor
     version: int = 0
+    # held while the trainers' weights change or are sent: a restarted engine's weights
+    # (engine_health) are never those of a step half trained, nor labelled with a stale version
+    weights_lock: threading.Lock = field(default_factory=threading.Lock)
     _bar: Any = None
 
     @property
@@ -106,8 +112,9 @@ class Run:
         if self.critic is None or not self.critic.warming_up(step):
             saved = [s for g in groups for s in g.samples][:self.cfg.logging.samples_per_step]
             row_of = {id(s): row for row, s in enumerate(s for g in ordered for s in g.samples)}
-            train_metrics, logprobs = self.trainers.train(batch, rewards, group_index, shards, self.objective,
-                                                          keep_rows=[row_of[id(s)] for s in saved])
+            with self.weights_lock:
+                train_metrics, logprobs = self.trainers.train(batch, rewards, group_index, shards, self.objective,
+                                                              keep_rows=[row_of[id(s)] for s in saved])
             if logprobs is not None:
                 attach_train_logprobs(saved, logprobs)
             step_metrics.update(train_metrics)
@@ -136,8 +143,16 @@ class Run:
     def publish_weights(self, version: int | None = None) -> dict[str, float]:
         """Send the trainer's weights to every engine as ``version`` (default: the next one),
         then tell the scheduler they are live; return the sync's ``perf/`` metrics."""
-        self.version = self.version + 1 if version is None else version
-        metrics = self.weight_sync.push(self.version)
+        with self.weights_lock:
+            self.version = self.version + 1 if version is None else version
+            try:
+                metrics, failure = self.weight_sync.push(self.version), None
+            except WeightSyncError as err:
+                metrics, failure = {}, err
+        if failure is not None:  # outside the lock: a restart takes it to send this version
+            if self.engine_monitor is None or not self.engine_monitor.heal(self.version):
+                raise failure
+            metrics = self.weight_sync.metrics()
         self.scheduler.on_weights_updated(self.version)
         return metrics
 
@@ -163,7 +178,17 @@ class Run:
         self._bar = tqdm(steps, desc="train", disable=not show, dynamic_ncols=True) if show else None
         return self._bar if self._bar is not None else steps
 
+    def engine_metrics(self) -> dict[str, float]:
+        """Requests per engine, the monitor's retries and restarts, and failed trajectories,
+        since the last call."""
+        metrics = {**self.rollout.engine_metrics(), **self.rollout.failure_metrics()}
+        if self.engine_monitor is not None:
+            metrics.update(self.engine_monitor.metrics())
+        return metrics
+
     def close(self) -> None:
+        if self.engine_monitor is not None:
+            self.engine_monitor.close()
         for tracker in self.trackers:
             tracker.close()
         if self.memory is not None:

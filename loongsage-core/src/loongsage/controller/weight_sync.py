@@ -103,6 +103,10 @@ def actor_push(engine: Any, version: int) -> dict[str, Any]:
             "failed": dict(report.failed), "transports": dict(report.transports)}
 
 
+def actor_applied_version(engine: Any) -> int | None:
+    return _ENDPOINT["receiver"].applied_version
+
+
 def actor_close(engine: Any) -> None:
     for endpoint in [_ENDPOINT.get("receiver"), _ENDPOINT.get("mesh")]:
         if endpoint is not None:
@@ -116,13 +120,32 @@ class WeightSync:
     def __init__(self, trainers: Any, rollout_actors: list, config: TransferConfig) -> None:
         self.trainers = trainers
         self.rollout_actors = rollout_actors
+        self.config = config
         world = trainers.world_size
-        addresses = ray.get([actor.run.remote(actor_start_sender, config, rank, world)
-                             for rank, actor in enumerate(trainers.actors)])
-        ray.get([actor.run.remote(actor_start_receiver, addresses, config.timeout_s)
+        self.addresses = ray.get([actor.run.remote(actor_start_sender, config, rank, world)
+                                  for rank, actor in enumerate(trainers.actors)])
+        ray.get([actor.run.remote(actor_start_receiver, self.addresses, config.timeout_s)
                  for actor in rollout_actors])
         trainers.run(actor_wait_for_receivers, len(rollout_actors), config.timeout_s)
         self.last: list[dict[str, Any]] = []
+
+    def replace_engine(self, idx: int, actor: Any, version: int) -> int:
+        """Connect the restarted engine ``actor`` in slot ``idx`` and send it ``version``.
+
+        The meshes take late joiners (a full version for them); the others apply the same
+        version again. Only the new engine's result decides: the dead one's receiver may
+        still be listed until the mesh notices its socket closed. Returns the version the
+        engine reports; raises ``WeightSyncError`` when it did not apply ``version``.
+        """
+        self.rollout_actors[idx] = actor
+        ray.get(actor.run.remote(actor_start_receiver, self.addresses, self.config.timeout_s))
+        self.trainers.run(actor_wait_for_receivers, len(self.rollout_actors), self.config.timeout_s)
+        self.last = self.trainers.run(actor_push, version)
+        applied = ray.get(actor.run.remote(actor_applied_version))
+        if applied != version:
+            errors = {rank: report["failed"] for rank, report in enumerate(self.last) if report["failed"]}
+            raise WeightSyncError(version, None, f"the restarted engine {idx} holds version {applied}: {errors}")
+        return applied
 
     def push(self, version: int) -> dict[str, float]:
         """Send the trainers' weights as ``version``; raise if any engine did not apply it."""
@@ -134,6 +157,14 @@ class WeightSync:
         if failed:
             raise WeightSyncError(version, None, f"not applied by {sorted(failed)}: {failed}; "
                                   "those engines still serve their previous version")
+        return self.metrics()
+
+    def versions(self) -> list[int | None]:
+        """The weight version every engine applied last."""
+        return ray.get([actor.run.remote(actor_applied_version) for actor in self.rollout_actors])
+
+    def metrics(self) -> dict[str, float]:
+        """The last push's ``perf/`` figures."""
         return {"perf/weight_sync_gb": sum(r["bytes"] for r in self.last) / 1e9,
                 "perf/weight_sync_s": max(r["seconds"] for r in self.last),
                 "perf/weight_sync_senders": float(len(self.last))}

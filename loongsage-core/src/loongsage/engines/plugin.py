@@ -20,3 +20,8 @@ def loongsage_register_engines(register):
         "loongsage.engines.embedded_rollout.engine:EmbeddedRolloutEngine",
         doc="HF causal LM behind SGLang's HTTP API on loopback, with its own batched decode loop.",
     )
+    register(
+        "sglang",
+        "loongsage.engines.sglang_server:SGLangServerEngine",
+        doc="An SGLang server per replica (python -m sglang.launch_server), weights over its distributed update.",
+    )

@@ -11,23 +11,59 @@ white-box agent given the pool and the AgentFlow router built over the same pool
 set of in-flight counts: a run balances its engines in one place. ``take_served`` reports
 how many requests each replica got since it was last asked (a step's
 ``rollout/engine_requests/<i>``).
+
+Failover: a replica is *down* from the moment a request to it cannot reach it (or the
+engine monitor, ``controller.engine_health``, declares it dead or hung) until the monitor
+puts a restarted engine in its place (``replace``). A down replica gets no new requests and
+its sticky sessions move on their next turn; a ``/generate`` sent through the pool that
+fails for an unreachable engine, or whose replica goes down while it waits (a hung engine
+never answers), is sent again to a live replica (the restarted one included), at most
+``max_attempts`` times in all. Every retry is recorded (``take_retries``: rid, attempt,
+replica, why), never silent; when no replica is up for ``wait_s`` seconds the request fails
+with an ``EngineError`` saying so.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+import uuid
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Hashable, Sequence
+
+from loongsage.engines.client import EngineError
+
+DOWN_POLL_S = 0.2  # how often a waiting request looks whether its replica went down
+
+
+@dataclass
+class Retry:
+    """One request sent again because its replica failed."""
+
+    rid: str
+    attempt: int  # the attempt that failed (1 = the first send)
+    replica: int
+    reason: str
+
+
+class ReplicaDown(Exception):
+    """The replica serving a request was declared down while the request waited."""
 
 
 class EnginePool:
-    def __init__(self, clients: Sequence[Any], max_inflight: int = 64) -> None:
+    def __init__(self, clients: Sequence[Any], max_inflight: int = 64, *, max_attempts: int = 3,
+                 wait_s: float = 300.0) -> None:
         if not clients:
             raise ValueError("the engine pool needs at least one engine replica")
         if max_inflight < 1:
             raise ValueError("agentflow.max_inflight_per_engine: must be >= 1")
         self.clients = list(clients)
         self.max_inflight = max_inflight
+        self.max_attempts = max_attempts
+        self.wait_s = wait_s
+        self.down: dict[int, str] = {}  # replica -> why it is down
+        self._retries: list[Retry] = []
         self._gates: list[asyncio.Semaphore] | None = None  # made in the serving loop
         self.inflight = [0] * len(self.clients)
         self.sessions = [0] * len(self.clients)
@@ -38,16 +74,61 @@ class EnginePool:
         return len(self.clients)
 
     def least_loaded(self) -> int:
-        return min(range(len(self.clients)), key=lambda i: (self.inflight[i], self.sessions[i], i))
+        """The live replica with the fewest in-flight requests (every replica when all are down)."""
+        live = [i for i in range(len(self.clients)) if i not in self.down] or range(len(self.clients))
+        return min(live, key=lambda i: (self.inflight[i], self.sessions[i], i))
 
     def pick(self, key: Hashable) -> int:
-        """The replica index for session ``key`` (assigned on first use)."""
+        """The replica index for session ``key`` (assigned on first use, moved off a down one)."""
         idx = self._sticky.get(key)
+        if idx is not None and idx in self.down and len(self.down) < len(self.clients):
+            self.release(key)
+            idx = None
         if idx is None:
             idx = self.least_loaded()
             self._sticky[key] = idx
             self.sessions[idx] += 1
         return idx
+
+    # ---- failover ------------------------------------------------------------------------
+    def mark_down(self, idx: int, reason: str) -> None:
+        """Send no new requests to replica ``idx`` (safe from any thread)."""
+        self.down.setdefault(idx, reason)
+
+    def mark_up(self, idx: int) -> None:
+        """Replica ``idx`` answered after all (a transient failure): use it again."""
+        self.down.pop(idx, None)
+
+    def replace(self, idx: int, client: Any) -> None:
+        """Put a restarted engine's client in replica ``idx``'s place and use it again."""
+        self.clients[idx] = client
+        self.down.pop(idx, None)
+
+    def take_retries(self) -> list[Retry]:
+        """Requests sent again since the last call."""
+        retries, self._retries = self._retries, []
+        return retries
+
+    async def _live_replica(self) -> int:
+        deadline = time.monotonic() + self.wait_s
+        while len(self.down) == len(self.clients):
+            if time.monotonic() > deadline:
+                raise EngineError("/generate", f"no rollout engine up for {self.wait_s:.0f} s "
+                                  f"(down: {self.down})")
+            await asyncio.sleep(DOWN_POLL_S)
+        return self.least_loaded()
+
+    async def _unless_down(self, idx: int, request: Any) -> Any:
+        """Await ``request``; raise ``ReplicaDown`` (cancelling it) if ``idx`` goes down first."""
+        task = asyncio.ensure_future(request)
+        try:
+            while not task.done():
+                await asyncio.wait({task}, timeout=DOWN_POLL_S)
+                if not task.done() and idx in self.down:
+                    raise ReplicaDown(self.down[idx])
+            return task.result()
+        finally:
+            task.cancel()
 
     @asynccontextmanager
     async def busy(self, idx: int) -> AsyncIterator[Any]:
@@ -75,9 +156,28 @@ class EnginePool:
     # ---- the pool as an engine client ----------------------------------------------------
     async def agenerate(self, input_ids: Sequence[int], sampling_params: dict[str, Any] | None = None,
                         rid: str | None = None) -> Any:
-        """``/generate`` on the least-loaded replica."""
-        async with self.busy(self.least_loaded()) as client:
-            return await client.agenerate(input_ids, sampling_params, rid=rid)
+        """``/generate`` on the least-loaded live replica, sent again elsewhere when that
+        replica dies or hangs (module docstring); ``meta_info["attempt"]`` says which send
+        produced the output."""
+        rid, attempt = rid or uuid.uuid4().hex, 0
+        while True:
+            attempt += 1
+            idx = await self._live_replica()
+            try:
+                async with self.busy(idx) as client:
+                    out = await self._unless_down(idx, client.agenerate(input_ids, sampling_params, rid=rid))
+            except (EngineError, ReplicaDown) as err:
+                if isinstance(err, EngineError) and err.status is not None:
+                    raise  # the engine answered: a refusal, not a failure of the replica
+                reason = str(err)
+                self.mark_down(idx, reason)
+                if attempt == self.max_attempts:
+                    raise EngineError("/generate", f"request {rid} failed on {attempt} replicas, "
+                                      f"the last: {reason}") from err
+                self._retries.append(Retry(rid, attempt, idx, reason))
+                continue
+            out.meta_info["attempt"] = attempt
+            return out
 
     async def aabort(self, rid: str | None = None, *, abort_all: bool = False) -> None:
         """Abort ``rid`` (or everything) on every replica: the pool does not track which one runs it."""

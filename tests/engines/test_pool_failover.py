@@ -1,0 +1,121 @@
+"""``EnginePool`` failover: a request to a dead or hung replica is sent again to a live one,
+recorded, never lost; a down replica gets no new requests and its sessions move.
+
+Real servers on loopback: one real embedded rollout engine (tiny model), a port nobody listens
+on (a dead engine: connection refused), and a socket that accepts and never answers (a hung
+engine, as a SIGSTOPped server looks from outside).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+
+import pytest
+
+from loongsage.engines.client import EngineClient, EngineError
+from loongsage.engines.pool import EnginePool
+
+SAMPLING = {"max_new_tokens": 4, "temperature": 0.0}
+
+
+@pytest.fixture(scope="module")
+def engine_url(tiny_model_dir):
+    from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
+
+    engine = EmbeddedRolloutEngine(str(tiny_model_dir), seed=0, num_threads=1)
+    yield engine.start()
+    engine.stop()
+
+
+@pytest.fixture
+def dead_url():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"  # closed: nothing listens there
+
+
+@pytest.fixture
+def hung_url():
+    """Accepts connections, reads, never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+    for conn in held:
+        conn.close()
+
+
+def test_a_dead_replica_is_marked_down_and_its_requests_retried_on_a_live_one(engine_url, dead_url):
+    pool = EnginePool([EngineClient(dead_url), EngineClient(engine_url)])
+
+    async def many() -> list:
+        return await asyncio.gather(*(pool.agenerate([1, 2, 3], SAMPLING, rid=f"r{i}") for i in range(6)))
+
+    outs = asyncio.run(many())
+    assert all(len(o.output_ids) == 4 for o in outs)
+    retries = pool.take_retries()
+    assert 0 in pool.down and "unreachable" in pool.down[0]
+    # the first wave goes to both replicas (least loaded); every one sent to the dead one came back
+    assert retries and {r.replica for r in retries} == {0}
+    assert {r.rid for r in retries} == {o.rid for o in outs if o.meta_info["attempt"] == 2}
+    assert pool.take_retries() == []
+    # a down replica takes no new requests, nor new sessions; sessions stuck on it move
+    out = asyncio.run(pool.agenerate([1, 2, 3], SAMPLING))
+    assert out.meta_info["attempt"] == 1 and pool.take_retries() == []
+    pool._sticky["s"], pool.sessions[0] = 0, 1
+    assert pool.pick("s") == 1 and pool.sessions == [0, 1]
+
+
+def test_a_hung_replica_marked_down_from_another_thread_loses_no_request(engine_url, hung_url):
+    """The monitor's thread marks the hung replica down; the waiting request goes elsewhere."""
+    pool = EnginePool([EngineClient(hung_url, timeout=120), EngineClient(engine_url)])
+    pool.inflight[1] = 5  # make the hung replica the least loaded one
+
+    async def one():
+        task = asyncio.ensure_future(pool.agenerate([1, 2, 3], SAMPLING, rid="stuck"))
+        await asyncio.sleep(1.0)
+        assert not task.done()  # waiting on the hung engine
+        threading.Thread(target=pool.mark_down, args=(0, "hung")).start()
+        return await asyncio.wait_for(task, 30)
+
+    out = asyncio.run(one())
+    assert out.rid == "stuck" and out.meta_info["attempt"] == 2
+    assert [(r.rid, r.attempt, r.replica, r.reason) for r in pool.take_retries()] == [("stuck", 1, 0, "hung")]
+
+
+def test_a_restarted_replica_takes_its_place_and_a_refusal_is_not_retried(engine_url, dead_url):
+    pool = EnginePool([EngineClient(dead_url)], wait_s=30)
+
+    async def during_restart():
+        task = asyncio.ensure_future(pool.agenerate([1, 2, 3], SAMPLING, rid="wait"))
+        await asyncio.sleep(1.0)
+        assert not task.done() and pool.down  # no replica up: the request waits
+        pool.replace(0, EngineClient(engine_url))
+        return await asyncio.wait_for(task, 30)
+
+    out = asyncio.run(during_restart())
+    assert out.meta_info["attempt"] == 2 and not pool.down
+    assert [(r.rid, r.attempt) for r in pool.take_retries()] == [("wait", 1)]
+    with pytest.raises(EngineError) as err:  # the engine answered 4xx: the caller's error, sent once
+        asyncio.run(pool.agenerate([], SAMPLING))
+    assert err.value.status is not None and pool.take_retries() == [] and not pool.down
+
+
+def test_no_replica_up_fails_with_an_error_naming_the_down_ones(dead_url):
+    pool = EnginePool([EngineClient(dead_url)], max_attempts=2, wait_s=0.5)
+    with pytest.raises(EngineError, match="no rollout engine up for 0 s|failed on 2 replicas"):
+        asyncio.run(pool.agenerate([1, 2], SAMPLING, rid="x"))

@@ -1,0 +1,85 @@
+"""Fault-injection tests reuse the end-to-end helpers (``runs``: the real CLI in a subprocess
+with its own Ray cluster) from ``tests/e2e/conftest.py``."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location("e2e_helpers", Path(__file__).parent.parent / "e2e" / "conftest.py")
+e2e_helpers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(e2e_helpers)
+runs = e2e_helpers.runs
+
+
+def _session_processes(sid: int) -> list[int]:
+    """Live pids whose session is ``sid`` (a run started with a new session: all of its processes)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] not in "ZX":
+            pids.append(int(entry))
+    return pids
+
+
+@pytest.fixture
+def leftovers():
+    """``leftovers(sid)``: the processes of session ``sid`` still alive after up to 60 s."""
+
+    def wait(sid: int, timeout: float = 60.0) -> list[int]:
+        deadline = time.monotonic() + timeout
+        while _session_processes(sid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return _session_processes(sid)
+
+    return wait
+
+
+class WatchedRun:
+    """``loongsage train`` (tiny recipe) in its own session, its output collected as it comes."""
+
+    def __init__(self, runs, run_dir, *overrides: str) -> None:
+        args = [*runs.cli, "train", "--config-name", "tiny/grpo", f"trainer.run_dir={run_dir}",
+                "logging.progress_bar=false", *overrides]
+        self.proc = subprocess.Popen(args, env=runs.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, start_new_session=True)
+        self.out: list[str] = []
+        threading.Thread(target=lambda: self.out.extend(self.proc.stdout), daemon=True).start()
+
+    @property
+    def text(self) -> str:
+        return "".join(self.out)
+
+    def actor_pids(self) -> dict[str, int]:
+        """Role -> pid, from the run's ``actor processes:`` line."""
+        line = next(line for line in self.out if "actor processes:" in line)
+        return {role: int(pid) for role, pid in re.findall(r"(\w+) (\d+)", line.split("actor processes:")[1])}
+
+
+@pytest.fixture
+def watched(runs):
+    """``watched(run_dir, *overrides)`` starts a ``WatchedRun``; its whole session is killed after the test."""
+    started: list[WatchedRun] = []
+
+    def start(run_dir, *overrides: str) -> WatchedRun:
+        started.append(WatchedRun(runs, run_dir, *overrides))
+        return started[-1]
+
+    yield start
+    for run in started:
+        if run.proc.poll() is None:
+            runs.kill_group(run.proc)
+        print(run.text[-6000:])  # shown by pytest when the test failed

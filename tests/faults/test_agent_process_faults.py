@@ -1,0 +1,122 @@
+"""A black-box agent process that hangs: the timeout kills its process group, the trajectory
+is marked failed, and its group is handled per ``rollout.failed_trajectory``.
+
+Real processes: the ``command`` agent runs a Python program (the openai SDK against the real
+router over the real embedded engine, tiny model); the first program to pass a flag file
+hangs after its first model call (``time.sleep(60)``) until the agent's ``timeout_s`` kills
+it. ``zero_reward`` trains the failed trajectory with reward 0 and counts it; ``drop_group``
+generates the group again (no hang the second time) and counts the drop; a program that
+always hangs ends the run with an error naming the prompt and the failure once the
+regenerations (``reward.drop_group_retries``) are spent. No program outlives its group.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+from omegaconf import OmegaConf
+
+from loongsage.config.validate import validate_config
+from loongsage.controller.rollout import RolloutManager, TrajectoryFailed
+from loongsage.data.scoring import RewardScorer
+from loongsage.data.sources import build_sources
+from loongsage.deadline.pool import DeadlinePool
+from loongsage.engines.client import EngineClient
+from loongsage.engines.pool import EnginePool
+from loongsage.plugins import get_registries
+from loongsage.runtime.event_loop import EventLoopThread
+
+pytestmark = pytest.mark.timeout(300)
+
+PROGRAM = """
+import os, time, openai
+client = openai.OpenAI(max_retries=0)
+client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+flag = os.path.join(FLAGS, "hung")
+if ALWAYS or not os.path.exists(flag):
+    open(flag, "w").close()
+    time.sleep(60)
+print("done")
+"""
+
+
+@pytest.fixture(scope="module")
+def engine_url(tiny_model_dir):
+    from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
+
+    engine = EmbeddedRolloutEngine(str(tiny_model_dir), seed=0, num_threads=1)
+    yield engine.start()
+    engine.stop()
+
+
+def manager(tmp_path, tiny_model_dir, engine_url, policy: str, always: bool, loop, workers):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    program = PROGRAM.replace("FLAGS", repr(str(tmp_path))).replace("ALWAYS", str(always))
+    cfg = OmegaConf.create({"model": {"path": "unused"}, "reward": {"drop_group_retries": 1},
+                            "rollout": {"failed_trajectory": policy}, "data_sources": [{
+        "name": "m", "dataset": {"format": "synthetic_math", "size": 8},
+        "agent": {"name": "command", "argv": [sys.executable, "agent.py"], "files": {"agent.py": program},
+                  "timeout_s": 12.0, "kill_grace_s": 0.5, "workdir_root": str(tmp_path / "work")},
+        "reward": {"name": "math"}}]})
+    spec = validate_config(cfg, get_registries())
+    sources = build_sources(spec.sources, get_registries(), tokenizer=tokenizer)
+    sampling = {"max_new_tokens": 4, "temperature": 1.0, "stop_token_ids": [tokenizer.eos_token_id]}
+    return RolloutManager(sources, EnginePool([EngineClient(engine_url)]), loop, 2, sampling,
+                          RewardScorer(workers, spec.cfg.reward.drop_group_retries),
+                          failed_trajectory=spec.cfg.rollout.failed_trajectory), sources["m"]
+
+
+@pytest.fixture
+def running():
+    loop = EventLoopThread()
+    with DeadlinePool(1, preload=["loongsage_agents.rewards.math"]) as workers:
+        yield loop, workers
+    loop.close()
+
+
+def no_program_left(tmp_path) -> bool:
+    marker = str(tmp_path / "work")
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                cmdline = handle.read()
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except OSError:
+            continue
+        if cwd.startswith(marker) and b"agent.py" in cmdline:
+            return False
+    return True
+
+
+def test_zero_reward_trains_the_hung_trajectory_with_reward_0(tmp_path, tiny_model_dir, engine_url, running):
+    rollout, source = manager(tmp_path, tiny_model_dir, engine_url, "zero_reward", False, *running)
+    [group] = rollout.generate_groups([source.get(0)], 0, 0)
+    failed = [s for s in group.samples if s.reward_info.get("failed")]
+    assert len(group.samples) == 2 and len(failed) == 1
+    assert failed[0].reward == 0.0 and failed[0].reward_info["timed_out"] is True
+    assert failed[0].reward_info["failed"] == "the agent process timed out and was killed"
+    metrics = rollout.failure_metrics()
+    assert metrics["rollout/failed_trajectories"] == 1 and metrics["rollout/failed_trajectory_groups_dropped"] == 0
+    assert no_program_left(tmp_path)
+
+
+def test_drop_group_generates_the_group_again(tmp_path, tiny_model_dir, engine_url, running):
+    rollout, source = manager(tmp_path, tiny_model_dir, engine_url, "drop_group", False, *running)
+    [group] = rollout.generate_groups([source.get(0)], 0, 0)
+    assert len(group.samples) == 2 and not any(s.reward_info.get("failed") for s in group.samples)
+    metrics = rollout.failure_metrics()
+    assert metrics["rollout/failed_trajectory_groups_dropped"] == 1 and metrics["rollout/failed_trajectories"] == 0
+    assert no_program_left(tmp_path)
+
+
+def test_drop_group_gives_up_with_the_reason_once_regenerations_are_spent(tmp_path, tiny_model_dir,
+                                                                          engine_url, running):
+    rollout, source = manager(tmp_path, tiny_model_dir, engine_url, "drop_group", True, *running)
+    with pytest.raises(TrajectoryFailed, match=r"prompt m\[0\] had a failed trajectory 2 times in a row .*"
+                                               r"reward.drop_group_retries=1.*the agent process timed out"):
+        rollout.generate_groups([source.get(0)], 0, 0)
+    assert no_program_left(tmp_path)
