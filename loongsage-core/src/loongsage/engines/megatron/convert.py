@@ -148,6 +148,11 @@ def _tp_dim(name: str) -> int | None:
     return None
 
 
+def tp_sharded(name: str) -> bool:
+    """Whether each tensor-parallel rank holds a different piece of Megatron tensor ``name``."""
+    return _tp_dim(name) is not None
+
+
 def tp_shard(name: str, tensor: torch.Tensor, rank: int, size: int) -> torch.Tensor:
     """Tensor-parallel rank ``rank``'s piece of the unsharded Megatron tensor ``name``."""
     dim = _tp_dim(name)

@@ -10,9 +10,12 @@ without touching anything, so GPU runs use Megatron exactly as shipped.
   answer ``"cpu"``.
 * ``torch.cuda.synchronize`` is called by the pipeline schedules' point-to-point
   communication; on CPU there is nothing to wait for, so it becomes a no-op.
-* The pipeline schedules allocate ``torch.zeros(..., device="cuda")`` (no flag avoids it):
-  ``cuda_factories_on_cpu`` is a ``TorchFunctionMode`` that rewrites ``device="cuda"`` of
-  tensor factory calls to the CPU for the duration of a schedule call.
+* The pipeline schedules allocate ``torch.zeros(..., device="cuda")`` (no flag avoids it),
+  and ``GPTModel`` on a pipeline's last stage moves its tied output weight with
+  ``weight.data.cuda()`` before syncing it with the first stage: ``cuda_factories_on_cpu``
+  is a ``TorchFunctionMode`` that rewrites ``device="cuda"`` of tensor factory calls to the
+  CPU and makes ``Tensor.cuda()`` the identity, for the duration of a schedule call or a
+  model build.
 
 One more is not about the CPU but about Transformer Engine being absent (always so on CPU,
 rare on GPU clusters): ``moe_utils.router_gating_linear`` tests ``te_general_gemm is not
@@ -61,6 +64,8 @@ def install() -> None:
 class _CudaFactoriesOnCpu(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
+        if func is torch.Tensor.cuda:
+            return args[0]
         if func in _FACTORIES and str(kwargs.get("device", "")).startswith("cuda"):
             kwargs["device"] = "cpu"
         return func(*args, **kwargs)
@@ -68,7 +73,8 @@ class _CudaFactoriesOnCpu(TorchFunctionMode):
 
 @contextlib.contextmanager
 def cuda_factories_on_cpu() -> Iterator[None]:
-    """Within the block, ``device="cuda"`` tensor factories allocate on the CPU (CPU only)."""
+    """Within the block, ``device="cuda"`` tensor factories allocate on the CPU and
+    ``Tensor.cuda()`` stays put (CPU only)."""
     if not cpu_only():
         yield
         return

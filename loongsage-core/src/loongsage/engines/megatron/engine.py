@@ -40,7 +40,7 @@ from loongsage.engines.megatron.model import build_stage, full_hf_state, read_hf
 from loongsage.engines.megatron.parallel import Layout, MegatronRanks, init_groups
 from loongsage.engines.memory import offload_train_state, onload_train_state
 from loongsage.errors import ConfigError, NonFiniteLossError
-from loongsage.schema import ModelConfig, TrainConfig
+from loongsage.schema import MegatronSettings, ModelConfig, TrainConfig
 
 LossFn = Callable[[LossContext], Any]
 
@@ -89,6 +89,8 @@ class MegatronTrainEngine:
         model = _section(cfg, "model", ModelConfig)
         model.path = str(resolve_model_path(str(model.path)))
         train = _section(cfg, "train", TrainConfig)
+        if isinstance(train.megatron, Mapping):  # a nested section arrives as a plain dict
+            train.megatron = _section({"megatron": train.megatron}, "megatron", MegatronSettings)
         trainer = cfg.get("trainer") or {}
         return cls(model, train, device=device, seed=int(trainer.get("seed", 0)))
 

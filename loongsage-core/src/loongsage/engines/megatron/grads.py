@@ -9,7 +9,8 @@ Parameters replicated over tensor-parallel ranks (norms, the router) need nothin
 sequence parallelism their gradients are already equal on every TP rank.
 
 ``clip_and_norm`` takes the global 2-norm counting every parameter once: TP-sharded
-parameters (``tensor_model_parallel``) on every TP rank, replicated ones on TP rank 0 only,
+parameters (``convert.tp_sharded``; Megatron's own ``tensor_model_parallel`` attribute is
+only set when Megatron initialises the weights itself) on every TP rank, replicated ones on TP rank 0 only,
 the last stage's tied copy of the embedding not at all; squares are summed over the
 model-parallel group (TP x PP). Clipping is ``torch.nn.utils.clip_grads_with_norm_``, the
 embedded engine's.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from loongsage.engines.megatron.convert import tp_sharded
 from loongsage.engines.megatron.parallel import MegatronRanks
 
 
@@ -52,10 +54,10 @@ def clip_and_norm(model: torch.nn.Module, ranks: MegatronRanks, max_norm: float)
     tied = _tied_copy(model, ranks)
     skip = tied if tied is not None and not ranks.first_stage else None
     squares = torch.zeros((), dtype=torch.float64)
-    params = [p for p in model.parameters() if p.grad is not None]
-    for param in params:
-        counted = getattr(param, "tensor_model_parallel", False) or ranks.tp_rank == 0
-        if counted and param is not skip:
+    named = [(name, p) for name, p in model.named_parameters() if p.grad is not None]
+    params = [p for _, p in named]
+    for name, param in named:
+        if (tp_sharded(name) or ranks.tp_rank == 0) and param is not skip:
             squares += param.grad.double().pow(2).sum().cpu()
     if ranks.layout.tp * ranks.layout.pp > 1:
         dist.all_reduce(squares, group=ranks.model_group)

@@ -9,7 +9,10 @@ vocab-parallel (Megatron's ``vocab_parallel_cross_entropy`` idea, written out so
 comes from the same reductions): the max, the sum of exponentials, the target's logit and
 ``sum(p * logit)`` are all-reduced over the TP group with
 ``reduce_from_tensor_model_parallel_region`` (forward: all-reduce; backward: identity, as
-every TP rank back-propagates the same replicated loss).
+every TP rank back-propagates the same replicated loss). The hidden states enter the head
+through ``copy_to_tensor_model_parallel_region`` (forward: identity; backward: all-reduce),
+as in Megatron's column-parallel output layer: each rank's logits see only its vocabulary
+rows, so the gradient reaching the decoder is the sum over TP ranks.
 
 A ``LogitTerm`` (distillation) needs the full-vocabulary logits of a chunk; it is supported
 at ``tp=1`` only and refused otherwise.
@@ -117,6 +120,10 @@ def token_scores(model: Any, hidden: torch.Tensor, input_ids: torch.Tensor,
     hidden = hidden.transpose(0, 1)[:, :-1]  # [N, L - 1, H]
     real = attention_mask[:, 1:].reshape(-1).nonzero().squeeze(-1)
     flat = hidden.reshape(-1, hidden.shape[-1]).index_select(0, real)
+    if tp > 1:  # each rank's logits use its vocabulary rows: sum the hidden states' gradients
+        from megatron.core.tensor_parallel.mappings import copy_to_tensor_model_parallel_region
+
+        flat = copy_to_tensor_model_parallel_region(flat)
     targets = input_ids[:, 1:].reshape(-1).index_select(0, real)
     inputs = gather_inputs(extras or {}, term.inputs, real, input_ids.shape[1]) if term else []
     weight = output_weight(model)

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from loongsage.engines.megatron import cpu_shims
 from loongsage.engines.megatron.arch import megatron_settings
 from loongsage.engines.megatron.convert import (
     global_name,
@@ -40,8 +41,9 @@ def build_stage(hf_config: Any, hf_weights: dict[str, torch.Tensor], dtype: str,
     config = TransformerConfig(**config_kwargs)
     spec = get_gpt_layer_local_spec(num_experts=config.num_moe_experts, normalization="RMSNorm",
                                     qk_layernorm=config.qk_layernorm)
-    model = GPTModel(config, spec, pre_process=ranks.first_stage, post_process=ranks.last_stage,
-                     **model_kwargs)
+    with cpu_shims.cuda_factories_on_cpu():
+        model = GPTModel(config, spec, pre_process=ranks.first_stage, post_process=ranks.last_stage,
+                         **model_kwargs)
     layers = stage_layers(hf_config.num_hidden_layers, ranks.pp_rank, layout.pp)
     full = hf_to_megatron(hf_weights, hf_config)
     local = stage_state(full, layers, ranks.first_stage, ranks.last_stage,
