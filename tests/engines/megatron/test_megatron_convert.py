@@ -136,3 +136,21 @@ def test_hf_export_loads_in_transformers(tiny_family, tmp_path):
     out = loaded.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
     real = batch.attention_mask.bool()
     assert (hidden[real] - out.last_hidden_state[real]).abs().max() < 1e-5
+
+
+def test_resume_restores_weights_and_adamw_moments(tiny_family, tmp_path):
+    """Continuing after ``load`` takes the very step the saving engine takes next; with the
+    AdamW moments restarted it would not (their first step is lr x sign(gradient))."""
+    path = tiny_family["qwen2"]
+    first, _ = engines(path, lr=0.01)
+    first.train_step(ragged_batch(4), pg_loss)
+    first.save(tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / "megatron_optimizer" / "rank_0.pt").is_file()
+    first.train_step(ragged_batch(4, seed=1), pg_loss)
+    resumed = MegatronTrainEngine(ModelConfig(path=str(path)), TrainConfig(micro_batch_size=2, lr=0.01))
+    resumed.load(tmp_path / "ckpt")
+    assert resumed.weight_version == 1
+    resumed.train_step(ragged_batch(4, seed=1), pg_loss)
+    expected = dict(first.named_tensors())
+    for name, tensor in resumed.named_tensors():
+        assert torch.equal(tensor, expected[name]), name

@@ -4,9 +4,11 @@ A folder written by ``save`` holds
 
 * ``megatron/``: the model as a Megatron-Core distributed checkpoint
   (``dist_checkpointing.save`` of ``GPTModel.sharded_state_dict()``: every rank writes its
-  own shards, and the metadata lets another TP/PP layout read them back), and
-  ``megatron/optimizer/rank_<r>.pt``: each rank's AdamW state for its own parameters (a
-  torch optimizer, not Megatron's, see ``engine``), with the layout that wrote it;
+  own shards, and the metadata lets another TP/PP layout read them back) and
+  ``megatron/layout.json``, the TP/PP/DP sizes that wrote it;
+* ``megatron_optimizer/rank_<r>.pt``: each rank's AdamW state for its own parameters (a
+  torch optimizer, not Megatron's, see ``engine``), beside (not inside) the distributed
+  checkpoint, whose folder must be empty before ``dist_checkpointing.save`` writes it;
 * the Hugging Face export (safetensors in HF names and layouts, ``config.json``, the
   tokenizer), which ``transformers`` and the embedded engine load as they are;
 * ``train_state.pt`` with the weight version and RNG states (``embedded_train_state``).
@@ -28,7 +30,7 @@ import torch
 from loongsage.engines.embedded_train_state import read_weights, restore_train_state, save_train_state
 
 MEGATRON = "megatron"
-OPTIMIZER = "optimizer"
+OPTIMIZER = "megatron_optimizer"
 META = "layout.json"
 
 
@@ -51,12 +53,13 @@ def save_checkpoint(engine: Any, folder: Path) -> None:
 
     shards = folder / MEGATRON
     if _rank() == 0:
-        (shards / OPTIMIZER).mkdir(parents=True, exist_ok=True)
+        shards.mkdir(parents=True, exist_ok=True)
+        (folder / OPTIMIZER).mkdir(exist_ok=True)
     dist.barrier()
     hf = {name: t.contiguous() for name, t in engine.named_tensors(include_tied=False)}
     dist_checkpointing.save(engine.model.sharded_state_dict(), str(shards))
     torch.save({"optimizer": engine.optimizer.state_dict(), "layout": _layout(engine)},
-               shards / OPTIMIZER / f"rank_{_rank()}.pt")
+               folder / OPTIMIZER / f"rank_{_rank()}.pt")
     if _rank() == 0:
         save_file(hf, str(folder / "model.safetensors"), metadata={"format": "pt"})
         engine.hf_config.save_pretrained(folder)
@@ -79,7 +82,7 @@ def load_checkpoint(engine: Any, folder: Path) -> int:
     engine.model.load_state_dict(state, strict=False)
     engine.reset_optimizer()
     saved = json.loads((shards / META).read_text(encoding="utf-8"))
-    own = shards / OPTIMIZER / f"rank_{_rank()}.pt"
+    own = folder / OPTIMIZER / f"rank_{_rank()}.pt"
     if saved == _layout(engine) and own.is_file():
         engine.optimizer.load_state_dict(torch.load(own, map_location="cpu", weights_only=False)["optimizer"])
     else:

@@ -12,8 +12,9 @@ and ``world_size`` are the **data-parallel** rank and size, because the controll
 step's rows over data-parallel ranks only; every TP/PP rank of one data-parallel replica
 receives the same rows. ``gather_rows`` and ``global_counts`` therefore run over the DP
 group. Metrics: each DP replica reports its additive shares once (from its TP rank 0 on the
-last stage); its other ranks report only the rank-global values, so ``combine_rank_metrics``
-sums each share exactly once.
+last stage); its other ranks report the same keys with zero shares and the same rank-global
+values, so ``combine_rank_metrics`` (and the warm start's sum of losses) counts each share
+exactly once.
 """
 
 from __future__ import annotations
@@ -88,9 +89,17 @@ class MegatronRanks:
         return self.tp_rank == 0 and self.last_stage
 
     def share_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        """The replica's metrics on each of its ranks: the reporting rank's additive shares,
+        zeros on the others (so a sum over ranks counts each share once)."""
+        import torch.distributed as dist
+
+        if self.layout.tp * self.layout.pp > 1:
+            every: list[Any] = [None] * (self.layout.tp * self.layout.pp)
+            dist.all_gather_object(every, (self.reports_shares, metrics), group=self.model_group)
+            metrics = next(values for reports, values in every if reports)
         if self.reports_shares:
             return metrics
-        return {k: v for k, v in metrics.items() if k in RANK_GLOBAL_METRICS}
+        return {k: (v if k in RANK_GLOBAL_METRICS else 0.0) for k, v in metrics.items()}
 
     def global_counts(self, tokens: float, seqs: float) -> tuple[float, float]:
         import torch.distributed as dist
