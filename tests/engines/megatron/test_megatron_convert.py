@@ -154,3 +154,29 @@ def test_resume_restores_weights_and_adamw_moments(tiny_family, tmp_path):
     expected = dict(first.named_tensors())
     for name, tensor in resumed.named_tensors():
         assert torch.equal(tensor, expected[name]), name
+
+
+def test_routed_experts_are_the_experts_transformers_routes_to(tiny_family):
+    """Per token and MoE layer, the recorded top-2 experts are those of HF's own router
+    (softmax over the gate's logits, top-k), read from the same tokens in transformers."""
+    from transformers import AutoModelForCausalLM
+
+    megatron, _ = engines(tiny_family["qwen3_moe"])
+    batch = ragged_batch()
+    recorded = megatron.routed_experts(batch)
+    assert recorded.shape == (5, 14, 2, 2)
+    hf = AutoModelForCausalLM.from_pretrained(tiny_family["qwen3_moe"])
+    inputs: list[torch.Tensor] = []
+    hooks = [layer.mlp.gate.register_forward_hook(lambda m, a, o: inputs.append((a[0], m.weight)))
+             for layer in hf.model.layers]
+    with torch.no_grad():
+        hf(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+    for hook in hooks:
+        hook.remove()
+    real = batch.attention_mask.bool()
+    for layer, (hidden, weight) in enumerate(inputs):
+        logits = torch.nn.functional.linear(hidden.reshape(-1, hidden.shape[-1]), weight)
+        expected = logits.softmax(-1).topk(2).indices.sort(-1).values.view(5, 14, 2)
+        assert torch.equal(recorded[:, :, layer][real], expected[real]), layer
+    assert (recorded[~real] == -1).all()
+    assert len(set(recorded[real].flatten().tolist())) == 4  # every expert got tokens

@@ -222,6 +222,13 @@ class MegatronTrainEngine:
         shape = (*batch.input_ids.shape, self.hf_config.hidden_size)
         return self.parallel.from_last_stage(local, shape)
 
+    def routed_experts(self, batch: TrainBatch) -> torch.Tensor:
+        """``[N, L, layers, k]``: the experts each token's router chose (MoE models; -1 at
+        padding), for router replay (``engines.megatron.routing``)."""
+        from loongsage.engines.megatron.routing import routed_experts
+
+        return routed_experts(self, batch)
+
     # training ------------------------------------------------------------------------
 
     def train_step(self, batch: TrainBatch, loss_fn: LossFn, mini_batches: int = 1, *,
