@@ -179,7 +179,7 @@ def check_megatron(device: str) -> dict:
             megatron = MegatronTrainEngine(model, TrainConfig(lr=1e-5), device=device)
         else:
             megatron.model_cfg = model
-            megatron.model = megatron._build(megatron._hf_weights)
+            megatron.model = megatron._build(path)
             megatron.reset_optimizer()
         ours = megatron.compute_logprobs(batch)["logprobs"]
         theirs = embedded.compute_logprobs(batch)["logprobs"]

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from loongsage.engines.embedded_train_state import read_weights, restore_train_state, save_train_state
+from loongsage.engines.embedded_train_state import restore_train_state, save_train_state
 
 MEGATRON = "megatron"
 OPTIMIZER = "megatron_optimizer"
@@ -75,7 +75,7 @@ def load_checkpoint(engine: Any, folder: Path) -> int:
 
     shards = folder / MEGATRON
     if not (shards / META).is_file():
-        engine.model = engine._build(read_weights(folder))
+        engine.model = engine._build(folder)
         engine.reset_optimizer()
         return restore_train_state(folder, None)
     state = dist_checkpointing.load(engine.model.sharded_state_dict(), str(shards))

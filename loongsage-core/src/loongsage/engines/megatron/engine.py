@@ -34,6 +34,7 @@ import torch
 from loongsage.engines.batch import LogitTerm, LossContext, TrainBatch
 from loongsage.engines.embedded_train import _section
 from loongsage.engines.megatron import cpu_shims
+from loongsage.engines.megatron.bridge import build_with_bridge, export_with_bridge, uses_bridge
 from loongsage.engines.megatron.grads import clip_and_norm, reduce_gradients
 from loongsage.engines.megatron.logprobs import decoder_hidden, token_scores
 from loongsage.engines.megatron.model import build_stage, full_hf_state, read_hf
@@ -72,7 +73,10 @@ class MegatronTrainEngine:
         if train.num_threads > 0:
             torch.set_num_threads(train.num_threads)
         torch.manual_seed(seed)
-        self.hf_config, self._hf_weights = read_hf(model.path)
+        from transformers import AutoConfig
+
+        self.hf_config = AutoConfig.from_pretrained(model.path)
+        self.bridged = uses_bridge(self.hf_config)  # megatron-bridge converts it (untested)
         self.tokenizer = AutoTokenizer.from_pretrained(
             model.tokenizer_path or model.path, trust_remote_code=model.trust_remote_code)
         self.weight_version = 0
@@ -113,12 +117,16 @@ class MegatronTrainEngine:
             store = store or TCPStore(host, port, is_master=False)
         init_groups(self.layout, rank, store, self.device, self.seed)
         self.parallel = MegatronRanks(self.layout)
-        self.model = self._build(self._hf_weights)
+        self.model = self._build(self.model_cfg.path)
         self.optimizer = self._new_optimizer(self.train_cfg.lr)
         return str(dist.get_backend())
 
-    def _build(self, hf_weights: dict[str, torch.Tensor]) -> torch.nn.Module:
-        return build_stage(self.hf_config, hf_weights, self.model_cfg.dtype, self.parallel).to(self.device)
+    def _build(self, folder: str | Path) -> torch.nn.Module:
+        """This rank's stage holding the HF weights in ``folder``."""
+        if self.bridged:
+            return build_with_bridge(str(folder), self.layout.tp, self.layout.pp).to(self.device)
+        weights = read_hf(folder)[1]
+        return build_stage(self.hf_config, weights, self.model_cfg.dtype, self.parallel).to(self.device)
 
     def _new_optimizer(self, lr: float) -> torch.optim.Optimizer:
         t = self.train_cfg
@@ -199,7 +207,7 @@ class MegatronTrainEngine:
     def compute_ref_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         """Logprobs [N, L] under the frozen reference (the checkpoint at ``model.path``)."""
         if self._ref is None:
-            self._ref = self._build(read_hf(self.model_cfg.path)[1]).requires_grad_(False)
+            self._ref = self._build(self.model_cfg.path).requires_grad_(False)
         return self._forward_all(self._ref, batch, with_entropy=False)["logprobs"]
 
     def final_hidden_states(self, batch: TrainBatch) -> torch.Tensor:
@@ -299,7 +307,10 @@ class MegatronTrainEngine:
     def named_tensors(self, include_tied: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
         """``(hf_name, tensor)`` for the whole model, un-fused and unsharded, in the order
         of the HF model's state dict (a collective: every rank of every stage calls it)."""
-        hf = full_hf_state(self.model, self.hf_config, self.parallel)
+        if self.bridged:
+            hf = export_with_bridge(self.model_cfg.path, self.model)
+        else:
+            hf = full_hf_state(self.model, self.hf_config, self.parallel)
         for name in self._hf_order():
             if name in hf:
                 yield name, hf[name]
