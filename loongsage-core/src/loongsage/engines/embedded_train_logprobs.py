@@ -152,16 +152,28 @@ def head_scores(
     fn = term.fn if term is not None else None
     inputs = term_inputs or []
     width = 1 + with_entropy + (term.width if term is not None else 0)
-    starts = range(0, hidden.shape[0], chunk_tokens)
+
+    def chunk_args(piece: slice) -> tuple:
+        return (hidden[piece], targets[piece], weight, bias, fp32_lm_head, with_entropy, fn,
+                *(x[piece] for x in inputs))
+
+    return run_chunked(_chunk_scores, chunk_args, hidden.shape[0], chunk_tokens,
+                       hidden.new_zeros(0, width, dtype=torch.float32))
+
+
+def run_chunked(fn: Callable[..., torch.Tensor], chunk_args: Callable[[slice], tuple], total: int,
+                chunk_tokens: int, empty: torch.Tensor) -> torch.Tensor:
+    """``fn(*chunk_args(piece))`` over ``total`` positions, ``chunk_tokens`` at a time,
+    concatenated (``empty`` when there are none). With grad enabled every chunk but the last
+    is checkpointed (recomputed in the backward); the last chunk's logits may stay for the
+    backward, which is still one chunk's worth."""
+    starts = range(0, total, chunk_tokens)
     chunks = []
     for start in starts:
-        piece = slice(start, start + chunk_tokens)
-        args = (hidden[piece], targets[piece], weight, bias, fp32_lm_head, with_entropy, fn,
-                *(x[piece] for x in inputs))
-        # the last chunk's logits may stay for the backward: that is still one chunk
+        args = chunk_args(slice(start, start + chunk_tokens))
         recompute = torch.is_grad_enabled() and start != starts[-1]
-        chunks.append(checkpoint(_chunk_scores, *args, use_reentrant=False) if recompute else _chunk_scores(*args))
-    return torch.cat(chunks) if chunks else hidden.new_zeros(0, width, dtype=torch.float32)
+        chunks.append(checkpoint(fn, *args, use_reentrant=False) if recompute else fn(*args))
+    return torch.cat(chunks) if chunks else empty
 
 
 def token_scores(

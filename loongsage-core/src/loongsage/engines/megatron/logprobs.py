@@ -28,13 +28,13 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 import torch
-from torch.utils.checkpoint import checkpoint
 
 from loongsage.engines.batch import LogitTerm
 from loongsage.engines.embedded_train_logprobs import (
     TokenScores,
     gather_inputs,
     position_ids_from_mask,
+    run_chunked,
     scatter_positions,
 )
 from loongsage.errors import ConfigError
@@ -130,16 +130,13 @@ def token_scores(model: Any, hidden: torch.Tensor, input_ids: torch.Tensor,
     vocab_start = tp_rank * weight.shape[0]
     fn = term.fn if term is not None else None
     width = 1 + with_entropy + (term.width if term is not None else 0)
-    starts = range(0, flat.shape[0], chunk_tokens)
-    chunks = []
-    for start in starts:
-        piece = slice(start, start + chunk_tokens)
-        args = (flat[piece], targets[piece], weight, vocab_start, tp, with_entropy, fn,
+
+    def chunk_args(piece: slice) -> tuple:
+        return (flat[piece], targets[piece], weight, vocab_start, tp, with_entropy, fn,
                 *(x[piece] for x in inputs))
-        recompute = torch.is_grad_enabled() and start != starts[-1]
-        chunks.append(checkpoint(_chunk_scores, *args, use_reentrant=False) if recompute
-                      else _chunk_scores(*args))
-    scores = torch.cat(chunks) if chunks else flat.new_zeros(0, width, dtype=torch.float32)
+
+    scores = run_chunked(_chunk_scores, chunk_args, flat.shape[0], chunk_tokens,
+                         flat.new_zeros(0, width, dtype=torch.float32))
     full = scatter_positions(scores, real, input_ids.shape)
     return TokenScores(logprobs=full[..., 0],
                        entropy=full[..., 1] if with_entropy else None,
