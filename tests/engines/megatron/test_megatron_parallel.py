@@ -18,7 +18,6 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
-import torch
 
 from loongsage.algorithms.objective import Objective
 from loongsage.controller.actors import EngineHost

@@ -17,8 +17,10 @@ Deviations from a GPU Megatron trainer, all because this is the path CPU CI can 
 (REFERENCE.md §6.3): the optimizer is ``torch.optim.AdamW`` over Megatron's parameters
 (Megatron's ``get_megatron_optimizer`` allocates on CUDA), gradients are reduced by us
 (data-parallel all-reduce, the tied embedding's all-reduce between first and last stage)
-rather than by Megatron's DDP wrapper, sequences are padded per micro-batch instead of
-packed, and no fp32 master copy is kept for bf16 weights (as in the embedded engine).
+rather than by Megatron's DDP wrapper, micro-batches keep the batch's right padding (no
+sequence packing, as in the embedded engine), no fp32 master copy is kept for bf16 weights
+(as in the embedded engine), and a weight export gathers the whole model on every rank
+(``named_tensors``) before each rank sends its part.
 """
 
 from __future__ import annotations
