@@ -15,7 +15,6 @@ import pytest
 import torch
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-pytest.importorskip("megatron.core")
 
 COMMON = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6)

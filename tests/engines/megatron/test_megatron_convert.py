@@ -14,6 +14,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+pytest.importorskip("megatron.core")
+
 from loongsage.engines.batch import TrainBatch
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 from loongsage.engines.megatron.convert import hf_to_megatron, megatron_to_hf, tp_merge, tp_shard

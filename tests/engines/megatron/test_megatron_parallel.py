@@ -19,6 +19,8 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
+pytest.importorskip("megatron.core")
+
 from loongsage.algorithms.objective import Objective
 from loongsage.controller.actors import EngineHost
 from loongsage.controller.batching import groups_to_batch, plan_shards
