@@ -17,6 +17,12 @@ tiny_run     ``loongsage train --config-name tiny/grpo`` on the GPUs, colocated 
 sglang_run   The tiny recipe on ``rollout.backend=sglang``: a real SGLang server (skipped when
              ``sglang`` is not installed), weights over ``/update_weights_from_distributed``
              (NCCL), the rollout-vs-train logprob gap at the last step.
+megatron     The megatron train engine (``train.backend=megatron``, TP=1, one rank, NCCL beside
+             gloo) on ``cuda:0``: fp32 log-probs against the embedded engine's (max abs diff;
+             1e-5 on CPU), then bf16 (``model.dtype=bfloat16``): log-probs against the
+             embedded bf16 engine, a train step's loss and grad norm, median step seconds.
+             Needs megatron-core (``loongsage-core[megatron]``); never run on the CPU-only
+             development machine, where the CPU tests cover the same code over gloo.
 transfer     ``benchmarks/transfer_mesh.py``'s CUDA rows: TransferMesh CUDA IPC (receiver on the
              sender's GPU) and NCCL (receiver on a second GPU; skipped with one) against a
              device memcpy of the same bytes, SmolLM2-135M-shaped fp32 state dict.
@@ -187,6 +193,44 @@ def check_tiny_run(device: str) -> dict:
     }
 
 
+def check_megatron(device: str) -> dict:
+    from loongsage.engines.batch import TrainBatch
+    from loongsage.engines.embedded_train import EmbeddedTrainEngine
+    from loongsage.engines.megatron.engine import MegatronTrainEngine
+    from loongsage.models.tiny import ensure_tiny_model
+    from loongsage.schema import ModelConfig, TrainConfig
+
+    path = str(ensure_tiny_model())
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 500, (8, 64), generator=g)
+    attn = torch.ones_like(ids)
+    batch = TrainBatch(ids, attn, attn.float())
+    out: dict[str, Any] = {}
+    dtypes = ["float32"] if device == "cpu" else ["float32", "bfloat16"]
+    megatron = None
+    for dtype in dtypes:
+        model = ModelConfig(path=path, dtype=dtype)
+        embedded = EmbeddedTrainEngine(model, TrainConfig(lr=1e-5), device=device)
+        if megatron is None:  # one process group per process: the bf16 engine reuses it
+            megatron = MegatronTrainEngine(model, TrainConfig(lr=1e-5), device=device)
+        else:
+            megatron.model_cfg = model
+            megatron.model = megatron._build(path)
+            megatron.reset_optimizer()
+        ours = megatron.compute_logprobs(batch)["logprobs"]
+        theirs = embedded.compute_logprobs(batch)["logprobs"]
+        out[f"{dtype}_logprob_max_abs_diff"] = float((ours - theirs).abs().max())
+        steps = []
+        for _ in range(3):
+            start = time.perf_counter()
+            metrics = megatron.train_step(batch, lambda ctx: -(ctx.logprobs * ctx.batch.loss_mask).sum()
+                                          / ctx.global_num_tokens)
+            steps.append(time.perf_counter() - start)
+        out[f"{dtype}_loss"], out[f"{dtype}_grad_norm"] = metrics["train/loss"], metrics["train/grad_norm"]
+        out[f"{dtype}_step_s_median"] = statistics.median(steps)
+    return out
+
+
 def check_transfer(device: str) -> dict:
     from transfer_mesh import run_model
 
@@ -211,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {"device": device, "torch": torch.__version__, "gpus": gpus}
     part("engines", lambda: check_engines(device), out)
     part("tiny_run", lambda: check_tiny_run(device), out)
+    part("megatron", lambda: check_megatron(device), out)
     part("transfer", lambda: check_transfer(device), out)
     part("sglang_run", lambda: check_sglang_run(device), out)
     out["ok"] = all(out[name]["ok"] for name in ("engines", "tiny_run", "transfer", "sglang_run"))

@@ -116,6 +116,12 @@ CASES = {
         "data_sources.0.agent.name=NAME",
         None,
     ),
+    "model-parallel sizes for a backend without them": (
+        ["train.megatron.tp=2"],
+        "train.megatron",
+        "applies to train.backend=megatron only, not 'embedded_train'",
+        None,
+    ),
 }
 
 

@@ -31,6 +31,19 @@ def test_colocated_bundle_i_holds_train_rank_i_and_engine_i():
     assert {s.threads for s in plan.seats} == {1} and all(s.cores is None for s in plan.seats)
 
 
+def test_megatron_seats_every_tensor_and_pipeline_rank_of_every_replica():
+    """dp_size=2 replicas of tp=2 x pp=1: four train seats, one bundle each (two shared with
+    the engines); the mixer's shards still follow dp_size."""
+    plan = plan_placement(cfg("train.backend=megatron", "train.dp_size=2", "train.megatron.tp=2",
+                              "rollout.num_engines=2", "placement.train_cpus=0.5",
+                              "placement.rollout_cpus=0.5"), cores=None)
+    assert seats(plan, "train") == [("colocated", i, 0.5, 0.0) for i in range(4)]
+    assert len(plan.groups[0].bundles) == 4
+    disaggregated = plan_placement(cfg("train.backend=megatron", "train.megatron.pp=2",
+                                       "placement.mode=disaggregated", "async.enable=true"), cores=None)
+    assert [s.bundle for s in disaggregated.role("train")] == [0, 1]
+
+
 def test_colocated_gpu_bundles_share_one_gpu_between_the_two_roles():
     plan = plan_placement(cfg("train.dp_size=2", "rollout.num_engines=2", "placement.gpus_per_node=2"),
                           cores=None)

@@ -30,6 +30,15 @@ class ModelConfig:
 
 
 @dataclass
+class MegatronSettings:
+    """``train.megatron``: model-parallel sizes of the megatron backend (x ``train.dp_size``)."""
+
+    tp: int = 1  # tensor-parallel ranks (vocab-parallel LM head, column/row-parallel layers)
+    pp: int = 1  # pipeline stages (Megatron's 1F1B schedule)
+    cp: int = 1  # context parallelism: only 1 is supported here
+
+
+@dataclass
 class TrainConfig:
     """The train engine: backend, optimiser and batching."""
 
@@ -48,6 +57,7 @@ class TrainConfig:
     logprob_chunk_tokens: int = 512  # positions per fp32 LM-head + log-softmax chunk ([tokens, vocab] logits)
     dp_size: int = 1  # data-parallel train ranks: one torch.distributed group (gloo / NCCL)
     strategy: str = "ddp"  # ddp | fsdp2 (sharded params, grads, optimizer state); for dp_size > 1
+    megatron: MegatronSettings = field(default_factory=MegatronSettings)  # train.backend=megatron
 
 
 @dataclass

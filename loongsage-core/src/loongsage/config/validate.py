@@ -178,6 +178,10 @@ def _check_shapes(cfg: DictConfig) -> None:
             f"{groups} prompt groups cannot be cut into train.mini_batches_per_step={minis} x "
             f"train.dp_size={dp} equal shards of whole groups; use a multiple of {minis * dp}",
         )
+    model_parallel = {k: v for k, v in cfg.train.megatron.items() if v != 1}
+    if model_parallel and cfg.train.backend != "megatron":
+        raise ConfigError("train.megatron", f"{model_parallel} applies to train.backend=megatron "
+                          f"only, not {cfg.train.backend!r}")
     sft = cfg.trainer.sft
     if sft.steps > 0 and sft.batch_size % dp:
         raise ConfigError(

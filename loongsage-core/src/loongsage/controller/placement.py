@@ -1,7 +1,8 @@
 """Placement: the Ray placement groups a run reserves, which bundle each actor sits in, and
 the layout the actors report back (printed at start, saved as the run's ``layout.json``).
 
-Two modes (``PLANS``), from ``placement.*``, ``train.dp_size`` and ``rollout.num_engines``:
+Two modes (``PLANS``), from ``placement.*``, the train ranks (``train_ranks``: ``train.dp_size``,
+x ``train.megatron.tp x pp`` for the megatron backend) and ``rollout.num_engines``:
 
 * **colocated**: one group of ``max(dp_size, num_engines)`` bundles; bundle i holds train
   rank i and rollout engine i, which take turns on it (each books its CPUs and half the
@@ -75,8 +76,14 @@ def _threads(configured: int, cpus: float) -> int:
     return configured or max(1, math.ceil(cpus))
 
 
+def train_ranks(train: Any) -> int:
+    """Train actors a run starts: ``dp_size`` replicas of ``megatron.tp x megatron.pp`` ranks
+    (1 x 1 for every backend but megatron, which config validation enforces)."""
+    return train.dp_size * train.megatron.tp * train.megatron.pp
+
+
 def colocated_plan(cfg: Any) -> PlacementPlan:
-    p, dp, engines = cfg.placement, cfg.train.dp_size, cfg.rollout.num_engines
+    p, dp, engines = cfg.placement, train_ranks(cfg.train), cfg.rollout.num_engines
     gpu = 1 if p.gpus_per_node else 0
     resources = dict(p.train_resources)
     for key, value in p.rollout_resources.items():
@@ -95,7 +102,7 @@ def colocated_plan(cfg: Any) -> PlacementPlan:
 def disaggregated_plan(cfg: Any) -> PlacementPlan:
     p, gpu = cfg.placement, 1 if cfg.placement.gpus_per_node else 0
     groups, seats = [], []
-    roles = (("train", cfg.train.dp_size, p.train_cpus, p.train_strategy, p.train_resources,
+    roles = (("train", train_ranks(cfg.train), p.train_cpus, p.train_strategy, p.train_resources,
               cfg.train.num_threads),
              ("rollout", cfg.rollout.num_engines, p.rollout_cpus, p.rollout_strategy,
               p.rollout_resources, cfg.rollout.num_threads))

@@ -305,13 +305,17 @@ def open_store(engine: Any, host: str) -> int:
 
 def join_group(engine: Any, host: str, port: int, rank: int, world_size: int,
                strategy: str) -> str:
-    """Make ``engine`` (an ``EmbeddedTrainEngine``) rank ``rank`` of ``world_size``.
+    """Make ``engine`` (an ``EmbeddedTrainEngine``) rank ``rank`` of ``world_size``; an engine
+    with a ``join_process_group`` method (``engines.megatron``) joins by it instead.
 
     All ranks call this at once. The optimizer is rebuilt afterwards: FSDP2 replaces the
     parameters by sharded ones. Returns the process group's backend.
     """
     from torch.distributed import TCPStore
 
+    own_groups = getattr(engine, "join_process_group", None)
+    if own_groups is not None:  # an engine that lays out its own parallel groups (megatron)
+        return own_groups(host, port, rank, world_size, strategy)
     if strategy not in STRATEGIES:
         raise ConfigError("train.strategy", f"expected one of {sorted(STRATEGIES)}, got "
                           f"{strategy!r}")

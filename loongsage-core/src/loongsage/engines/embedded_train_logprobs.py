@@ -175,17 +175,27 @@ def head_scores(
         bias = None if bias is None else bias.float()
     fn = term.fn if term is not None else None
     inputs = term_inputs or []
-    # no position to score (a data-parallel padding row) still runs one empty chunk, so the
-    # result stays attached to the graph and every rank's backward reaches every parameter
-    starts = range(0, max(hidden.shape[0], 1), chunk_tokens)
+    def chunk_args(piece: slice) -> tuple:
+        return (hidden[piece], targets[piece], weight, bias, fp32_lm_head, with_entropy, fn,
+                *(x[piece] for x in inputs))
+
+    return run_chunked(_chunk_scores, chunk_args, hidden.shape[0], chunk_tokens)
+
+
+def run_chunked(fn: Callable[..., torch.Tensor], chunk_args: Callable[[slice], tuple], total: int,
+                chunk_tokens: int) -> torch.Tensor:
+    """``fn(*chunk_args(piece))`` over ``total`` positions, ``chunk_tokens`` at a time,
+    concatenated. With grad enabled every chunk but the last is checkpointed (recomputed in
+    the backward); the last chunk's logits may stay for the backward, which is still one
+    chunk's worth. No position at all (a data-parallel padding row) still runs one empty
+    chunk, so the result stays attached to the graph and every rank's backward reaches every
+    parameter."""
+    starts = range(0, max(total, 1), chunk_tokens)
     chunks = []
     for start in starts:
-        piece = slice(start, start + chunk_tokens)
-        args = (hidden[piece], targets[piece], weight, bias, fp32_lm_head, with_entropy, fn,
-                *(x[piece] for x in inputs))
-        # the last chunk's logits may stay for the backward: that is still one chunk
+        args = chunk_args(slice(start, start + chunk_tokens))
         recompute = torch.is_grad_enabled() and start != starts[-1]
-        chunks.append(checkpoint(_chunk_scores, *args, use_reentrant=False) if recompute else _chunk_scores(*args))
+        chunks.append(checkpoint(fn, *args, use_reentrant=False) if recompute else fn(*args))
     return torch.cat(chunks)
 
 

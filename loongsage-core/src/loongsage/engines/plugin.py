@@ -16,6 +16,12 @@ def loongsage_register_engines(register):
         doc="Value model (HF decoder + scalar head) trained on the clipped value loss (algorithm.critic).",
     )
     register(
+        "megatron",
+        "loongsage.engines.megatron.engine:MegatronTrainEngine",
+        doc="Megatron-Core GPTModel from a HF checkpoint: TP / PP / DP over the train ranks "
+            "(gloo on CPU, NCCL on GPUs); needs loongsage-core[megatron].",
+    )
+    register(
         "embedded_rollout",
         "loongsage.engines.embedded_rollout.engine:EmbeddedRolloutEngine",
         doc="HF causal LM behind SGLang's HTTP API on loopback, with its own batched decode loop.",

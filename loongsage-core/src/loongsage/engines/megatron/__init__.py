@@ -1,0 +1,1 @@
+"""The Megatron-Core train engine (``train.backend=megatron``; needs ``loongsage-core[megatron]``)."""
