@@ -241,6 +241,7 @@ class TrainerConfig:
     eval_interval: int = 0  # steps between evaluations (0 = never); also before step 0
     eval_prompts: int = 64  # fixed prompts per evaluation, split over the data sources
     eval_temperature: float = 0.0  # 0 = greedy, so the eval curve is free of sampling noise
+    router_replay: str = "off"  # MoE: off | rollout (R3, the engines' routes) | old_policy (R2)
     sft: SFTConfig = field(default_factory=SFTConfig)
 
 

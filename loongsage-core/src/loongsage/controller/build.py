@@ -51,6 +51,7 @@ from loongsage.data.sources import build_sources
 from loongsage.deadline.budget import Budget
 from loongsage.deadline.pool import DeadlinePool
 from loongsage.engines.client import EngineClient
+from loongsage.engines.routing import config_is_moe
 from loongsage.engines.pool import EnginePool
 from loongsage.models.resolve import resolve_model_path
 from loongsage.runtime.event_loop import EventLoopThread
@@ -152,7 +153,8 @@ def _start_rollout(run: Run, plain: dict) -> None:
     urls = ray.get([a.call.remote("start") for a in run.rollout_actors])
     transfer = TransferConfig(**plain["transfer"])
     run.weight_sync = WeightSync(run.trainers, run.rollout_actors, transfer)
-    pool = EnginePool([EngineClient(url) for url in urls])
+    routes = config_is_moe(cfg.model.path)  # MoE: generations return routes (R3, routing mismatch)
+    pool = EnginePool([EngineClient(url, return_routed_experts=routes) for url in urls])
     run.loop = EventLoopThread()
     base = RouterSettings.from_config(cfg.agentflow)
     run.agent_routers = AgentRouters(run.sources, pool, run.tokenizer, spec.registries, base, run.run_dir.path)

@@ -45,6 +45,8 @@ def train_on_rollout(
         old = {key: parallel.gather_rows(value, shards, len(batch))
                for key, value in engine.compute_logprobs(local, **entropy, **pg_term).items()}
         batch.extras["old_logprobs"] = old["logprobs"]
+        if "routed_experts" in old:  # trainer.router_replay=old_policy (R2): replayed by train_step
+            batch.extras["old_routed_experts"] = old["routed_experts"]
         if objective.needs_reference:
             ref = engine.compute_ref_logprobs(local)
             batch.extras["ref_logprobs"] = parallel.gather_rows(ref, shards, len(batch))

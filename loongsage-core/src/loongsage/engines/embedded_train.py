@@ -12,7 +12,12 @@ forward to be the same function. The class is plain Python so the controller can
 in a Ray actor; ``state_numpy`` is the transfer format Ray serialises fastest
 (REFERENCE.md §6.8). Deviation from GPU trainers: ``model.dtype: bfloat16`` updates bf16
 weights directly (no fp32 master copy, no mixed-precision autocast); use float32 for real
-training on CPU.
+training on CPU. On an MoE model ``trainer.router_replay`` replays expert routes in every
+forward of the policy (``engines.routing``: ``rollout`` = R3, ``old_policy`` = R2) and
+``train_step`` reports, over the tokens with rollout routes, ``train/routing_mismatch_own``: the
+fraction whose own training-time top-k differs from the rollout's in some layer (the mismatch
+without replay), and ``train/routing_mismatch``: the same for the routes the forward used
+(0 under R3).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from loongsage.engines.distributed import SingleProcess
 from loongsage.engines.embedded_train_logprobs import TokenScores
 from loongsage.engines.embedded_train_state import storage_ptr
 from loongsage.engines.memory import offload_train_state, onload_train_state
+from loongsage.engines.routing import REPLAY_SOURCES, MoeRouters, RoutingPass, check_router_replay
 from loongsage.errors import ConfigError, NonFiniteLossError
 
 LossFn = Callable[[LossContext], Any]
@@ -80,6 +86,7 @@ class EmbeddedTrainEngine:
         *,
         device: str | None = None,
         seed: int = 0,
+        router_replay: str = "off",
     ) -> None:
         if train.micro_batch_size < 1:
             raise ConfigError(
@@ -100,6 +107,9 @@ class EmbeddedTrainEngine:
         self.model = load_causal_lm(model.path, model.dtype, model.trust_remote_code)
         self.model.to(self.device)
         self.model.eval()
+        self.routers = MoeRouters(self.model)
+        check_router_replay(router_replay, self.routers, model.path)
+        self.router_replay = router_replay
         if train.gradient_checkpointing:
             enable = getattr(self.model, "activation_checkpointing_enable", None)
             (enable or self.model.gradient_checkpointing_enable)()
@@ -123,7 +133,8 @@ class EmbeddedTrainEngine:
         model.path = str(resolve_model_path(str(model.path)))
         train = _section(cfg, "train", TrainConfig)
         trainer = cfg.get("trainer") or {}
-        return cls(model, train, device=device, seed=int(trainer.get("seed", 0)))
+        return cls(model, train, device=device, seed=int(trainer.get("seed", 0)),
+                   router_replay=str(trainer.get("router_replay", "off")))
 
     # optimizer ---------------------------------------------------------------------
 
@@ -162,13 +173,38 @@ class EmbeddedTrainEngine:
             extras=extras,
         )
 
+    def _routing(self, batch: TrainBatch, *, training: bool, capture: bool = False):
+        """The routing of one policy forward: replay per ``trainer.router_replay``, compare with
+        the rollout's routes, capture the routes used (R2's pi_old forward always does)."""
+        key = REPLAY_SOURCES[self.router_replay]
+        capture = capture or (self.router_replay == "old_policy" and not training)
+        replay = None
+        if key is not None and (training or self.router_replay == "rollout"):
+            replay = batch.extras.get(key)
+            if replay is None:
+                raise ConfigError("trainer.router_replay", f"{self.router_replay!r} replays the "
+                                  f"batch's {key!r} routes, which it does not hold (a rollout engine "
+                                  "that returned no routed experts?)")
+        return self.routers.routing(replay=replay, compare=batch.extras.get("routed_experts"), capture=capture)
+
     @torch.no_grad()
     def _forward_all(
-        self, model: nn.Module, batch: TrainBatch, with_entropy: bool, logit_term: LogitTerm | None = None
+        self, model: nn.Module, batch: TrainBatch, with_entropy: bool, logit_term: LogitTerm | None = None,
+        with_routes: bool = False,
     ) -> dict:
-        parts: dict[str, list[torch.Tensor]] = {"logprobs": [], "entropy": [], "logit_values": []}
+        parts: dict[str, list[torch.Tensor]] = {"logprobs": [], "entropy": [], "logit_values": [],
+                                                "routed_experts": []}
+        policy = model is self.model
         for rows in self._micro_batches(len(batch)):
-            scores = self._scores(model, batch.rows(rows), with_entropy, logit_term)
+            micro = batch.rows(rows)
+            routing = self._routing(micro, training=False, capture=with_routes) if policy else None
+            if routing is None:
+                scores, routed = self._scores(model, micro, with_entropy, logit_term), RoutingPass()
+            else:
+                with routing as routed:
+                    scores = self._scores(model, micro, with_entropy, logit_term)
+            if routed.captured:
+                parts["routed_experts"].append(routed.routes().view(*micro.input_ids.shape, *self.routers.shape))
             for key, value in (("logprobs", scores.logprobs), ("entropy", scores.entropy),
                                ("logit_values", scores.values)):
                 if value is not None:
@@ -176,11 +212,14 @@ class EmbeddedTrainEngine:
         return {key: torch.cat(values) for key, values in parts.items() if values}
 
     def compute_logprobs(
-        self, batch: TrainBatch, with_entropy: bool = False, logit_term: LogitTerm | None = None
+        self, batch: TrainBatch, with_entropy: bool = False, logit_term: LogitTerm | None = None,
+        with_routes: bool = False,
     ) -> dict[str, torch.Tensor]:
         """``{"logprobs": [N, L]}`` (+ ``"entropy"``, + ``"logit_values"`` [N, L, width] of
-        ``logit_term``) in fp32 on CPU, without grad."""
-        return self._forward_all(self.model, batch, with_entropy, logit_term)
+        ``logit_term``) in fp32 on CPU, without grad. On an MoE model ``"routed_experts"``
+        ``[N, L, layers, top_k]`` are the routes the forward used, with ``with_routes`` and
+        always under ``trainer.router_replay=old_policy`` (R2 replays them in ``train_step``)."""
+        return self._forward_all(self.model, batch, with_entropy, logit_term, with_routes)
 
     def compute_ref_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         """Logprobs [N, L] under the frozen reference (the checkpoint at ``model.path``).
@@ -245,26 +284,19 @@ class EmbeddedTrainEngine:
         num_tokens, num_seqs = max(tokens, 1.0), max(seqs, 1.0)
         self.optimizer.zero_grad(set_to_none=True)
         loss_total, metrics = 0.0, {}
+        routes_seen = [0, 0, 0]  # tokens whose used / own routes differ from the rollout's, tokens with them
         for rows in self._micro_batches(len(batch)):
             micro = batch.rows(rows)
-            scores = self._scores(self.model, micro, with_entropy, logit_term)
-            device_micro = TrainBatch(
-                micro.input_ids.to(self.device),
-                micro.attention_mask.to(self.device),
-                micro.loss_mask.to(self.device),
-                {k: v.to(self.device) for k, v in micro.extras.items()},
-            )
-            ctx = LossContext(device_micro, scores.logprobs, scores.entropy, num_tokens, num_seqs, scores.values)
-            out = loss_fn(ctx)
-            loss, extra = out if isinstance(out, tuple) else (out, {})
-            part = {key if "/" in key else f"train/{key}": float(value) for key, value in extra.items()}
-            loss_value = float(loss.detach())
-            if not math.isfinite(loss_value):
-                self._refuse_non_finite("loss", {"train/loss": loss_value, **part})
-            self.parallel.backward(loss)
+            with self._routing(micro, training=True) as routed:
+                loss_value = self._micro_step(micro, loss_fn, with_entropy, logit_term, num_tokens,
+                                              num_seqs, metrics)
             loss_total += loss_value
-            for name, value in part.items():
-                metrics[name] = metrics.get(name, 0.0) + value
+            routes_seen[0] += routed.mismatched
+            routes_seen[1] += routed.own_mismatched
+            routes_seen[2] += routed.compared
+        if routes_seen[2]:
+            metrics["train/routing_mismatch"] = routes_seen[0] / routes_seen[2]
+            metrics["train/routing_mismatch_own"] = routes_seen[1] / routes_seen[2]
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         total_norm = self.parallel.total_norm([p.grad for p in params if p.grad is not None])
         grad_norm = float(total_norm)
@@ -282,6 +314,29 @@ class EmbeddedTrainEngine:
             "train/num_tokens": num_tokens,
         })
         return metrics
+
+    def _micro_step(self, micro: TrainBatch, loss_fn: LossFn, with_entropy: bool,
+                    logit_term: LogitTerm | None, num_tokens: float, num_seqs: float,
+                    metrics: dict[str, float]) -> float:
+        """Forward, loss and backward of one micro-batch; adds its metrics, returns its loss."""
+        scores = self._scores(self.model, micro, with_entropy, logit_term)
+        device_micro = TrainBatch(
+            micro.input_ids.to(self.device),
+            micro.attention_mask.to(self.device),
+            micro.loss_mask.to(self.device),
+            {k: v.to(self.device) for k, v in micro.extras.items()},
+        )
+        ctx = LossContext(device_micro, scores.logprobs, scores.entropy, num_tokens, num_seqs, scores.values)
+        out = loss_fn(ctx)
+        loss, extra = out if isinstance(out, tuple) else (out, {})
+        part = {key if "/" in key else f"train/{key}": float(value) for key, value in extra.items()}
+        loss_value = float(loss.detach())
+        if not math.isfinite(loss_value):
+            self._refuse_non_finite("loss", {"train/loss": loss_value, **part})
+        self.parallel.backward(loss)
+        for name, value in part.items():
+            metrics[name] = metrics.get(name, 0.0) + value
+        return loss_value
 
     def _refuse_non_finite(self, what: str, values: dict[str, float]) -> None:
         """Raise ``NonFiniteLossError`` naming the non-finite terms and parameter gradients."""
