@@ -191,7 +191,7 @@ def test_replaying_own_routes_changes_nothing_and_r2_replays_pi_old(moe_dir):
     """Gate weights recomputed from the training logits equal the model's own when the replayed
     selection is its own; R2 records pi_old's routes and needs them for the train step."""
     ids = torch.tensor([PROMPTS[0] + [1, 2, 3, 4, 5]])
-    batch = TrainBatch(ids, torch.ones_like(ids), torch.ones(ids.shape), {})
+    batch = TrainBatch(ids, torch.ones_like(ids), torch.ones(ids.shape), {"rollout_logprobs": torch.zeros(ids.shape)})
     r2 = trainer(moe_dir, replay="old_policy")
     old = r2.compute_logprobs(batch)
     assert old["routed_experts"].shape == (*ids.shape, 4, 2)

@@ -30,6 +30,17 @@ class ModelConfig:
 
 
 @dataclass
+class LoraSettings:
+    """``train.lora``: LoRA adapters instead of full fine-tuning (``engines.lora``; rank 0 = off)."""
+
+    rank: int = 0
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: List[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    sync: str = "adapter"  # adapter (only adapter tensors; the embedded engine merges) | merged
+
+
+@dataclass
 class TrainConfig:
     """The train engine: backend, optimiser and batching."""
 
@@ -46,6 +57,7 @@ class TrainConfig:
     logprob_chunk_tokens: int = 512  # positions per fp32 LM-head + log-softmax chunk ([tokens, vocab] logits)
     dp_size: int = 1  # data-parallel train ranks: one torch.distributed group (gloo / NCCL)
     strategy: str = "ddp"  # ddp | fsdp2 (sharded params, grads, optimizer state); for dp_size > 1
+    lora: LoraSettings = field(default_factory=LoraSettings)
 
 
 @dataclass

@@ -17,12 +17,15 @@ forward of the policy (``engines.routing``: ``rollout`` = R3, ``old_policy`` = R
 ``train_step`` reports, over the tokens with rollout routes, ``train/routing_mismatch_own``: the
 fraction whose own training-time top-k differs from the rollout's in some layer (the mismatch
 without replay), and ``train/routing_mismatch``: the same for the routes the forward used
-(0 under R3).
+(0 under R3). ``train.lora.rank > 0`` trains LoRA adapters instead of the weights
+(``engines.lora``): the reference is the model with its adapters off, weight sync sends the
+adapters or the merged weights, checkpoints hold the adapter.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -30,11 +33,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from loongsage.schema import ModelConfig, TrainConfig
+from loongsage.schema import LoraSettings, ModelConfig, TrainConfig
 from loongsage.engines.batch import LogitTerm, LossContext, TrainBatch
 from loongsage.engines.distributed import SingleProcess
 from loongsage.engines.embedded_train_logprobs import TokenScores
-from loongsage.engines.embedded_train_state import storage_ptr
+from loongsage.engines.embedded_train_state import restore_train_state, save_train_state, storage_ptr
+from loongsage.engines.lora import LoraAdapters
 from loongsage.engines.memory import offload_train_state, onload_train_state
 from loongsage.engines.routing import REPLAY_SOURCES, MoeRouters, RoutingPass, check_router_replay
 from loongsage.errors import ConfigError, NonFiniteLossError
@@ -79,6 +83,8 @@ def load_causal_lm(path: str | Path, dtype: str, trust_remote_code: bool = False
 class EmbeddedTrainEngine:
     """Train a HF causal LM with loss closures; see the module docstring."""
 
+    supports_lora = True  # train.lora (config validation refuses it on backends without this)
+
     def __init__(
         self,
         model: ModelConfig,
@@ -110,6 +116,7 @@ class EmbeddedTrainEngine:
         self.routers = MoeRouters(self.model)
         check_router_replay(router_replay, self.routers, model.path)
         self.router_replay = router_replay
+        self.lora = self._lora(train.lora, model.path) if train.lora.rank > 0 else None
         if train.gradient_checkpointing:
             enable = getattr(self.model, "activation_checkpointing_enable", None)
             (enable or self.model.gradient_checkpointing_enable)()
@@ -132,9 +139,17 @@ class EmbeddedTrainEngine:
         model = _section(cfg, "model", ModelConfig)
         model.path = str(resolve_model_path(str(model.path)))
         train = _section(cfg, "train", TrainConfig)
+        if isinstance(train.lora, Mapping):
+            train.lora = _section({"train.lora": train.lora}, "train.lora", LoraSettings)
         trainer = cfg.get("trainer") or {}
         return cls(model, train, device=device, seed=int(trainer.get("seed", 0)),
                    router_replay=str(trainer.get("router_replay", "off")))
+
+    def _lora(self, settings: Any, path: str) -> LoraAdapters:
+        if self.train_cfg.dp_size > 1:
+            raise ConfigError("train.lora.rank", "LoRA runs on one train rank for now (train.dp_size=1); "
+                              f"got dp_size={self.train_cfg.dp_size}")
+        return LoraAdapters(self.model, settings, path)
 
     # optimizer ---------------------------------------------------------------------
 
@@ -175,11 +190,13 @@ class EmbeddedTrainEngine:
 
     def _routing(self, batch: TrainBatch, *, training: bool, capture: bool = False):
         """The routing of one policy forward: replay per ``trainer.router_replay``, compare with
-        the rollout's routes, capture the routes used (R2's pi_old forward always does)."""
+        the rollout's routes, capture the routes used (R2's pi_old forward always does). A batch
+        that holds no rollout (SFT) trains with the model's own routing."""
         key = REPLAY_SOURCES[self.router_replay]
-        capture = capture or (self.router_replay == "old_policy" and not training)
+        from_rollout = "rollout_logprobs" in batch.extras
+        capture = capture or (self.router_replay == "old_policy" and not training and from_rollout)
         replay = None
-        if key is not None and (training or self.router_replay == "rollout"):
+        if key is not None and from_rollout and (training or self.router_replay == "rollout"):
             replay = batch.extras.get(key)
             if replay is None:
                 raise ConfigError("trainer.router_replay", f"{self.router_replay!r} replays the "
@@ -190,11 +207,11 @@ class EmbeddedTrainEngine:
     @torch.no_grad()
     def _forward_all(
         self, model: nn.Module, batch: TrainBatch, with_entropy: bool, logit_term: LogitTerm | None = None,
-        with_routes: bool = False,
+        with_routes: bool = False, reference: bool = False,
     ) -> dict:
         parts: dict[str, list[torch.Tensor]] = {"logprobs": [], "entropy": [], "logit_values": [],
                                                 "routed_experts": []}
-        policy = model is self.model
+        policy = model is self.model and not reference
         for rows in self._micro_batches(len(batch)):
             micro = batch.rows(rows)
             routing = self._routing(micro, training=False, capture=with_routes) if policy else None
@@ -226,8 +243,11 @@ class EmbeddedTrainEngine:
 
         The reference is loaded from disk on first use, so it is the initial policy even
         when asked for late or after ``load``. On a GPU it lives on the CPU between calls
-        (``ref_offload``).
+        (``ref_offload``). With LoRA it is the policy with its adapters off (no copy).
         """
+        if self.lora is not None:
+            with self.lora.disabled():
+                return self._forward_all(self.model, batch, with_entropy=False, reference=True)["logprobs"]
         if self._ref is None:
             m = self.model_cfg
             ref = load_causal_lm(m.path, m.dtype, m.trust_remote_code)
@@ -287,7 +307,8 @@ class EmbeddedTrainEngine:
         routes_seen = [0, 0, 0]  # tokens whose used / own routes differ from the rollout's, tokens with them
         for rows in self._micro_batches(len(batch)):
             micro = batch.rows(rows)
-            with self._routing(micro, training=True) as routed:
+            dropout = self.lora.dropout_active() if self.lora is not None else nullcontext()
+            with self._routing(micro, training=True) as routed, dropout:
                 loss_value = self._micro_step(micro, loss_fn, with_entropy, logit_term, num_tokens,
                                               num_seqs, metrics)
             loss_total += loss_value
@@ -356,7 +377,12 @@ class EmbeddedTrainEngine:
         With ``include_tied=False`` a tensor sharing storage with an earlier one (the
         ``lm_head.weight`` of a tied-embedding model) is skipped: a receiver's tied
         parameter shares storage too, so sending it twice only costs bytes.
+        With LoRA these are what ``train.lora.sync`` sends: the adapters, or the merged weights.
         """
+        named = self._state_tensors(include_tied)
+        yield from (self.lora.sync_tensors(named) if self.lora is not None else named)
+
+    def _state_tensors(self, include_tied: bool) -> Iterator[tuple[str, torch.Tensor]]:
         seen: set[int] = set()
         for name, tensor in self.model.state_dict().items():
             if not include_tied and storage_ptr(tensor) in seen:
@@ -382,14 +408,25 @@ class EmbeddedTrainEngine:
     # checkpoints -----------------------------------------------------------------------
 
     def save(self, path: str | Path) -> Path:
-        """HF folder (safetensors + tokenizer) plus ``train_state.pt`` for an exact resume."""
+        """HF folder (safetensors + tokenizer) plus ``train_state.pt`` for an exact resume;
+        with LoRA the adapter (peft's format) in place of the weights."""
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
+        if self.lora is not None:
+            self.lora.save(folder)
+            self.tokenizer.save_pretrained(folder)
+            save_train_state(folder, self.optimizer, self.weight_version)
+            return folder
         self.parallel.save(self, folder)  # data-parallel ranks: all call it, rank 0 writes HF
         return folder
 
     def load(self, path: str | Path) -> None:
-        """Restore weights, optimizer, weight version and RNG state written by ``save``."""
+        """Restore weights (or the LoRA adapter), optimizer, weight version and RNG state
+        written by ``save``."""
+        if self.lora is not None:
+            self.lora.load(Path(path))
+            self.weight_version = restore_train_state(Path(path), self.optimizer)
+            return
         self.weight_version = self.parallel.load(self, Path(path))
 
     # colocated phases ------------------------------------------------------------------
