@@ -19,7 +19,8 @@ pytestmark = pytest.mark.slow
 def test_tiny_moe_r3_lora_run(tmp_path, runs):
     run_dir = tmp_path / "moe_lora"
     runs.train(run_dir, "model.path=builtin:tiny_moe", "trainer.router_replay=rollout", "train.lora.rank=8",
-               "train.lora.alpha=16", "train.lr=1e-3", "trainer.steps=3", "trainer.sft.steps=0")
+               "train.lora.alpha=16", "train.lr=1e-3", "trainer.steps=3", "trainer.sft.steps=0",
+               "rollout.prompts_per_step=2", "rollout.n_samples_per_prompt=4")
     rows = runs.metrics(run_dir)
     assert [r["step"] for r in rows] == [0, 1, 2]
     final = run_dir / "final_model"
