@@ -146,6 +146,7 @@ def main() -> None:
         if done.returncode != 0:
             sys.exit(f"{mode} run failed:\n{done.stderr[-3000:]}")
         results[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+        print(f"{mode}: {json.dumps(results[mode])}", file=sys.stderr, flush=True)
     full, lora = results["full"], results["lora"]
     ratios = {key: full[key] / lora[key] for key in ("rss_peak_mb", "rss_after_mb", "optimizer_state_mb", "sync_mb",
                                                       "step_s") if lora[key]}
