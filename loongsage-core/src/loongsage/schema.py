@@ -39,6 +39,17 @@ class MegatronSettings:
 
 
 @dataclass
+class LoraSettings:
+    """``train.lora``: LoRA adapters instead of full fine-tuning (``engines.lora``; rank 0 = off)."""
+
+    rank: int = 0
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: List[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    sync: str = "adapter"  # adapter (only adapter tensors; the embedded engine merges) | merged
+
+
+@dataclass
 class TrainConfig:
     """The train engine: backend, optimiser and batching."""
 
@@ -58,6 +69,7 @@ class TrainConfig:
     dp_size: int = 1  # data-parallel train ranks: one torch.distributed group (gloo / NCCL)
     strategy: str = "ddp"  # ddp | fsdp2 (sharded params, grads, optimizer state); for dp_size > 1
     megatron: MegatronSettings = field(default_factory=MegatronSettings)  # train.backend=megatron
+    lora: LoraSettings = field(default_factory=LoraSettings)
 
 
 @dataclass
@@ -300,6 +312,7 @@ class TrainerConfig:
     eval_interval: int = 0  # steps between evaluations (0 = never); also before step 0
     eval_prompts: int = 64  # fixed prompts per evaluation, split over the data sources
     eval_temperature: float = 0.0  # 0 = greedy, so the eval curve is free of sampling noise
+    router_replay: str = "off"  # MoE: off | rollout (R3, the engines' routes) | old_policy (R2)
     sft: SFTConfig = field(default_factory=SFTConfig)
 
 

@@ -11,8 +11,9 @@ reports them, as the embedded engine does for partial rollouts, else the respons
 
 The client is anything with ``async agenerate(input_ids, sampling_params, rid=None)``
 returning an object with ``output_ids``, ``output_logprobs``, ``finish_reason``,
-``weight_version`` and optionally ``output_weight_versions``
-(``loongsage.engines.client.GenerateOutput``). Rewards are not computed
+``weight_version`` and optionally ``output_weight_versions`` and ``routed_experts``
+(``loongsage.engines.client.GenerateOutput``; MoE routes of prompt + output, kept on the sample
+for router replay; a continued sample takes the continuation's, which cover all its tokens). Rewards are not computed
 here: the controller scores samples with the data source's reward.
 """
 
@@ -65,6 +66,7 @@ class SingleTurnAgent:
             loss_mask=[1] * len(ids),
             finish_reason=out.finish_reason,
             text=self.tokenizer.decode(ids, skip_special_tokens=True),
+            routed_experts=getattr(out, "routed_experts", None),
         )
 
     async def run_group(
@@ -99,7 +101,7 @@ class SingleTurnAgent:
         out = await client.agenerate(
             sample.prompt_ids + sample.response_ids, {**sampling_params, "max_new_tokens": budget}
         )
-        more = self._sample(sample.prompt_ids, out)
+        more = self._sample(sample.prompt_ids + sample.response_ids, out)
         ids = sample.response_ids + more.response_ids
         return Sample(
             prompt_ids=sample.prompt_ids,
@@ -109,4 +111,5 @@ class SingleTurnAgent:
             loss_mask=sample.loss_mask + more.loss_mask,
             finish_reason=more.finish_reason,
             text=self.tokenizer.decode(ids, skip_special_tokens=True),
+            routed_experts=more.routed_experts,
         )

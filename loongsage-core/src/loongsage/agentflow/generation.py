@@ -26,6 +26,7 @@ class Generated:
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     finish_reason: str = "stop"
+    routed_experts: Any = None  # MoE: [prompt + output tokens, layers, top_k] (engines.routing)
 
 
 def _version(value: Any) -> int:
@@ -49,6 +50,8 @@ def _absorb(out: Any, gen: Generated) -> None:
     gen.versions.extend(versions)
     if out.finish_reason:
         gen.finish_reason = str(out.finish_reason)
+    if getattr(out, "routed_experts", None) is not None:
+        gen.routed_experts = out.routed_experts
 
 
 class TurnDecoder:

@@ -7,7 +7,11 @@ that sampled each token, -1 elsewhere). Turns never copy tokens: a ``Segment`` i
 ``(start, end)`` spans into those arrays. A segment usually has one span; it gets more when
 requests of several segments interleave (a subagent running while its parent waits) and a
 forked segment's first span points into its parent's tokens (shared prefix, not trained
-twice).
+twice). On an MoE model a fifth array, ``routes``, holds each token's routed experts
+(``[layers, top_k]`` rows in ``loongsage.engines.routing``'s record format, None where none is
+known): a request's routes cover its whole prompt and output, so the newest request of a
+segment rewrites the routes of the positions it covers (the routing its own tokens were sampled
+under, across turns and resumed partial rollouts; a fork rewrites its shared prefix too).
 
 Origins follow LS-ref (``root``, ``compact``, ``subagent``) with one deviation: LS-ref keeps
 subagent segments as untrained placeholders, here every segment with sampled tokens becomes
@@ -21,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
+
+import numpy as np
 
 from loongsage.data.types import Sample
 
@@ -85,6 +91,7 @@ class Trajectory:
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
+    routes: list[Any] = field(default_factory=list)  # numpy [layers, top_k] per token, or None
     segments: list[Segment] = field(default_factory=list)
     active_segment: int | None = None
     status: str = "active"  # active | finished | failed
@@ -136,6 +143,7 @@ class Trajectory:
         if not sampled:
             versions = [-1] * len(ids)
         self.versions.extend(versions if versions is not None else [0] * len(ids))
+        self.routes.extend([None] * len(ids))
         if seg.spans and seg.spans[-1][1] == start:
             seg.spans[-1][1] = len(self.tokens)
         else:
@@ -150,7 +158,7 @@ class Trajectory:
                 seg.spans[-1][1] - seg.spans[-1][0] < extra:
             return False
         cut = len(self.tokens) - extra
-        for arr in (self.tokens, self.loss_mask, self.logprobs, self.versions):
+        for arr in (self.tokens, self.loss_mask, self.logprobs, self.versions, self.routes):
             del arr[cut:]
         seg.spans[-1][1] = cut
         if seg.spans[-1][0] == cut:
@@ -158,6 +166,22 @@ class Trajectory:
         del seg.messages[n_messages:]
         del seg.message_ends[n_messages:]
         return True
+
+    def record_routes(self, seg: Segment, routes: Any) -> None:
+        """Write a request's routes (``[prompt + output tokens, layers, top_k]``, the segment's
+        tokens from its first on) over the positions they cover; rows without a record are skipped."""
+        recorded = (routes >= 0).all(axis=(1, 2))
+        for i, row, known in zip(seg.indices(), routes, recorded):
+            if known:
+                self.routes[i] = row
+
+    def sample_routes(self, idx: list[int]) -> Any:
+        """The routes of positions ``idx`` as ``[len(idx), layers, top_k]``; None when none is known."""
+        known = next((self.routes[i] for i in idx if self.routes[i] is not None), None)
+        if known is None:
+            return None
+        blank = np.full_like(known, -1)
+        return np.stack([self.routes[i] if self.routes[i] is not None else blank for i in idx])
 
     def segment_tokens(self, seg: Segment) -> list[int]:
         return [self.tokens[i] for i in seg.indices()]
@@ -204,6 +228,7 @@ class Trajectory:
                              "segment_id": seg.segment_id, "origin": seg.origin,
                              "parent": seg.parent, "sampling_overridden_turns":
                                  self.metadata.get("sampling_overridden_turns", 0)},
+                routed_experts=self.sample_routes(idx),
             ))
         return samples
 

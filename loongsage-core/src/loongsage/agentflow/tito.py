@@ -267,9 +267,12 @@ def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
 
 def record_generation(traj: Trajectory, seg: Segment, output_ids: list[int], logprobs: list[float],
                       versions: list[int], finish_reason: str, message: dict[str, Any],
-                      stop_text: str) -> None:
-    """Append sampled tokens and the assistant message they form to ``seg``."""
+                      stop_text: str, routes: Any = None) -> None:
+    """Append sampled tokens and the assistant message they form to ``seg``; ``routes`` (MoE) are
+    the request's routed experts, aligned with the segment's tokens (``Trajectory.record_routes``)."""
     traj.append(seg, output_ids, sampled=True, logprobs=logprobs, versions=versions)
+    if routes is not None:
+        traj.record_routes(seg, routes)
     seg.messages.append({**message, "_stop": stop_text})
     seg.message_ends.append(len(seg))
     seg.finish_reason = finish_reason

@@ -97,7 +97,7 @@ class TurnRunner:
             message = {"role": "assistant", "content": parsed.content,
                        "tool_calls": [c.to_openai() for c in parsed.tool_calls] or None}
             record_generation(traj, seg, gen.output_ids, gen.logprobs, gen.versions,
-                              gen.finish_reason, message, decoder.stop_text(gen))
+                              gen.finish_reason, message, decoder.stop_text(gen), gen.routed_experts)
             result = TurnResult(content=parsed.content, tool_calls=parsed.tool_calls,
                                 finish_reason=gen.finish_reason,
                                 prompt_tokens=len(turn.plan.prompt_ids),

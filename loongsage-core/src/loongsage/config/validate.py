@@ -297,6 +297,9 @@ def _resolve_plugins(cfg: DictConfig, registries: Registries) -> RunConfig:
         rollout_engine=resolve("engine", cfg.rollout.backend, "rollout.backend"),
         distill=validate_opd(cfg, registries),
     )
+    if cfg.train.lora.rank > 0 and not getattr(run.train_engine.obj, "supports_lora", False):
+        raise ConfigError("train.lora.rank", f"train.backend {cfg.train.backend!r} has no LoRA support; "
+                          "LoRA runs on embedded_train (or set train.lora.rank=0)")
     _write_back(cfg, run)
     return run
 

@@ -3,7 +3,9 @@ train ranks train, and compute per-step statistics.
 
 Token alignment follows ``loongsage.engines.batch``: a row is prompt + response, and every
 per-token array of a sample (rollout logprobs, weight versions, loss mask) lands at the
-positions of the response tokens it describes.
+positions of the response tokens it describes. Samples with MoE routes add
+``extras["routed_experts"]`` ``[N, L, layers, top_k]`` (the whole row: prompt and response;
+``engines.routing.NO_ROUTE`` at padding and wherever a sample has none).
 
 Shards (``plan_shards``): the step's groups are split per source over the mini-batches and
 then each mini-batch over the data-parallel ranks with the mixer's wrap-around rule
@@ -23,6 +25,7 @@ from loongsage.data.mixer import wrap_split
 from loongsage.data.types import Group, Sample
 from loongsage.engines.batch import TrainBatch
 from loongsage.engines.distributed import RankShards
+from loongsage.engines.routing import NO_ROUTE, ROUTE_DTYPE
 
 
 def groups_to_batch(groups: Sequence[Group], pad_id: int) -> tuple[TrainBatch, torch.Tensor, torch.Tensor]:
@@ -46,13 +49,22 @@ def groups_to_batch(groups: Sequence[Group], pad_id: int) -> tuple[TrainBatch, t
         versions[row, p : p + r] = torch.tensor(sample.weight_versions)
     rewards = torch.tensor([s.reward for _, s in samples], dtype=torch.float32)
     group_index = torch.tensor([g.group_id for g, _ in samples], dtype=torch.long)
-    batch = TrainBatch(
-        input_ids,
-        attention,
-        loss_mask,
-        {"rollout_logprobs": rollout_logprobs, "weight_versions": versions},
-    )
+    extras = {"rollout_logprobs": rollout_logprobs, "weight_versions": versions}
+    routes = [s.routed_experts for _, s in samples]
+    if any(r is not None for r in routes):
+        extras["routed_experts"] = _routes_batch(routes, length)
+    batch = TrainBatch(input_ids, attention, loss_mask, extras)
     return batch, rewards, group_index
+
+
+def _routes_batch(routes: list, length: int) -> torch.Tensor:
+    """Samples' routes right-padded into ``[N, L, layers, top_k]``; NO_ROUTE where there is none."""
+    shape = next(r.shape[1:] for r in routes if r is not None)
+    out = torch.full((len(routes), length, *shape), NO_ROUTE, dtype=ROUTE_DTYPE)
+    for row, r in enumerate(routes):
+        if r is not None:
+            out[row, : len(r)] = torch.from_numpy(r)
+    return out
 
 
 def attach_train_logprobs(samples: Sequence[Sample], logprobs: torch.Tensor) -> None:

@@ -56,6 +56,7 @@ from loongsage.data.sources import build_sources
 from loongsage.deadline.budget import Budget
 from loongsage.deadline.pool import DeadlinePool
 from loongsage.engines.client import EngineClient
+from loongsage.engines.routing import config_is_moe
 from loongsage.engines.pool import EnginePool
 from loongsage.models.resolve import resolve_model_path
 from loongsage.runtime.event_loop import EventLoopThread
@@ -165,9 +166,10 @@ def _start_rollout(run: Run, plain: dict) -> None:
     sync = WEIGHT_SYNCS[getattr(spec.rollout_engine.obj, "weight_transport", "transfer_mesh")]
     run.weight_sync = sync(run.trainers, run.rollout_actors, transfer)
     health = cfg.rollout.health
+    routes = config_is_moe(cfg.model.path)  # MoE: generations return routes (R3, routing mismatch)
     # without the monitor nothing restarts a dead engine: a failed request fails at once
-    pool = EnginePool([EngineClient(url) for url in urls], max_attempts=health.max_attempts if health.enable else 1,
-                      wait_s=health.restart_timeout_s)
+    pool = EnginePool([EngineClient(url, return_routed_experts=routes) for url in urls],
+                      max_attempts=health.max_attempts if health.enable else 1, wait_s=health.restart_timeout_s)
     run.loop = EventLoopThread()
     base = RouterSettings.from_config(cfg.agentflow)
     run.agent_routers = AgentRouters(run.sources, pool, run.tokenizer, spec.registries, base, run.run_dir.path)

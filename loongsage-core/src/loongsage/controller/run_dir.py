@@ -151,4 +151,6 @@ class RunDirectory:
 def _jsonable(value: Any) -> Any:
     if hasattr(value, "__dataclass_fields__"):
         return asdict(value)
+    if hasattr(value, "tolist"):  # a sample's routed experts (numpy)
+        return value.tolist()
     raise TypeError(f"cannot store {type(value).__name__} in checkpoint state.json")

@@ -42,7 +42,7 @@ def train_on_rollout(
     parallel, rank = engine.parallel, engine.parallel.rank
     distill = objective.distill
     entropy = {"with_entropy": distill.needs_entropy} if distill is not None else {}
-    fused = objective.old_from_loss_forward(shards.mini_batches)
+    fused = objective.old_from_loss_forward(shards.mini_batches) and not engine.needs_pi_old_forward
     metrics: dict[str, float] = {}
     if objective.rl_weight > 0:
         local = shards.local_batch(batch, rank)
@@ -81,4 +81,6 @@ def _old_logprobs(engine: Any, local: TrainBatch, batch: TrainBatch, shards: Ran
     old = {key: engine.parallel.gather_rows(value, shards, len(batch))
            for key, value in engine.compute_logprobs(local, **entropy, **pg_term).items()}
     batch.extras["old_logprobs"] = old["logprobs"]
+    if "routed_experts" in old:  # trainer.router_replay=old_policy (R2): replayed by train_step
+        batch.extras["old_routed_experts"] = old["routed_experts"]
     return old

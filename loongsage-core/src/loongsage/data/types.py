@@ -4,7 +4,9 @@ A ``Sample`` is one generated response with everything training needs, token-ali
 sampled ids, the engine's logprob for each, the weight version that sampled each token
 (partial rollout mixes versions), and the loss mask. ``train_logprobs`` is filled after the
 step for the samples the run directory saves: the trainer's logprob of each response token
-at step start (pi_old), so a saved trajectory shows the train/inference gap per token. A ``Group`` is the G samples drawn for
+at step start (pi_old), so a saved trajectory shows the train/inference gap per token. On an
+MoE model ``routed_experts`` holds the rollout's routes in ``loongsage.engines.routing``'s record
+format (``[prompt + response tokens, layers, top_k]``, -1 where none), for router replay (R3). A ``Group`` is the G samples drawn for
 one prompt; advantages are computed within a group.
 """
 
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 
 @dataclass
@@ -39,6 +43,7 @@ class Sample:
     reward_info: dict[str, Any] = field(default_factory=dict)
     text: str = ""  # decoded response, for logs and trajectory samples
     train_logprobs: list[float] = field(default_factory=list)  # pi_old per response token, if kept
+    routed_experts: Any = None  # numpy [prompt + response tokens, layers, top_k] int16, MoE only
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)
@@ -47,6 +52,12 @@ class Sample:
                 raise ValueError(
                     f"Sample.{name} has {len(getattr(self, name))} entries for {n} response tokens"
                 )
+        if self.routed_experts is not None:
+            self.routed_experts = np.asarray(self.routed_experts, dtype=np.int16)
+            total = len(self.prompt_ids) + n
+            if self.routed_experts.ndim != 3 or len(self.routed_experts) != total:
+                raise ValueError(f"Sample.routed_experts has shape {self.routed_experts.shape}; "
+                                 f"expected [{total} tokens, layers, top_k]")
 
     @property
     def truncated(self) -> bool:

@@ -12,7 +12,10 @@ Wire-format tolerance (SGLang fields vary by version, REFERENCE.md §4): ``outpu
 read from the top level when present, else from ``meta_info.output_token_logprobs``
 (``[[logprob, token_id, text], ...]``); streaming chunks may be cumulative (SGLang's default)
 or incremental (``--stream-output``) and are normalised to increments; ``weight_version``
-strings that are decimal integers become ``int``. Every request carries a ``rid`` (a fresh
+strings that are decimal integers become ``int``. A client made with
+``return_routed_experts=True`` asks every generation for its MoE routes (SGLang's
+``return_routed_experts``) and gives them as ``GenerateOutput.routed_experts`` in the record
+format of ``loongsage.engines.routing`` (aligned with prompt + output tokens). Every request carries a ``rid`` (a fresh
 UUID unless the caller gives one) so that it can be aborted.
 
 The client holds one ``httpx.Client`` for blocking calls and one ``httpx.AsyncClient`` per
@@ -29,6 +32,7 @@ event loop, so it is safe to share between threads and between ``asyncio.run`` c
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 import uuid
@@ -37,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Iterable, Sequence
 
 import httpx
+import numpy as np
 
 from loongsage.errors import LoongSageError
 
@@ -72,6 +77,7 @@ class GenerateOutput:
     matched_stop: int | str | None = None
     output_weight_versions: list[int] | None = None
     meta_info: dict[str, Any] = field(default_factory=dict, repr=False)
+    routed_experts: np.ndarray | None = field(default=None, repr=False)  # [prompt + output, layers, k]
 
     @property
     def completion_tokens(self) -> int:
@@ -89,6 +95,7 @@ class StreamChunk:
     finish_reason: str | None
     weight_version: int | str | None
     rid: str
+    routed_experts: np.ndarray | None = None  # on the final chunk, when asked (GenerateOutput's)
 
 
 def _version(value: Any) -> int | str | None:
@@ -117,16 +124,32 @@ def _tokens(out: dict[str, Any], endpoint: str) -> tuple[list[int], list[float] 
     return list(ids), logprobs
 
 
+def _routes(meta: dict[str, Any], tokens: int) -> np.ndarray | None:
+    """``meta_info.routed_experts`` as ``[tokens, layers, top_k]`` int16, -1 past the record."""
+    raw, shape = meta.get("routed_experts"), meta.get("routed_experts_shape")
+    if raw is None:
+        return None
+    if not shape or len(shape) != 2:
+        raise EngineError("/generate", "meta_info.routed_experts came without routed_experts_shape "
+                          "[layers, top_k]; the engine's route format is not the embedded one")
+    fed = np.frombuffer(base64.b64decode(raw), dtype="<i4").reshape(-1, *shape)
+    routes = np.full((tokens, *shape), -1, dtype=np.int16)
+    routes[:min(len(fed), tokens)] = fed[:tokens]
+    return routes
+
+
 def _output(out: dict[str, Any], rid: str) -> GenerateOutput:
     meta = out.get("meta_info", {})
     ids, logprobs = _tokens(out, "/generate")
     reason, matched = _finish(meta)
+    routes = _routes(meta, int(meta.get("prompt_tokens", 0)) + len(ids))
     return GenerateOutput(
         output_ids=ids, output_logprobs=logprobs, finish_reason=reason,
         weight_version=_version(meta.get("weight_version")),
         prompt_tokens=int(meta.get("prompt_tokens", 0)), rid=str(meta.get("id") or rid),
         text=out.get("text") or "", matched_stop=matched,
         output_weight_versions=meta.get("output_token_weight_versions"), meta_info=meta,
+        routed_experts=routes,
     )
 
 
@@ -158,8 +181,10 @@ class EngineClient:
     ``timeout`` bounds every call in seconds (a generation included); ``None`` waits forever.
     """
 
-    def __init__(self, base_url: str, timeout: float | None = 600.0):
+    def __init__(self, base_url: str, timeout: float | None = 600.0,
+                 return_routed_experts: bool = False):
         self.base_url = base_url.rstrip("/")
+        self.return_routed_experts = return_routed_experts
         self.timeout = httpx.Timeout(timeout, connect=None if timeout is None else min(10.0, timeout))
         self.limits = httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)
         self._client = httpx.Client(base_url=self.base_url, timeout=self.timeout, limits=self.limits)
@@ -214,16 +239,18 @@ class EngineClient:
         await self.aclose()
 
     # ---- generation ----------------------------------------------------------------------
-    @staticmethod
-    def _generate_body(input_ids: Sequence[int], sampling_params: dict[str, Any] | None,
+    def _generate_body(self, input_ids: Sequence[int], sampling_params: dict[str, Any] | None,
                        return_logprob: bool, rid: str | None, stream: bool) -> dict[str, Any]:
-        return {
+        body = {
             "input_ids": list(input_ids),
             "sampling_params": dict(sampling_params or {}),
             "return_logprob": return_logprob,
             "rid": rid or uuid.uuid4().hex,
             "stream": stream,
         }
+        if self.return_routed_experts:
+            body["return_routed_experts"] = True
+        return body
 
     def generate(self, input_ids: Sequence[int], sampling_params: dict[str, Any] | None = None,
                  *, return_logprob: bool = True, rid: str | None = None) -> GenerateOutput:
@@ -277,8 +304,9 @@ class EngineClient:
                         delta, seen_text = text, seen_text + text
                     seen_tokens = total
                     reason, _ = _finish(meta)
+                    routes = _routes(meta, int(meta.get("prompt_tokens", 0)) + total)
                     yield StreamChunk(ids, logprobs, delta, reason is not None, reason,
-                                      _version(meta.get("weight_version")), body["rid"])
+                                      _version(meta.get("weight_version")), body["rid"], routes)
         except httpx.TransportError as exc:
             raise EngineError("/generate", f"{self.base_url}: {exc!r}") from exc
 

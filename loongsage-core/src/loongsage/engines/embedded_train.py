@@ -12,12 +12,20 @@ forward to be the same function. The class is plain Python so the controller can
 in a Ray actor; ``state_numpy`` is the transfer format Ray serialises fastest
 (REFERENCE.md §6.8). Deviation from GPU trainers: ``model.dtype: bfloat16`` updates bf16
 weights directly (no fp32 master copy, no mixed-precision autocast); use float32 for real
-training on CPU.
+training on CPU. On an MoE model ``trainer.router_replay`` replays expert routes in every
+forward of the policy (``engines.routing``: ``rollout`` = R3, ``old_policy`` = R2) and
+``train_step`` reports, over the tokens with rollout routes, ``train/routing_mismatch_own``: the
+fraction whose own training-time top-k differs from the rollout's in some layer (the mismatch
+without replay), and ``train/routing_mismatch``: the same for the routes the forward used
+(0 under R3). ``train.lora.rank > 0`` trains LoRA adapters instead of the weights
+(``engines.lora``): the reference is the model with its adapters off, weight sync sends the
+adapters or the merged weights, checkpoints hold the adapter.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -25,15 +33,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from loongsage.schema import ModelConfig, TrainConfig
+from loongsage.schema import LoraSettings, ModelConfig, TrainConfig
 from loongsage.engines.batch import LogitTerm, LossContext, TrainBatch
 from loongsage.engines.distributed import SingleProcess
 from loongsage.engines.embedded_train_logprobs import TokenScores
-from loongsage.engines.embedded_train_state import storage_ptr
+from loongsage.engines.embedded_train_state import restore_train_state, save_train_state, storage_ptr
+from loongsage.engines.lora import LoraAdapters
 from loongsage.engines.memory import offload_train_state, onload_train_state
 from loongsage.engines.micro_batches import (
     micro_batches, plan_micro_batches, prompt_keys, row_lengths, scatter_rows, shared_prefix_length, split_to,
 )
+from loongsage.engines.routing import REPLAY_SOURCES, MoeRouters, RoutingPass, check_router_replay
 from loongsage.errors import ConfigError, NonFiniteLossError
 
 LossFn = Callable[[LossContext], Any]
@@ -76,6 +86,8 @@ def load_causal_lm(path: str | Path, dtype: str, trust_remote_code: bool = False
 class EmbeddedTrainEngine:
     """Train a HF causal LM with loss closures; see the module docstring."""
 
+    supports_lora = True  # train.lora (config validation refuses it on backends without this)
+
     def __init__(
         self,
         model: ModelConfig,
@@ -83,6 +95,7 @@ class EmbeddedTrainEngine:
         *,
         device: str | None = None,
         seed: int = 0,
+        router_replay: str = "off",
     ) -> None:
         if train.micro_batch_size < 1:
             raise ConfigError(
@@ -106,6 +119,10 @@ class EmbeddedTrainEngine:
         self.model = load_causal_lm(model.path, model.dtype, model.trust_remote_code)
         self.model.to(self.device)
         self.model.eval()
+        self.routers = MoeRouters(self.model)
+        check_router_replay(router_replay, self.routers, model.path)
+        self.router_replay = router_replay
+        self.lora = self._lora(train.lora, model.path) if train.lora.rank > 0 else None
         if train.gradient_checkpointing:
             enable = getattr(self.model, "activation_checkpointing_enable", None)
             (enable or self.model.gradient_checkpointing_enable)()
@@ -128,8 +145,17 @@ class EmbeddedTrainEngine:
         model = _section(cfg, "model", ModelConfig)
         model.path = str(resolve_model_path(str(model.path)))
         train = _section(cfg, "train", TrainConfig)
+        if isinstance(train.lora, Mapping):
+            train.lora = _section({"train.lora": train.lora}, "train.lora", LoraSettings)
         trainer = cfg.get("trainer") or {}
-        return cls(model, train, device=device, seed=int(trainer.get("seed", 0)))
+        return cls(model, train, device=device, seed=int(trainer.get("seed", 0)),
+                   router_replay=str(trainer.get("router_replay", "off")))
+
+    def _lora(self, settings: Any, path: str) -> LoraAdapters:
+        if self.train_cfg.dp_size > 1:
+            raise ConfigError("train.lora.rank", "LoRA runs on one train rank for now (train.dp_size=1); "
+                              f"got dp_size={self.train_cfg.dp_size}")
+        return LoraAdapters(self.model, settings, path)
 
     # optimizer ---------------------------------------------------------------------
 
@@ -151,8 +177,17 @@ class EmbeddedTrainEngine:
 
     @property
     def _share_prompt(self) -> bool:
-        """``train.share_prompt``, except under gradient checkpointing (HF runs no cache there)."""
-        return self.train_cfg.share_prompt and not self.train_cfg.gradient_checkpointing
+        """``train.share_prompt``, except under gradient checkpointing (HF runs no cache there)
+        and on MoE models (routes are recorded and replayed per row position)."""
+        t = self.train_cfg
+        return t.share_prompt and not t.gradient_checkpointing and not self.routers.is_moe
+
+    @property
+    def needs_pi_old_forward(self) -> bool:
+        """True when pi_old must come from its own no-grad forward even for one optimizer step:
+        R2 records its routes there, and LoRA dropout acts in the loss forward only."""
+        lora_dropout = self.lora is not None and self.train_cfg.lora.dropout > 0
+        return self.router_replay == "old_policy" or lora_dropout
 
     def _micro_batches(self, batch: TrainBatch) -> list[tuple[torch.Tensor, TrainBatch]]:
         """Cropped micro-batches (``engines.micro_batches``); as many on every rank."""
@@ -178,13 +213,40 @@ class EmbeddedTrainEngine:
             prefix_len=shared_prefix_length(batch) if self._share_prompt else 0,
         )
 
+    def _routing(self, batch: TrainBatch, *, training: bool, capture: bool = False):
+        """The routing of one policy forward: replay per ``trainer.router_replay``, compare with
+        the rollout's routes, capture the routes used (R2's pi_old forward always does). A batch
+        that holds no rollout (SFT) trains with the model's own routing."""
+        key = REPLAY_SOURCES[self.router_replay]
+        from_rollout = "rollout_logprobs" in batch.extras
+        capture = capture or (self.router_replay == "old_policy" and not training and from_rollout)
+        replay = None
+        if key is not None and from_rollout and (training or self.router_replay == "rollout"):
+            replay = batch.extras.get(key)
+            if replay is None:
+                raise ConfigError("trainer.router_replay", f"{self.router_replay!r} replays the "
+                                  f"batch's {key!r} routes, which it does not hold (a rollout engine "
+                                  "that returned no routed experts?)")
+        return self.routers.routing(replay=replay, compare=batch.extras.get("routed_experts"), capture=capture)
+
     @torch.no_grad()
     def _forward_all(
-        self, model: nn.Module, batch: TrainBatch, with_entropy: bool, logit_term: LogitTerm | None = None
+        self, model: nn.Module, batch: TrainBatch, with_entropy: bool, logit_term: LogitTerm | None = None,
+        with_routes: bool = False, reference: bool = False,
     ) -> dict:
-        parts: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {"logprobs": [], "entropy": [], "logit_values": []}
+        parts: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {"logprobs": [], "entropy": [], "logit_values": [],
+                                                                     "routed_experts": []}
+        policy = model is self.model and not reference
         for rows, micro in self._micro_batches(batch):
-            scores = self._scores(model, micro, with_entropy, logit_term)
+            routing = self._routing(micro, training=False, capture=with_routes) if policy else None
+            if routing is None:
+                scores, routed = self._scores(model, micro, with_entropy, logit_term), RoutingPass()
+            else:
+                with routing as routed:
+                    scores = self._scores(model, micro, with_entropy, logit_term)
+            if routed.captured:
+                routes = routed.routes().view(*micro.input_ids.shape, *self.routers.shape)
+                parts["routed_experts"].append((rows, routes))
             for key, value in (("logprobs", scores.logprobs), ("entropy", scores.entropy),
                                ("logit_values", scores.values)):
                 if value is not None:
@@ -193,20 +255,27 @@ class EmbeddedTrainEngine:
         return {key: scatter_rows(values, n, length) for key, values in parts.items() if values}
 
     def compute_logprobs(
-        self, batch: TrainBatch, with_entropy: bool = False, logit_term: LogitTerm | None = None
+        self, batch: TrainBatch, with_entropy: bool = False, logit_term: LogitTerm | None = None,
+        with_routes: bool = False,
     ) -> dict[str, torch.Tensor]:
         """``{"logprobs": [N, L]}`` (+ ``"entropy"``, + ``"logit_values"`` [N, L, width] of
         ``logit_term``) in fp32 on CPU, without grad, at the loss-mask positions (0 elsewhere:
-        the LM head runs only where a loss or a metric reads it)."""
-        return self._forward_all(self.model, batch, with_entropy, logit_term)
+        the LM head runs only where a loss or a metric reads it). On an MoE model
+        ``"routed_experts"`` ``[N, L, layers, top_k]`` are the routes the forward used, with
+        ``with_routes`` and always under ``trainer.router_replay=old_policy`` (R2 replays them
+        in ``train_step``)."""
+        return self._forward_all(self.model, batch, with_entropy, logit_term, with_routes)
 
     def compute_ref_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         """Logprobs [N, L] under the frozen reference (the checkpoint at ``model.path``).
 
         The reference is loaded from disk on first use, so it is the initial policy even
         when asked for late or after ``load``. On a GPU it lives on the CPU between calls
-        (``ref_offload``).
+        (``ref_offload``). With LoRA it is the policy with its adapters off (no copy).
         """
+        if self.lora is not None:
+            with self.lora.disabled():
+                return self._forward_all(self.model, batch, with_entropy=False, reference=True)["logprobs"]
         if self._ref is None:
             m = self.model_cfg
             ref = load_causal_lm(m.path, m.dtype, m.trust_remote_code)
@@ -278,28 +347,21 @@ class EmbeddedTrainEngine:
         num_tokens, num_seqs = max(tokens, 1.0), max(seqs, 1.0)
         self.optimizer.zero_grad(set_to_none=True)
         loss_total, metrics, old_parts = 0.0, {}, []
+        routes_seen = [0, 0, 0]  # tokens whose used / own routes differ from the rollout's, tokens with them
         for rows, micro in self._micro_batches(batch):
-            scores = self._scores(self.model, micro, with_entropy, logit_term)
-            device_micro = TrainBatch(
-                micro.input_ids.to(self.device),
-                micro.attention_mask.to(self.device),
-                micro.loss_mask.to(self.device),
-                {k: v.to(self.device) for k, v in micro.extras.items()},
-            )
+            dropout = self.lora.dropout_active() if self.lora is not None else nullcontext()
+            with self._routing(micro, training=True) as routed, dropout:
+                loss_value, logprobs = self._micro_step(micro, loss_fn, with_entropy, logit_term, num_tokens,
+                                                        num_seqs, metrics, old_from_forward)
             if old_from_forward:
-                device_micro.extras["old_logprobs"] = scores.logprobs.detach()
-                old_parts.append((rows, scores.logprobs.detach().cpu()))
-            ctx = LossContext(device_micro, scores.logprobs, scores.entropy, num_tokens, num_seqs, scores.values)
-            out = loss_fn(ctx)
-            loss, extra = out if isinstance(out, tuple) else (out, {})
-            part = {key if "/" in key else f"train/{key}": float(value) for key, value in extra.items()}
-            loss_value = float(loss.detach())
-            if not math.isfinite(loss_value):
-                self._refuse_non_finite("loss", {"train/loss": loss_value, **part})
-            self.parallel.backward(loss)
+                old_parts.append((rows, logprobs.cpu()))
             loss_total += loss_value
-            for name, value in part.items():
-                metrics[name] = metrics.get(name, 0.0) + value
+            routes_seen[0] += routed.mismatched
+            routes_seen[1] += routed.own_mismatched
+            routes_seen[2] += routed.compared
+        if routes_seen[2]:
+            metrics["train/routing_mismatch"] = routes_seen[0] / routes_seen[2]
+            metrics["train/routing_mismatch_own"] = routes_seen[1] / routes_seen[2]
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         total_norm = self.parallel.total_norm([p.grad for p in params if p.grad is not None])
         grad_norm = float(total_norm)
@@ -317,6 +379,32 @@ class EmbeddedTrainEngine:
             "train/num_tokens": num_tokens,
         })
         return metrics, scatter_rows(old_parts, *batch.input_ids.shape) if old_parts else None
+
+    def _micro_step(self, micro: TrainBatch, loss_fn: LossFn, with_entropy: bool,
+                    logit_term: LogitTerm | None, num_tokens: float, num_seqs: float,
+                    metrics: dict[str, float], old_from_forward: bool = False) -> tuple[float, torch.Tensor]:
+        """Forward, loss and backward of one micro-batch; adds its metrics, returns its loss and
+        its detached logprobs (its pi_old too, with ``old_from_forward``)."""
+        scores = self._scores(self.model, micro, with_entropy, logit_term)
+        device_micro = TrainBatch(
+            micro.input_ids.to(self.device),
+            micro.attention_mask.to(self.device),
+            micro.loss_mask.to(self.device),
+            {k: v.to(self.device) for k, v in micro.extras.items()},
+        )
+        if old_from_forward:
+            device_micro.extras["old_logprobs"] = scores.logprobs.detach()
+        ctx = LossContext(device_micro, scores.logprobs, scores.entropy, num_tokens, num_seqs, scores.values)
+        out = loss_fn(ctx)
+        loss, extra = out if isinstance(out, tuple) else (out, {})
+        part = {key if "/" in key else f"train/{key}": float(value) for key, value in extra.items()}
+        loss_value = float(loss.detach())
+        if not math.isfinite(loss_value):
+            self._refuse_non_finite("loss", {"train/loss": loss_value, **part})
+        self.parallel.backward(loss)
+        for name, value in part.items():
+            metrics[name] = metrics.get(name, 0.0) + value
+        return loss_value, scores.logprobs.detach()
 
     def _refuse_non_finite(self, what: str, values: dict[str, float]) -> None:
         """Raise ``NonFiniteLossError`` naming the non-finite terms and parameter gradients."""
@@ -336,7 +424,12 @@ class EmbeddedTrainEngine:
         With ``include_tied=False`` a tensor sharing storage with an earlier one (the
         ``lm_head.weight`` of a tied-embedding model) is skipped: a receiver's tied
         parameter shares storage too, so sending it twice only costs bytes.
+        With LoRA these are what ``train.lora.sync`` sends: the adapters, or the merged weights.
         """
+        named = self._state_tensors(include_tied)
+        yield from (self.lora.sync_tensors(named) if self.lora is not None else named)
+
+    def _state_tensors(self, include_tied: bool) -> Iterator[tuple[str, torch.Tensor]]:
         seen: set[int] = set()
         for name, tensor in self.model.state_dict().items():
             if not include_tied and storage_ptr(tensor) in seen:
@@ -362,14 +455,25 @@ class EmbeddedTrainEngine:
     # checkpoints -----------------------------------------------------------------------
 
     def save(self, path: str | Path) -> Path:
-        """HF folder (safetensors + tokenizer) plus ``train_state.pt`` for an exact resume."""
+        """HF folder (safetensors + tokenizer) plus ``train_state.pt`` for an exact resume;
+        with LoRA the adapter (peft's format) in place of the weights."""
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
+        if self.lora is not None:
+            self.lora.save(folder)
+            self.tokenizer.save_pretrained(folder)
+            save_train_state(folder, self.optimizer, self.weight_version)
+            return folder
         self.parallel.save(self, folder)  # data-parallel ranks: all call it, rank 0 writes HF
         return folder
 
     def load(self, path: str | Path) -> None:
-        """Restore weights, optimizer, weight version and RNG state written by ``save``."""
+        """Restore weights (or the LoRA adapter), optimizer, weight version and RNG state
+        written by ``save``."""
+        if self.lora is not None:
+            self.lora.load(Path(path))
+            self.weight_version = restore_train_state(Path(path), self.optimizer)
+            return
         self.weight_version = self.parallel.load(self, Path(path))
 
     # colocated phases ------------------------------------------------------------------

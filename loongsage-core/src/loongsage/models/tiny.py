@@ -13,9 +13,10 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import Callable
 
 import torch
-from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+from transformers import GenerationConfig, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 
 from loongsage.models.cache import build_once
 from loongsage.models.tiny_tokenizer import train_tokenizer
@@ -33,25 +34,27 @@ TINY_ARCH = dict(
 )
 
 
-def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
-    """Write the tiny model + tokenizer to ``out_dir`` (created; files overwritten)."""
+def save_seeded_model(out_dir: str | Path, make_model: Callable[..., PreTrainedModel],
+                      config_cls: type, arch: dict, seed: int = 0) -> Path:
+    """Write ``make_model(config)`` (weights from ``torch.manual_seed(seed)``) + the tiny tokenizer
+    to ``out_dir``; ``config_cls(**arch)`` gets the tokenizer's vocabulary and special ids."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = train_tokenizer()
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     pad = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    config = Qwen2Config(
+    config = config_cls(
         vocab_size=len(tokenizer),
         bos_token_id=pad,
         eos_token_id=eos,
         pad_token_id=pad,
         dtype="float32",
-        **TINY_ARCH,
+        **arch,
     )
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
-        model = Qwen2ForCausalLM(config)
+        model = make_model(config)
     finally:
         torch.random.set_rng_state(generator_state)
     model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=pad, bos_token_id=pad)
@@ -60,15 +63,21 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
     return out
 
 
-def _source_hash(seed: int) -> str:
-    """Changes whenever the recipe for the tiny model (code or library versions) changes."""
+def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
+    """Write the tiny model + tokenizer to ``out_dir`` (created; files overwritten)."""
+    return save_seeded_model(out_dir, Qwen2ForCausalLM, Qwen2Config, TINY_ARCH, seed)
+
+
+def source_hash(seed: int, module: str = "tiny.py") -> str:
+    """Changes whenever the recipe for a tiny model (``module``, the shared builders, or
+    library versions) changes."""
     import tokenizers
     import transformers
 
     here = Path(__file__).parent
     versions = f"{seed}|{torch.__version__}|{transformers.__version__}|{tokenizers.__version__}"
     h = hashlib.sha256(versions.encode())
-    for name in ("tiny.py", "tiny_tokenizer.py", "chatml.py"):
+    for name in sorted({module, "tiny.py", "tiny_tokenizer.py", "chatml.py"}):
         h.update((here / name).read_bytes())
     return h.hexdigest()[:16]
 
@@ -85,7 +94,7 @@ def ensure_tiny_model(cache_dir: str | Path | None = None, seed: int = 0) -> Pat
     to finish renames it into place.
     """
     root = Path(cache_dir) if cache_dir is not None else default_cache_root()
-    final = root / f"tiny-qwen2-{_source_hash(seed)}"
+    final = root / f"tiny-qwen2-{source_hash(seed)}"
     if (final / "config.json").exists():
         return final
     return build_once(final, lambda tmp: build_tiny_model(tmp, seed=seed))

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from loongsage.engines.embedded_rollout.scheduler import Scheduler
+from loongsage.engines.lora import merge_adapters
 from loongsage.engines.memory import offload_module, onload_module
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -67,6 +68,7 @@ class EmbeddedRolloutEngine:
             weight_version=weight_version, num_threads=num_threads,
         )
         self._params = dict(self.model.state_dict(keep_vars=True))
+        self._lora_bases: dict[str, torch.Tensor] = {}  # weights LoRA adapters merge into
         self._server = None  # a ThreadedServer once started
         self.url: str | None = None
 
@@ -155,9 +157,13 @@ class EmbeddedRolloutEngine:
         recompute their KV under the new weights. ``version`` defaults to the current one
         plus one. A multi-bucket update is atomic per call; pause generation around a
         sequence of calls to make the whole sequence atomic. Returns the new version.
+        LoRA adapter pairs (``<module>.lora_A`` / ``.lora_B``, ``engines.lora``) are merged into
+        the module's weight as loaded, before the first adapter arrived.
         """
         pairs = named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors
         items = [(n, torch.from_numpy(t) if isinstance(t, np.ndarray) else t) for n, t in pairs]
+        plain, merged = merge_adapters(self._params, self._lora_bases, items)
+        items = plain + merged
         for name, tensor in items:
             target = self._params.get(name)
             if target is None:

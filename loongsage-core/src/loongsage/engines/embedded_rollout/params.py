@@ -20,7 +20,8 @@ _SUPPORTED = {
     "ignore_eos",
 }
 # top-level /generate keys: accepted and used, accepted and meaningless here, the rest reject.
-_REQUEST_KEYS = {"input_ids", "text", "sampling_params", "rid", "return_logprob", "stream"}
+_REQUEST_KEYS = {"input_ids", "text", "sampling_params", "rid", "return_logprob", "stream",
+                 "return_routed_experts"}
 _REQUEST_NOOP = {"logprob_start_len", "return_text_in_logprobs", "top_logprobs_num"}
 
 
@@ -55,6 +56,7 @@ class GenerateRequest:
     rid: str | None = None
     return_logprob: bool = False
     stream: bool = False
+    return_routed_experts: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -180,6 +182,9 @@ def parse_generate(body: Any, vocab_size: int,
     logps = per_item("return_logprob", False)
     if batched and body.get("rid") is not None and not isinstance(body["rid"], list):
         raise RequestError("rid", "a batched request needs a list of rids")
+    routes = body.get("return_routed_experts", False)
+    if not isinstance(routes, bool):
+        raise RequestError("return_routed_experts", "expected true or false")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError("stream", "expected true or false")
@@ -191,5 +196,5 @@ def parse_generate(body: Any, vocab_size: int,
         if rid is not None and not isinstance(rid, str):
             raise RequestError("rid", f"expected a string, got {rid!r}")
         params = parse_sampling_params(sps[i], vocab_size)
-        out.append(GenerateRequest(prompts[i], params, rid, bool(logps[i]), stream))
+        out.append(GenerateRequest(prompts[i], params, rid, bool(logps[i]), stream, routes))
     return out, batched

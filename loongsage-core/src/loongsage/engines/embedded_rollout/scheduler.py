@@ -14,7 +14,11 @@ and no lock guards the model. One iteration of the loop:
    their callers are notified; streaming callers are notified after every step.
 
 Each sampled token is tagged with the weight version that produced it, so a partial rollout
-that spans an update knows which tokens came from which policy.
+that spans an update knows which tokens came from which policy. On an MoE model every forward
+also records the experts each layer routed each input token to (``engines.routing``): a
+prefill sets the request's routes for its whole sequence (a re-prefill after a weight swap
+replaces them with the new weights' routes, the ones the later tokens were sampled under),
+a decode step appends the row of the token it fed.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import torch
 from loongsage.engines.embedded_rollout.kv_batch import KVBatch, LogitsHead
 from loongsage.engines.embedded_rollout.params import SamplingParams
 from loongsage.engines.embedded_rollout.sampler import RowSettings, sample
+from loongsage.engines.routing import MoeRouters, RoutingPass
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +53,8 @@ class Request:
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
+    # MoE routes of the tokens fed so far ([n, layers, top_k] pieces; engines.routing)
+    routes: list[torch.Tensor] = field(default_factory=list)
     finish: dict[str, Any] | None = None
     done: bool = False  # set last, after finish and outputs are final
     created: float = field(default_factory=time.monotonic)
@@ -61,6 +68,7 @@ class Scheduler:
                  num_threads: int = 0):
         self.model = model
         self.head = LogitsHead(model, fp32_lm_head)
+        self.routers = MoeRouters(model)
         self.eos_ids = eos_ids
         self.max_len = max_len
         self.max_running = max_running
@@ -218,8 +226,10 @@ class Scheduler:
         if free > 0 and self._waiting:
             new, self._waiting = self._waiting[:free], self._waiting[free:]
             self._admitting = new
-            batch, logits = KVBatch.prefill(self.head, [r.prompt_ids + r.output_ids for r in new],
-                                            self.device)
+            with self.routers.routing(capture=self.routers.is_moe) as routed:
+                batch, logits = KVBatch.prefill(self.head, [r.prompt_ids + r.output_ids for r in new],
+                                                self.device)
+            self._record_routes(new, routed, batch.mask, replace=True)
             self.stats["prefills"] += 1
             self.stats["prefill_tokens"] += sum(len(r.prompt_ids) + len(r.output_ids) for r in new)
             self.stats["prefill_tokens_shared"] += batch.shared_tokens
@@ -231,7 +241,9 @@ class Scheduler:
         if self._rows:
             tokens = torch.tensor([r.output_ids[-1] for r in self._rows], dtype=torch.long,
                                   device=self.device)
-            logits = self._batch.decode(self.head, tokens)
+            with self.routers.routing(capture=self.routers.is_moe) as routed:
+                logits = self._batch.decode(self.head, tokens)
+            self._record_routes(self._rows, routed, None, replace=False)
             self.stats["decode_steps"] += 1
             self.stats["max_batch"] = max(self.stats["max_batch"], len(self._rows))
             if self._settings is None:
@@ -241,6 +253,19 @@ class Scheduler:
         for r in self._rows:
             if r.stream:
                 r.on_update(len(r.output_ids), False)
+
+    def _record_routes(self, reqs: list[Request], routed: RoutingPass, mask: torch.Tensor | None,
+                       replace: bool) -> None:
+        """Keep each row's routes: its real (``mask``) positions of a prefill, or a decode's one."""
+        if not routed.captured:
+            return
+        routes = routed.routes().view(len(reqs), -1, *self.routers.shape)
+        for i, r in enumerate(reqs):
+            row = routes[i] if mask is None else routes[i][mask[i].bool().cpu()]
+            if replace:
+                r.routes = [row]
+            else:
+                r.routes.append(row)
 
     def _row_settings(self, reqs: list[Request]) -> RowSettings:
         ps = [r.params for r in reqs]

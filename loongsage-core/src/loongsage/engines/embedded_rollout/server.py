@@ -7,6 +7,9 @@ and ``weight_version`` (a string); streaming answers ``text/event-stream`` lines
 ``data: {json}`` (cumulative, SGLang's default) ending with ``data: [DONE]``. Errors are
 HTTP 400 with ``{"error": {"message": ..., "field": ...}}``. One addition to SGLang's
 ``meta_info``: ``output_token_weight_versions``, the weight version that sampled each token.
+On an MoE model a request with ``return_routed_experts`` gets ``meta_info.routed_experts``: as
+SGLang, base64 of little-endian int32 ``[prompt + output tokens - 1, layers, top_k]`` (every
+token the model consumed), plus our ``routed_experts_shape`` ``[layers, top_k]``.
 
 ``/update_weights_from_tensor`` reads ``load_format="loongsage_torch_b64"`` payloads
 (``weights_codec``); its ``flush_cache`` flag has nothing to do here (no prefix cache is kept,
@@ -27,11 +30,13 @@ engine, without a traceback.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+import torch
 from fastapi import FastAPI, Request as HTTPRequest
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import ClientDisconnect
@@ -80,7 +85,14 @@ def build_app(engine: "EmbeddedRolloutEngine") -> FastAPI:
     async def _client_gone(_: HTTPRequest, __: ClientDisconnect) -> Response:
         return Response(status_code=499)
 
-    def render(req: Request, return_logprob: bool) -> dict[str, Any]:
+    def routes_meta(req: Request) -> dict[str, Any]:
+        routes = torch.cat(req.routes) if req.routes else torch.zeros(0, *sched.routers.shape)
+        fed = len(req.prompt_ids) + len(req.output_ids) - 1
+        raw = routes[:fed].to(torch.int32).numpy().astype("<i4").tobytes()
+        return {"routed_experts": base64.b64encode(raw).decode("ascii"),
+                "routed_experts_shape": list(sched.routers.shape)}
+
+    def render(req: Request, return_logprob: bool, return_routes: bool = False) -> dict[str, Any]:
         done = req.done
         n = len(req.versions)
         ids = req.output_ids[:n]
@@ -96,6 +108,8 @@ def build_app(engine: "EmbeddedRolloutEngine") -> FastAPI:
         }
         if return_logprob:
             meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(req.logprobs[:n], ids)]
+        if return_routes and done:
+            meta.update(routes_meta(req))
         text = tok.decode(ids, skip_special_tokens=req.params.skip_special_tokens) if tok else ""
         return {"text": text, "output_ids": ids, "meta_info": meta}
 
@@ -124,6 +138,9 @@ def build_app(engine: "EmbeddedRolloutEngine") -> FastAPI:
         body = await _json_body(http, required=True)
         tokenize = (lambda t: tok(t)["input_ids"]) if tok is not None else None
         parsed, batched = parse_generate(body, engine.vocab_size, tokenize)
+        if any(p.return_routed_experts for p in parsed) and not sched.routers.is_moe:
+            raise RequestError("return_routed_experts", f"{engine.model_path} is a dense model: "
+                               "it has no MoE router layers to report")
         for i, p in enumerate(parsed):
             if len(p.input_ids) >= engine.max_len:
                 raise RequestError("input_ids", f"prompt {i} has {len(p.input_ids)} tokens; the "
@@ -134,14 +151,16 @@ def build_app(engine: "EmbeddedRolloutEngine") -> FastAPI:
             sched.submit(req)
         if parsed[0].stream:
             req, event = tracked[0]
-            return StreamingResponse(stream(req, event, parsed[0].return_logprob),
+            return StreamingResponse(stream(req, event, parsed[0].return_logprob,
+                                            parsed[0].return_routed_experts),
                                      media_type="text/event-stream")
         for req, event in tracked:
             await wait_done(http, req, event)
-        outs = [render(req, p.return_logprob) for (req, _), p in zip(tracked, parsed)]
+        outs = [render(req, p.return_logprob, p.return_routed_experts)
+                for (req, _), p in zip(tracked, parsed)]
         return outs if batched else outs[0]
 
-    async def stream(req: Request, event: asyncio.Event, return_logprob: bool):
+    async def stream(req: Request, event: asyncio.Event, return_logprob: bool, return_routes: bool):
         sent = -1
         try:
             while True:
@@ -150,7 +169,8 @@ def build_app(engine: "EmbeddedRolloutEngine") -> FastAPI:
                 done, n = req.done, len(req.versions)
                 if n > sent or done:
                     sent = n
-                    yield b"data: " + json.dumps(render(req, return_logprob)).encode() + b"\n\n"
+                    chunk = render(req, return_logprob, return_routes)
+                    yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
                 if done:
                     break
             yield b"data: [DONE]\n\n"

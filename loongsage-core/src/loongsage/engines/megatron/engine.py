@@ -241,10 +241,18 @@ class MegatronTrainEngine:
 
     # training ------------------------------------------------------------------------
 
+    # pi_old from the loss forward is not wired through Megatron's pipeline schedule (the
+    # log-probs live on the last stage): the controller runs the no-grad pi_old forward
+    needs_pi_old_forward = True
+
     def train_step(self, batch: TrainBatch, loss_fn: LossFn, mini_batches: int = 1, *,
-                   with_entropy: bool = False, logit_term: LogitTerm | None = None) -> dict[str, float]:
+                   with_entropy: bool = False, logit_term: LogitTerm | None = None,
+                   old_from_forward: bool = False) -> dict[str, float]:
         """As ``EmbeddedTrainEngine.train_step``; additive metrics come from one rank per
-        data-parallel replica (``MegatronRanks.share_metrics``)."""
+        data-parallel replica (``MegatronRanks.share_metrics``). ``old_from_forward`` is refused
+        (``needs_pi_old_forward``)."""
+        if old_from_forward:
+            raise ValueError("megatron train_step: pi_old comes from its own forward (needs_pi_old_forward)")
         n = len(batch)
         if mini_batches < 1 or n == 0:
             raise ConfigError("train.mini_batches_per_step",
