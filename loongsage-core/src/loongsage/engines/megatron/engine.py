@@ -160,7 +160,7 @@ class MegatronTrainEngine:
             scores = token_scores(model, output, ids, mask, tp=self.layout.tp,
                                   tp_rank=self.parallel.tp_rank, with_entropy=with_entropy,
                                   chunk_tokens=self.train_cfg.logprob_chunk_tokens,
-                                  term=logit_term, extras=extras)
+                                  term=logit_term, extras=extras, score_mask=micro.loss_mask.to(self.device))
             loss, report = on_scores(micro, scores)
             return loss, torch.ones((), dtype=torch.int), report
 

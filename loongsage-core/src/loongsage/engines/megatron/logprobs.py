@@ -110,15 +110,20 @@ def _chunk_scores(hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Ten
 def token_scores(model: Any, hidden: torch.Tensor, input_ids: torch.Tensor,
                  attention_mask: torch.Tensor, *, tp: int, tp_rank: int, with_entropy: bool = False,
                  chunk_tokens: int = 512, term: LogitTerm | None = None,
-                 extras: Mapping[str, torch.Tensor] | None = None) -> TokenScores:
-    """Log-probs [N, L] (+ entropy, + ``term``'s values) from the last stage's ``hidden``."""
+                 extras: Mapping[str, torch.Tensor] | None = None,
+                 score_mask: torch.Tensor | None = None) -> TokenScores:
+    """Log-probs [N, L] (+ entropy, + ``term``'s values) from the last stage's ``hidden``, at
+    the positions of ``score_mask`` [N, L] when given (0 elsewhere, as the embedded engine)."""
     if term is not None and tp > 1:
         raise ConfigError("train.megatron.tp", "a logit term (distillation) needs the full "
                           "vocabulary of each position; use tp=1 with the megatron backend")
     if chunk_tokens < 1:
         raise ConfigError("train.logprob_chunk_tokens", f"must be >= 1, got {chunk_tokens}")
     hidden = hidden.transpose(0, 1)[:, :-1]  # [N, L - 1, H]
-    real = attention_mask[:, 1:].reshape(-1).nonzero().squeeze(-1)
+    wanted = attention_mask[:, 1:].bool()
+    if score_mask is not None:
+        wanted = wanted & score_mask[:, 1:].bool()
+    real = wanted.reshape(-1).nonzero().squeeze(-1)
     flat = hidden.reshape(-1, hidden.shape[-1]).index_select(0, real)
     if tp > 1:  # each rank's logits use its vocabulary rows: sum the hidden states' gradients
         from megatron.core.tensor_parallel.mappings import copy_to_tensor_model_parallel_region
