@@ -37,7 +37,7 @@ from safetensors import safe_open
 from torch import nn
 
 from loongsage.engines.batch import TrainBatch
-from loongsage.engines.embedded_train import EmbeddedTrainEngine, _section
+from loongsage.engines.embedded_train import EmbeddedTrainEngine, _section, train_section
 from loongsage.engines.embedded_train_logprobs import final_hidden, scatter_positions
 from loongsage.engines.micro_batches import scatter_rows
 from loongsage.engines.embedded_train_state import check_loaded, read_weights
@@ -94,7 +94,7 @@ class EmbeddedCriticEngine(EmbeddedTrainEngine):
         model = _section(cfg, "model", ModelConfig)
         critic = _section(cfg.get("algorithm") or {}, "critic", CriticConfig)
         model.path = str(resolve_model_path(str(critic.path or model.path)))
-        train = _section(cfg, "train", TrainConfig)
+        train = train_section(cfg)
         trainer = cfg.get("trainer") or {}
         return cls(model, train, critic, device=device, seed=int(trainer.get("seed", 0)))
 

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from loongsage.schema import LoraSettings, ModelConfig, TrainConfig
+from loongsage.schema import LoraSettings, MegatronSettings, ModelConfig, TrainConfig
 from loongsage.engines.batch import LogitTerm, LossContext, TrainBatch
 from loongsage.engines.distributed import SingleProcess
 from loongsage.engines.embedded_train_logprobs import TokenScores
@@ -64,6 +64,17 @@ def _section(cfg: Any, name: str, schema: type) -> Any:
         return schema(**values)
     except TypeError as err:
         raise ConfigError(name, f"does not match {schema.__name__}: {err}") from None
+
+
+def train_section(cfg: Any) -> TrainConfig:
+    """``cfg["train"]`` as a ``TrainConfig``, its nested sections (``lora``, ``megatron``) as
+    their dataclasses too (they arrive as plain dicts)."""
+    train = _section(cfg, "train", TrainConfig)
+    if isinstance(train.lora, Mapping):
+        train.lora = _section({"train.lora": train.lora}, "train.lora", LoraSettings)
+    if isinstance(train.megatron, Mapping):
+        train.megatron = _section({"train.megatron": train.megatron}, "train.megatron", MegatronSettings)
+    return train
 
 
 def load_causal_lm(path: str | Path, dtype: str, trust_remote_code: bool = False) -> nn.Module:
@@ -144,9 +155,7 @@ class EmbeddedTrainEngine:
 
         model = _section(cfg, "model", ModelConfig)
         model.path = str(resolve_model_path(str(model.path)))
-        train = _section(cfg, "train", TrainConfig)
-        if isinstance(train.lora, Mapping):
-            train.lora = _section({"train.lora": train.lora}, "train.lora", LoraSettings)
+        train = train_section(cfg)
         trainer = cfg.get("trainer") or {}
         return cls(model, train, device=device, seed=int(trainer.get("seed", 0)),
                    router_replay=str(trainer.get("router_replay", "off")))

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from loongsage.engines.batch import LogitTerm, LossContext, TrainBatch
-from loongsage.engines.embedded_train import _section
+from loongsage.engines.embedded_train import _section, train_section
 from loongsage.engines.megatron import cpu_shims
 from loongsage.engines.megatron.bridge import build_with_bridge, export_with_bridge, uses_bridge
 from loongsage.engines.megatron.grads import clip_and_norm, reduce_gradients
@@ -43,7 +43,7 @@ from loongsage.engines.megatron.model import build_stage, full_hf_state, read_hf
 from loongsage.engines.megatron.parallel import Layout, MegatronRanks, init_groups
 from loongsage.engines.memory import offload_train_state, onload_train_state
 from loongsage.errors import ConfigError, NonFiniteLossError
-from loongsage.schema import MegatronSettings, ModelConfig, TrainConfig
+from loongsage.schema import ModelConfig, TrainConfig
 
 LossFn = Callable[[LossContext], Any]
 
@@ -94,9 +94,7 @@ class MegatronTrainEngine:
 
         model = _section(cfg, "model", ModelConfig)
         model.path = str(resolve_model_path(str(model.path)))
-        train = _section(cfg, "train", TrainConfig)
-        if isinstance(train.megatron, Mapping):  # a nested section arrives as a plain dict
-            train.megatron = _section({"megatron": train.megatron}, "megatron", MegatronSettings)
+        train = train_section(cfg)
         trainer = cfg.get("trainer") or {}
         return cls(model, train, device=device, seed=int(trainer.get("seed", 0)))
 
