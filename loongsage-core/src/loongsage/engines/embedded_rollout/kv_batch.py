@@ -70,6 +70,7 @@ class KVBatch:
         self.mask = mask  # [B, W] long, 1 = real token
         self.lengths = mask.sum(dim=-1)  # [B] real tokens per row
         self.shared_tokens = 0  # prompt tokens a prefill did not recompute (identical prompts)
+        self.prefill_rows: torch.Tensor | None = None  # row -> the distinct prompt's forward row, when shared
 
     @property
     def size(self) -> int:
@@ -92,7 +93,7 @@ class KVBatch:
             layer.keys = layer.keys.index_select(0, index)
             layer.values = layer.values.index_select(0, index)
         repeated = cls(batch.cache, batch.mask.index_select(0, index))
-        repeated.shared_tokens = batch.shared_tokens
+        repeated.shared_tokens, repeated.prefill_rows = batch.shared_tokens, index
         return repeated, logits.index_select(0, index)
 
     @classmethod

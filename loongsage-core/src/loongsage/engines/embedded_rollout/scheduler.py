@@ -229,7 +229,7 @@ class Scheduler:
             with self.routers.routing(capture=self.routers.is_moe) as routed:
                 batch, logits = KVBatch.prefill(self.head, [r.prompt_ids + r.output_ids for r in new],
                                                 self.device)
-            self._record_routes(new, routed, batch.mask, replace=True)
+            self._record_routes(new, routed, batch.mask, replace=True, rows=batch.prefill_rows)
             self.stats["prefills"] += 1
             self.stats["prefill_tokens"] += sum(len(r.prompt_ids) + len(r.output_ids) for r in new)
             self.stats["prefill_tokens_shared"] += batch.shared_tokens
@@ -255,11 +255,15 @@ class Scheduler:
                 r.on_update(len(r.output_ids), False)
 
     def _record_routes(self, reqs: list[Request], routed: RoutingPass, mask: torch.Tensor | None,
-                       replace: bool) -> None:
-        """Keep each row's routes: its real (``mask``) positions of a prefill, or a decode's one."""
+                       replace: bool, rows: torch.Tensor | None = None) -> None:
+        """Keep each row's routes: its real (``mask``) positions of a prefill, or a decode's one.
+        ``rows``: a prefill that ran identical prompts once maps each request to its forward row."""
         if not routed.captured:
             return
-        routes = routed.routes().view(len(reqs), -1, *self.routers.shape)
+        forwarded = len(reqs) if rows is None else int(rows.max()) + 1
+        routes = routed.routes().view(forwarded, -1, *self.routers.shape)
+        if rows is not None:
+            routes = routes[rows.cpu()]
         for i, r in enumerate(reqs):
             row = routes[i] if mask is None else routes[i][mask[i].bool().cpu()]
             if replace:
