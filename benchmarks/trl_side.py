@@ -36,12 +36,14 @@ def main(job_path: str) -> None:
     torch.set_num_threads(job["threads"])
     torch.manual_seed(job["seed"])
     rows = [{"prompt": p["messages"], "ground_truth": p["ground_truth"]} for p in job["prompts"]]
-    batch = job["prompts_per_step"] * job["samples"]
+    # one optimizer step per prompts x samples completions, in micro-batches of one group each
+    # (TRL generates the whole batch at once: generation batch = micro-batch x accumulation)
     config = GRPOConfig(
         output_dir=job["workdir"], use_cpu=True, bf16=False, fp16=False, seed=job["seed"],
         learning_rate=job["lr"], lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
         adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, max_grad_norm=job["grad_clip"],
-        per_device_train_batch_size=batch, gradient_accumulation_steps=1, num_generations=job["samples"],
+        per_device_train_batch_size=job["samples"], gradient_accumulation_steps=job["prompts_per_step"],
+        num_generations=job["samples"],
         max_completion_length=job["max_tokens"], temperature=job["temperature"], top_p=1.0,
         beta=0.0, epsilon=job["eps_low"], epsilon_high=job["eps_high"], num_iterations=1,
         loss_type="dapo", scale_rewards="group", shuffle_dataset=False, max_steps=job["steps"],
