@@ -70,12 +70,10 @@ class RewardServer:
     """Scores TRL's completions with our data source's reward, over loopback HTTP."""
 
     def __init__(self, source) -> None:
-        scorer = source
-
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                rewards = [float(scorer.score(text, truth)["score"])
+                rewards = [float(source.score(text, truth)["score"])
                            for text, truth in zip(body["texts"], body["ground_truths"])]
                 data = json.dumps({"rewards": rewards}).encode()
                 self.send_response(200)

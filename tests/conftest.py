@@ -1,5 +1,6 @@
-"""Shared fixtures: the tiny test model, built once and cached by content hash, and the
-check behind ``@pytest.mark.calls_hook``.
+"""Shared fixtures: the tiny test model, built once and cached by content hash, a local
+two-CPU Ray cluster for tests that start train ranks, and the check behind
+``@pytest.mark.calls_hook``.
 
 OpenMP threads sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``, inherited by Ray
 workers and subprocesses started by tests): on a shared 2-core machine a 15-step tiny SFT
@@ -15,6 +16,20 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads its OpenMP runtime
+
+
+@pytest.fixture(scope="module")
+def ray_ranks_cluster():
+    """A local Ray with 2 CPUs for a module's train-rank actors (reuses one already running)."""
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 29)
+    yield
+    if started:
+        ray.shutdown()
 
 
 @pytest.fixture(scope="session")

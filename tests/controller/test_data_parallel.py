@@ -15,7 +15,6 @@ loss and gradient norm (global on every rank) must also match.
 
 from __future__ import annotations
 
-import os
 import random
 from contextlib import contextmanager
 
@@ -55,17 +54,6 @@ def make_groups(count: int, seed: int = 0) -> list[Group]:
         groups.append(Group(gid, prompt, samples))
     rng.shuffle(groups)
     return groups
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 29)
-    yield
-    if started:
-        ray.shutdown()
 
 
 @contextmanager
@@ -112,7 +100,7 @@ def _max_diff(a: dict, b: dict) -> float:
     return max(float(np.abs(a[k] - b[k]).max()) for k in a)
 
 
-def test_two_ranks_update_the_weights_like_one(cluster, tiny_model_dir):
+def test_two_ranks_update_the_weights_like_one(ray_ranks_cluster, tiny_model_dir):
     """7 groups, 2 mini-batches: the first splits evenly (2 + 2 groups), the second leaves
     one rank a group short, padded with masked rows."""
     groups = make_groups(7)
@@ -135,7 +123,7 @@ def test_two_ranks_update_the_weights_like_one(cluster, tiny_model_dir):
         assert 2 * base_metrics["train/num_tokens"] == pytest.approx(real_tokens, abs=1)
 
 
-def test_fsdp2_checkpoint_resumes_exactly_and_loads_into_another_dp_size(cluster, tiny_model_dir,
+def test_fsdp2_checkpoint_resumes_exactly_and_loads_into_another_dp_size(ray_ranks_cluster, tiny_model_dir,
                                                                           tmp_path):
     """Same dp_size: the shards restore weights and AdamW moments, so the next step is the
     uninterrupted one. Another dp_size: the HF export restores the weights, moments restart."""
@@ -197,7 +185,7 @@ def with_teacher(batch, ordered: list[Group]):
     return batch
 
 
-def test_two_ranks_distill_like_one(cluster, tiny_model_dir):
+def test_two_ranks_distill_like_one(ray_ranks_cluster, tiny_model_dir):
     """On-policy distillation through the same path: the π_old forward's logit values are
     gathered over the shards before the PG penalty, the GKD loss runs in each rank's LM head,
     and the per-source means are taken after the ranks' sums are added."""

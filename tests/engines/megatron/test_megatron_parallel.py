@@ -52,16 +52,6 @@ def make_groups(count: int, seed: int = 0) -> list[Group]:
     return groups
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 29)
-    yield
-    if started:
-        ray.shutdown()
-
-
 @contextmanager
 def megatron_group(model_dir, tp: int, pp: int, dp: int):
     cfg = {"model": {"path": str(model_dir)},
@@ -93,7 +83,7 @@ def grpo_step(groups, dp: int):
 
 
 @pytest.mark.parametrize("tp,pp,dp", [(2, 1, 1), (1, 2, 1), (1, 1, 2)])
-def test_parallel_ranks_match_one_process(cluster, tiny_model_dir, tp, pp, dp):
+def test_parallel_ranks_match_one_process(ray_ranks_cluster, tiny_model_dir, tp, pp, dp):
     groups = make_groups(6)
     objective = Objective.from_config({}, get_registries())
     batch, rewards, group_index, shards = grpo_step(groups, dp)
