@@ -7,7 +7,7 @@ ask for ``node_a`` (train) and ``node_b`` (rollout), so the process group of the
 ranks, the engines and the weight sync between them span the two nodes. ``layout.json``
 must show it, checked against the nodes' own resources.
 
-The cluster uses explicit free ports and a private temporary folder (other Ray instances on
+The cluster uses explicit free ports, all from one reserved block, and a private temporary folder (other Ray instances on
 the machine are left alone) and is torn down whatever happens: each ``ray start --block``
 runs in a session of its own, which is terminated and then checked to hold no process.
 """
@@ -33,20 +33,17 @@ pytestmark = pytest.mark.slow
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
+def free_block(width: int) -> int:
+    """The first port of ``width`` consecutive free ports.
 
-
-def free_range(width: int) -> int:
-    """The first port of ``width`` consecutive free ports (Ray's worker port range)."""
+    Every port of both nodes comes from this one block, each at its own offset, so no two
+    components can be handed the same port (ephemeral ports drawn one by one could land
+    inside a node's worker range, which Ray refuses at start). The block lies below the
+    kernel's ephemeral range, so no outgoing connection takes one of its ports meanwhile.
+    """
+    ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     for _ in range(200):
-        base = random.randrange(20000, 60000 - width)
+        base = random.randrange(20000, ephemeral_low - width)
         try:
             for port in range(base, base + width):
                 with socket.socket() as s:
@@ -54,7 +51,12 @@ def free_range(width: int) -> int:
             return base
         except OSError:
             continue
-    raise RuntimeError("no free port range for Ray workers")
+    raise RuntimeError(f"no {width} consecutive free ports for the Ray cluster")
+
+
+NODE_PORTS = 6  # node manager, object manager, agent http, agent grpc, runtime env, metrics
+WORKER_PORTS = 10
+NODE_BLOCK = NODE_PORTS + WORKER_PORTS
 
 
 def session_processes(sessions: list[int]) -> list[str]:
@@ -80,16 +82,19 @@ class TwoNodeCluster:
         self.env = dict(os.environ, RAY_AUTH_MODE="disabled", OMP_WAIT_POLICY="PASSIVE",
                         RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0")  # no drain wait on SIGTERM
         self.env.pop("RAY_ADDRESS", None)
-        self.gcs_port = free_ports(1)[0]
+        self.base = free_block(1 + 2 * NODE_BLOCK)
+        self.gcs_port = self.base
         self.address = f"127.0.0.1:{self.gcs_port}"
 
-    def _node(self, name: str, head: bool, workers: int) -> None:
-        node_manager, objects, agent, agent_grpc, runtime_env, metrics = free_ports(6)
+    def _node(self, name: str, head: bool, index: int) -> None:
+        first = self.base + 1 + index * NODE_BLOCK
+        node_manager, objects, agent, agent_grpc, runtime_env, metrics = range(first, first + NODE_PORTS)
+        workers = first + NODE_PORTS
         args = [RAY, "start", "--block", "--num-cpus=1", f"--resources={json.dumps({name: 4})}",
                 f"--node-manager-port={node_manager}", f"--object-manager-port={objects}",
                 f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
                 f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}",
-                f"--min-worker-port={workers}", f"--max-worker-port={workers + 9}",
+                f"--min-worker-port={workers}", f"--max-worker-port={workers + WORKER_PORTS - 1}",
                 "--object-store-memory=300000000", "--disable-usage-stats",
                 "--node-ip-address=127.0.0.1", f"--temp-dir={self.temp}"]
         args += (["--head", f"--port={self.gcs_port}", "--include-dashboard=false"] if head
@@ -99,9 +104,8 @@ class TwoNodeCluster:
                                            stderr=subprocess.STDOUT, start_new_session=True))
 
     def start(self) -> "TwoNodeCluster":
-        workers = free_range(20)
-        self._node("node_a", head=True, workers=workers)
-        self._node("node_b", head=False, workers=workers + 10)
+        self._node("node_a", head=True, index=0)
+        self._node("node_b", head=False, index=1)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             nodes = self.nodes()
