@@ -48,7 +48,7 @@ def _window(run) -> tuple[str, int, int]:
 def test_rows_compose_into_the_table4_modes(bench) -> None:
     from loongsage.config.compose import load_config
 
-    args = argparse.Namespace(steps=8, batch=8, max_new_tokens=256, lr=1e-9)
+    args = argparse.Namespace(steps=8, batch=8, max_new_tokens=None, lr=1e-9, workload="math")
     expected = [  # placement, async, partial, (policy, capacity C, bound S')
         ("colocated", False, False, None),
         ("colocated", False, True, ("NoWindow", 8 + 4, 1)),
