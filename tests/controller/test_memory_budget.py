@@ -84,6 +84,19 @@ def test_data_parallel_ranks_each_count_and_fsdp2_shards_the_model_state(tiny_mo
     assert ddp - fsdp.parts["train actor"] == pytest.approx(model_state, rel=0.01)  # each rank keeps half
 
 
+def test_megatron_counts_every_rank_and_splits_the_model_state_over_tp_and_pp(tiny_model_dir):
+    shape = ModelShape.from_folder(str(tiny_model_dir))
+    megatron = ("train.backend=megatron",)
+    one = estimate_run(tiny_cfg(tiny_model_dir, *megatron), shape, 100).parts["train actor"]
+    tp2 = estimate_run(tiny_cfg(tiny_model_dir, *megatron, "train.megatron.tp=2"), shape, 100)
+    model_state = 4 * shape.parameters * 4
+    assert tp2.parts["train actor"] == pytest.approx(2 * one - model_state, rel=0.01)  # 2 ranks, half each
+    assert tp2.detail["train actor"].startswith("2 x ")
+    grid = estimate_run(tiny_cfg(tiny_model_dir, *megatron, "train.dp_size=2", "train.megatron.tp=2",
+                                 "train.megatron.pp=2"), shape, 100)
+    assert grid.parts["train actor"] == pytest.approx(8 * one - 6 * model_state, rel=0.01)  # 8 ranks, a quarter each
+
+
 def test_teacher_slots_count_their_weights_host_copies_and_prefetch_buffer(tiny_model_dir):
     """Two teachers resident in two slots hold one model each; sharing one slot holds one model,
     a host copy of each teacher and (prefetch) a spare buffer; the train actor adds the

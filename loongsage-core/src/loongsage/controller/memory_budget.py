@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loongsage.controller.memory import GB, machine_memory
+from loongsage.controller.placement import train_ranks
 from loongsage.errors import ConfigError
 
 PROCESS_BYTES = int(0.5 * GB)  # a worker with torch + transformers + Ray imported (measured 0.41-0.48 GB)
@@ -163,11 +164,14 @@ def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int,
     in_step = weights + activations + logits  # gradients and what one micro-batch needs
     slack = in_step // 2
     est = Estimate()
-    shard = t.dp_size if t.dp_size > 1 and t.strategy == "fsdp2" else 1  # FSDP2 shards weights, grads, AdamW
+    # FSDP2 shards weights, grads and AdamW over the dp ranks; Megatron splits them over each
+    # replica's tp x pp model-parallel ranks (activations are counted whole, an upper bound).
+    shard = (t.dp_size if t.dp_size > 1 and t.strategy == "fsdp2" else 1) * t.megatron.tp * t.megatron.pp
+    ranks = train_ranks(t)
     model_state = 4 * weights + reference  # weights, gradients, AdamW's two moments (+ the reference)
     rank = PROCESS_BYTES + model_state // shard + activations + logits + slack
-    est.parts["train actor"] = t.dp_size * rank
-    est.detail["train actor"] = (f"{t.dp_size} x (weights, gradients and AdamW {4 * weights / shard / GB:.1f} GB, "
+    est.parts["train actor"] = ranks * rank
+    est.detail["train actor"] = (f"{ranks} x (weights, gradients and AdamW {4 * weights / shard / GB:.1f} GB, "
                                  f"activations {activations / GB:.1f} GB for {rows} rows x {tokens_per_row} tokens, "
                                  f"allocator slack {slack / GB:.1f} GB)")
     requests = min(r.max_running_requests, (r.prompts_per_step + r.oversample_groups) * r.n_samples_per_prompt)
