@@ -221,7 +221,13 @@ class SimRolloutManager:
 
     def __init__(self, rollout: AsyncSimRollout) -> None:
         self.generate_group = rollout
-        self.abort_all = rollout.abort_all
+        self.abort_for_update = rollout.abort_all
+
+    def resume_after_update(self) -> None:
+        """The simulated engines hold nothing back."""
+
+    def continues_in_place(self, prompt) -> bool:
+        return False
 
     def generate_groups(self, *args, **kwargs):
         raise AssertionError("oversampling must not go through the all-or-nothing synchronous path")

@@ -1,0 +1,141 @@
+"""Partial rollout through the router: a turn in flight when the weights change is aborted at
+the real embedded engine (``EnginePool.abort_for_update``), held while the new weights are
+written, and continued from its tokens under them. The agent's client (the real ``openai`` and
+``anthropic`` SDKs, streaming and not) gets one reply whose tokens are the concatenation; the
+stored TITO trajectory is token-exact and each token keeps the version and the logprob of the
+weights that sampled it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from loongsage.engines.client import EngineClient
+from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
+from loongsage.engines.pool import EnginePool
+
+anthropic = pytest.importorskip("anthropic")
+openai = pytest.importorskip("openai")
+
+SYSTEM = "You are terse."
+USER = "Hello there"
+MAX_TOKENS = 64
+
+
+def weights(path, version: int):
+    """The tiny model as version ``version``: the checkpoint itself at 0, noised after."""
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+    if version:
+        gen = torch.Generator().manual_seed(100 + version)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+    return model
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir):
+    eng = EmbeddedRolloutEngine(str(tiny_model_dir), seed=0, num_threads=1)
+    eng.start()
+    yield eng
+    eng.stop()
+
+
+def ask(protocol: str, stream: bool, urls: dict[str, str]) -> tuple[str, str]:
+    """One request as an agent program makes it; returns (reply text, streamed text)."""
+    if protocol == "openai":
+        client = openai.OpenAI(base_url=urls["openai"], api_key="unused", max_retries=0, timeout=120)
+        msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER}]
+        if not stream:
+            out = client.chat.completions.create(model="policy", messages=msgs, max_tokens=MAX_TOKENS,
+                                                 temperature=0)
+            return out.choices[0].message.content, ""
+        chunks = list(client.chat.completions.create(model="policy", messages=msgs, max_tokens=MAX_TOKENS,
+                                                     temperature=0, stream=True))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        return text, text
+    client = anthropic.Anthropic(base_url=urls["anthropic"], api_key="unused", max_retries=0, timeout=120)
+    kwargs = dict(model="policy", system=SYSTEM, max_tokens=MAX_TOKENS, extra_body={"temperature": 0},
+                  messages=[{"role": "user", "content": USER}])
+    if not stream:
+        return client.messages.create(**kwargs).content[0].text, ""
+    with client.messages.stream(**kwargs) as s:
+        streamed = "".join(s.text_stream)
+        return s.get_final_message().content[0].text, streamed
+
+
+def forward_logprobs(model, ids: list[int], positions: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        lp = model(torch.tensor([ids])).logits.float().log_softmax(-1)[0]
+    return torch.stack([lp[i - 1, ids[i]] for i in positions])
+
+
+@pytest.mark.parametrize("protocol,stream", [("openai", False), ("openai", True),
+                                             ("anthropic", False), ("anthropic", True)])
+def test_a_turn_aborted_for_a_weight_update_continues_under_the_new_weights(
+        protocol, stream, engine, make_router, tokenizer, tiny_model_dir):
+    pool = EnginePool([EngineClient(engine.url)])
+    router = make_router(pool)
+    old_version = engine.weight_version
+    new_version = old_version + 1
+    tid = f"partial-{protocol}-{stream}"
+    router.open_trajectory(tid)
+    with ThreadPoolExecutor(1) as executor:
+        reply = executor.submit(ask, protocol, stream, router.base_urls(tid))
+        deadline = time.monotonic() + 60
+        while not engine.scheduler._rows or len(engine.scheduler._rows[0].output_ids) < 3:
+            assert not reply.done(), f"the turn ended before the update: {reply.result()}"
+            assert time.monotonic() < deadline
+            time.sleep(0.002)
+        asyncio.run(pool.abort_for_update())
+        time.sleep(0.3)  # the continuation waits in the pool, not at the engine
+        assert engine.scheduler.load()["running"] == engine.scheduler.load()["waiting"] == 0
+        assert not reply.done()
+        engine.apply_weights(weights(tiny_model_dir, new_version).named_parameters(), new_version)
+        pool.resume_after_update()
+        text, streamed = reply.result(timeout=120)
+
+    traj = router.store.lookup(tid)
+    sampled = [i for i, m in enumerate(traj.loss_mask) if m]
+    ids = [traj.tokens[i] for i in sampled]
+    versions = [traj.versions[i] for i in sampled]
+    split = versions.index(new_version)
+    assert 3 <= split < len(ids) <= MAX_TOKENS
+    assert versions == [old_version] * split + [new_version] * (len(ids) - split)
+    assert traj.metadata["continued_turns"] == 1 and traj.status == "active"
+    assert sampled == list(range(sampled[0], sampled[0] + len(ids)))  # one turn, no gap
+    assert text == tokenizer.decode(ids, skip_special_tokens=True)  # the reply is the concatenation
+    if stream:
+        assert streamed == text
+    got = torch.tensor([traj.logprobs[i] for i in sampled])
+    old = forward_logprobs(weights(tiny_model_dir, old_version), traj.tokens, sampled)
+    new = forward_logprobs(weights(tiny_model_dir, new_version), traj.tokens, sampled)
+    torch.testing.assert_close(got[:split], old[:split], atol=1e-5, rtol=0)
+    torch.testing.assert_close(got[split:], new[split:], atol=1e-5, rtol=0)
+    sample, = router.finish_trajectory(tid)
+    assert sample.weight_versions[:split] == [old_version] * split
+    assert set(sample.weight_versions[split:]) == {new_version}
+
+
+def test_a_turn_aborted_for_any_other_reason_still_fails(engine, make_router):
+    """Only an abort for a weight update is continued: an engine-side abort fails the turn."""
+    pool = EnginePool([EngineClient(engine.url)])
+    router = make_router(pool)
+    router.open_trajectory("killed")
+    with ThreadPoolExecutor(1) as executor:
+        reply = executor.submit(ask, "openai", False, router.base_urls("killed"))
+        deadline = time.monotonic() + 60
+        while not engine.scheduler._rows:
+            assert time.monotonic() < deadline and not reply.done()
+            time.sleep(0.002)
+        engine.scheduler.abort(None).result()
+        with pytest.raises(openai.InternalServerError, match="the engine aborted request"):
+            reply.result(timeout=60)
+    traj = router.store.lookup("killed")
+    assert traj.status == "failed" and sum(traj.loss_mask) == 0 and pool.update_aborts == 0
