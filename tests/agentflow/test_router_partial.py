@@ -139,3 +139,42 @@ def test_a_turn_aborted_for_any_other_reason_still_fails(engine, make_router):
             reply.result(timeout=60)
     traj = router.store.lookup("killed")
     assert traj.status == "failed" and sum(traj.loss_mask) == 0 and pool.update_aborts == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_without_partial_rollout_a_running_turn_finishes_under_the_new_weights_token_by_token(
+        stream, engine, make_router, tokenizer, tiny_model_dir):
+    """The scheduler's one semantics (``runtime.async_scheduler``) without partial rollout:
+    nothing is aborted or paused; the engine applies the new weights between two decode steps
+    and the running turn goes on under them, each token tagged with the version that sampled
+    it, streamed or not."""
+    pool = EnginePool([EngineClient(engine.url)])
+    router = make_router(pool)
+    old_version = engine.weight_version
+    new_version = old_version + 1
+    tid = f"swap-{stream}"
+    router.open_trajectory(tid)
+    new_weights = weights(tiny_model_dir, new_version).named_parameters()
+    with ThreadPoolExecutor(1) as executor:
+        reply = executor.submit(ask, "openai", stream, router.base_urls(tid))
+        deadline = time.monotonic() + 60
+        while not engine.scheduler._rows or len(engine.scheduler._rows[0].output_ids) < 3:
+            assert not reply.done(), f"the turn ended before the update: {reply.result()}"
+            assert time.monotonic() < deadline
+            time.sleep(0.002)
+        engine.apply_weights(new_weights, new_version)
+        text, streamed = reply.result(timeout=120)
+
+    traj = router.store.lookup(tid)
+    sampled = [i for i, m in enumerate(traj.loss_mask) if m]
+    versions = [traj.versions[i] for i in sampled]
+    split = versions.index(new_version)
+    assert 3 <= split < len(sampled)
+    assert versions == [old_version] * split + [new_version] * (len(sampled) - split)
+    assert "continued_turns" not in traj.metadata and pool.update_aborts == 0
+    assert text == tokenizer.decode([traj.tokens[i] for i in sampled], skip_special_tokens=True)
+    got = torch.tensor([traj.logprobs[i] for i in sampled])
+    old = forward_logprobs(weights(tiny_model_dir, old_version), traj.tokens, sampled)
+    new = forward_logprobs(weights(tiny_model_dir, new_version), traj.tokens, sampled)
+    torch.testing.assert_close(got[:split], old[:split], atol=1e-5, rtol=0)
+    torch.testing.assert_close(got[split:], new[split:], atol=1e-5, rtol=0)
