@@ -8,7 +8,6 @@ weights that sampled it."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -47,6 +46,13 @@ def engine(tiny_model_dir):
     eng.stop()
 
 
+@pytest.fixture
+def pooled(engine, make_router):
+    """``(pool, router over it, the engine's weight version now)``."""
+    pool = EnginePool([EngineClient(engine.url)])
+    return pool, make_router(pool), engine.weight_version
+
+
 def ask(protocol: str, stream: bool, urls: dict[str, str]) -> tuple[str, str]:
     """One request as an agent program makes it; returns (reply text, streamed text)."""
     if protocol == "openai":
@@ -76,23 +82,44 @@ def forward_logprobs(model, ids: list[int], positions: list[int]) -> torch.Tenso
     return torch.stack([lp[i - 1, ids[i]] for i in positions])
 
 
+def mid_turn(engine, executor, protocol: str, stream: bool, urls: dict[str, str]):
+    """Send the request from another thread; return its future once 3 tokens are sampled."""
+    reply = executor.submit(ask, protocol, stream, urls)
+    deadline = time.monotonic() + 60
+    while not engine.scheduler._rows or len(engine.scheduler._rows[0].output_ids) < 3:
+        assert not reply.done(), f"the turn ended before the update: {reply.result()}"
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    return reply
+
+
+def split_by_version(traj, path, old_version: int, new_version: int) -> tuple[list[int], int]:
+    """The turn's sampled positions and where the new version starts; checks that every token
+    before it has the old version, every one after the new, and that each logprob is that
+    version's model's."""
+    sampled = [i for i, m in enumerate(traj.loss_mask) if m]
+    versions = [traj.versions[i] for i in sampled]
+    split = versions.index(new_version)
+    assert 3 <= split < len(sampled) <= MAX_TOKENS
+    assert versions == [old_version] * split + [new_version] * (len(sampled) - split)
+    got = torch.tensor([traj.logprobs[i] for i in sampled])
+    old = forward_logprobs(weights(path, old_version), traj.tokens, sampled)
+    new = forward_logprobs(weights(path, new_version), traj.tokens, sampled)
+    torch.testing.assert_close(got[:split], old[:split], atol=1e-5, rtol=0)
+    torch.testing.assert_close(got[split:], new[split:], atol=1e-5, rtol=0)
+    return sampled, split
+
+
 @pytest.mark.parametrize("protocol,stream", [("openai", False), ("openai", True),
                                              ("anthropic", False), ("anthropic", True)])
 def test_a_turn_aborted_for_a_weight_update_continues_under_the_new_weights(
-        protocol, stream, engine, make_router, tokenizer, tiny_model_dir):
-    pool = EnginePool([EngineClient(engine.url)])
-    router = make_router(pool)
-    old_version = engine.weight_version
+        protocol, stream, engine, pooled, tokenizer, tiny_model_dir):
+    pool, router, old_version = pooled
     new_version = old_version + 1
     tid = f"partial-{protocol}-{stream}"
     router.open_trajectory(tid)
     with ThreadPoolExecutor(1) as executor:
-        reply = executor.submit(ask, protocol, stream, router.base_urls(tid))
-        deadline = time.monotonic() + 60
-        while not engine.scheduler._rows or len(engine.scheduler._rows[0].output_ids) < 3:
-            assert not reply.done(), f"the turn ended before the update: {reply.result()}"
-            assert time.monotonic() < deadline
-            time.sleep(0.002)
+        reply = mid_turn(engine, executor, protocol, stream, router.base_urls(tid))
         asyncio.run(pool.abort_for_update())
         time.sleep(0.3)  # the continuation waits in the pool, not at the engine
         assert engine.scheduler.load()["running"] == engine.scheduler.load()["waiting"] == 0
@@ -102,38 +129,24 @@ def test_a_turn_aborted_for_a_weight_update_continues_under_the_new_weights(
         text, streamed = reply.result(timeout=120)
 
     traj = router.store.lookup(tid)
-    sampled = [i for i, m in enumerate(traj.loss_mask) if m]
-    ids = [traj.tokens[i] for i in sampled]
-    versions = [traj.versions[i] for i in sampled]
-    split = versions.index(new_version)
-    assert 3 <= split < len(ids) <= MAX_TOKENS
-    assert versions == [old_version] * split + [new_version] * (len(ids) - split)
+    sampled, split = split_by_version(traj, tiny_model_dir, old_version, new_version)
     assert traj.metadata["continued_turns"] == 1 and traj.status == "active"
-    assert sampled == list(range(sampled[0], sampled[0] + len(ids)))  # one turn, no gap
-    assert text == tokenizer.decode(ids, skip_special_tokens=True)  # the reply is the concatenation
+    assert sampled == list(range(sampled[0], sampled[0] + len(sampled)))  # one turn, no gap
+    # the reply is the concatenation of both engine requests' tokens
+    assert text == tokenizer.decode([traj.tokens[i] for i in sampled], skip_special_tokens=True)
     if stream:
         assert streamed == text
-    got = torch.tensor([traj.logprobs[i] for i in sampled])
-    old = forward_logprobs(weights(tiny_model_dir, old_version), traj.tokens, sampled)
-    new = forward_logprobs(weights(tiny_model_dir, new_version), traj.tokens, sampled)
-    torch.testing.assert_close(got[:split], old[:split], atol=1e-5, rtol=0)
-    torch.testing.assert_close(got[split:], new[split:], atol=1e-5, rtol=0)
     sample, = router.finish_trajectory(tid)
     assert sample.weight_versions[:split] == [old_version] * split
     assert set(sample.weight_versions[split:]) == {new_version}
 
 
-def test_a_turn_aborted_for_any_other_reason_still_fails(engine, make_router):
+def test_a_turn_aborted_for_any_other_reason_still_fails(engine, pooled):
     """Only an abort for a weight update is continued: an engine-side abort fails the turn."""
-    pool = EnginePool([EngineClient(engine.url)])
-    router = make_router(pool)
+    pool, router, _ = pooled
     router.open_trajectory("killed")
     with ThreadPoolExecutor(1) as executor:
-        reply = executor.submit(ask, "openai", False, router.base_urls("killed"))
-        deadline = time.monotonic() + 60
-        while not engine.scheduler._rows:
-            assert time.monotonic() < deadline and not reply.done()
-            time.sleep(0.002)
+        reply = mid_turn(engine, executor, "openai", False, router.base_urls("killed"))
         engine.scheduler.abort(None).result()
         with pytest.raises(openai.InternalServerError, match="the engine aborted request"):
             reply.result(timeout=60)
@@ -143,38 +156,22 @@ def test_a_turn_aborted_for_any_other_reason_still_fails(engine, make_router):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_without_partial_rollout_a_running_turn_finishes_under_the_new_weights_token_by_token(
-        stream, engine, make_router, tokenizer, tiny_model_dir):
+        stream, engine, pooled, tokenizer, tiny_model_dir):
     """The scheduler's one semantics (``runtime.async_scheduler``) without partial rollout:
     nothing is aborted or paused; the engine applies the new weights between two decode steps
     and the running turn goes on under them, each token tagged with the version that sampled
     it, streamed or not."""
-    pool = EnginePool([EngineClient(engine.url)])
-    router = make_router(pool)
-    old_version = engine.weight_version
+    pool, router, old_version = pooled
     new_version = old_version + 1
     tid = f"swap-{stream}"
     router.open_trajectory(tid)
     new_weights = weights(tiny_model_dir, new_version).named_parameters()
     with ThreadPoolExecutor(1) as executor:
-        reply = executor.submit(ask, "openai", stream, router.base_urls(tid))
-        deadline = time.monotonic() + 60
-        while not engine.scheduler._rows or len(engine.scheduler._rows[0].output_ids) < 3:
-            assert not reply.done(), f"the turn ended before the update: {reply.result()}"
-            assert time.monotonic() < deadline
-            time.sleep(0.002)
+        reply = mid_turn(engine, executor, "openai", stream, router.base_urls(tid))
         engine.apply_weights(new_weights, new_version)
         text, streamed = reply.result(timeout=120)
 
     traj = router.store.lookup(tid)
-    sampled = [i for i, m in enumerate(traj.loss_mask) if m]
-    versions = [traj.versions[i] for i in sampled]
-    split = versions.index(new_version)
-    assert 3 <= split < len(sampled)
-    assert versions == [old_version] * split + [new_version] * (len(sampled) - split)
+    sampled, _ = split_by_version(traj, tiny_model_dir, old_version, new_version)
     assert "continued_turns" not in traj.metadata and pool.update_aborts == 0
     assert text == tokenizer.decode([traj.tokens[i] for i in sampled], skip_special_tokens=True)
-    got = torch.tensor([traj.logprobs[i] for i in sampled])
-    old = forward_logprobs(weights(tiny_model_dir, old_version), traj.tokens, sampled)
-    new = forward_logprobs(weights(tiny_model_dir, new_version), traj.tokens, sampled)
-    torch.testing.assert_close(got[:split], old[:split], atol=1e-5, rtol=0)
-    torch.testing.assert_close(got[split:], new[split:], atol=1e-5, rtol=0)
