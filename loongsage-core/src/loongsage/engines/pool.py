@@ -23,12 +23,13 @@ replica, why), never silent; when no replica is up for ``wait_s`` seconds the re
 with an ``EngineError`` saying so.
 
 Partial rollout at a weight update (``abort_for_update``): the pool *holds* (no request is
-sent to an engine until ``resume_after_update``), aborts every running generation, and returns once none is
-being generated. A request that arrives while the pool holds waits here, not at the engine,
-so in colocated mode nothing reaches an engine whose device the trainer holds, and every
-token sampled after ``resume_after_update`` comes from the new weights. ``update_aborts`` counts these
-aborts: the AgentFlow router continues a turn the engine aborted for one of them
-(``agentflow.turns``) and fails a turn aborted for any other reason.
+sent to an engine until ``resume_after_update``), aborts every running generation, and
+returns once none is being generated. A request that arrives while the pool holds waits
+here, not at the engine, so in colocated mode nothing reaches an engine whose device the
+trainer holds, and every token sampled after ``resume_after_update`` comes from the new
+weights. ``update_aborts`` counts these aborts: the AgentFlow router continues a turn the
+engine aborted for one of them (``agentflow.turns``) and fails a turn aborted for any other
+reason.
 """
 
 from __future__ import annotations
