@@ -24,7 +24,7 @@ openai = pytest.importorskip("openai")
 
 SYSTEM = "You are terse."
 USER = "Hello there"
-MAX_TOKENS = 64
+MAX_TOKENS = 400  # far more than are sampled before the test's update lands
 
 
 def weights(path, version: int):
@@ -47,8 +47,11 @@ def engine(tiny_model_dir):
 
 
 @pytest.fixture
-def pooled(engine, make_router):
-    """``(pool, router over it, the engine's weight version now)``."""
+def pooled(engine, make_router, tiny_model_dir):
+    """``(pool, router over it, the engine's weight version)``, the engine back on the
+    checkpoint's weights as version 0 (greedy on the test prompt, they never stop before
+    ``MAX_TOKENS``, so no turn ends before the test's update reaches it)."""
+    engine.apply_weights(weights(tiny_model_dir, 0).named_parameters(), 0)
     pool = EnginePool([EngineClient(engine.url)])
     return pool, make_router(pool), engine.weight_version
 
