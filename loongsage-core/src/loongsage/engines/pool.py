@@ -194,10 +194,22 @@ class EnginePool:
             self.held = True
             self.update_aborts += 1
         while True:
-            await self.aabort(abort_all=True)
+            await self._abort_live()
             if self._sending == 0:
                 return
             await asyncio.sleep(HOLD_POLL_S)
+
+    async def _abort_live(self) -> None:
+        """``abort_all`` on every live replica; one that cannot be reached is marked down (its
+        requests fail over, as a failed request's replica does) instead of failing the update."""
+        live = [i for i in range(len(self.clients)) if i not in self.down]
+        results = await asyncio.gather(*(self.clients[i].aabort(abort_all=True) for i in live),
+                                       return_exceptions=True)
+        for idx, result in zip(live, results):
+            if isinstance(result, EngineError) and result.status is None:
+                self.mark_down(idx, f"abort at a weight update: {result}")
+            elif isinstance(result, BaseException):
+                raise result
 
     def resume_after_update(self) -> None:
         """New weights are live: send the held requests (continued turns among them)."""
