@@ -17,13 +17,15 @@ import pytest
 pytestmark = pytest.mark.slow
 
 COMMON = ("trainer.steps=4", "trainer.sft.steps=0", "rollout.prompts_per_step=2",
-          "rollout.n_samples_per_prompt=2", "rollout.partial=true", "rollout.max_new_tokens=96",
-          "rollout.max_running_requests=4", "checkpoint.interval=0", "logging.samples_per_step=8")
+          "rollout.n_samples_per_prompt=2", "rollout.partial=true", "checkpoint.interval=0",
+          "logging.samples_per_step=8")
 MODES = {
     # S = 0, O = 2, B = 2: the bound is S' = S + ceil(O / B) = 1
-    "colocated": (("placement.mode=colocated", "rollout.oversample_groups=2"), 1),
+    "colocated": (("placement.mode=colocated", "rollout.oversample_groups=2", "rollout.max_new_tokens=96",
+                   "rollout.max_running_requests=4"), 1),
+    # the update comes after training: longer turns on 2 decode rows are still running then
     "async": (("async.enable=true", "placement.mode=disaggregated", "async/window_policy=windowed_fifo",
-               "async.stale_steps=1"), 1),
+               "async.stale_steps=1", "rollout.max_new_tokens=256", "rollout.max_running_requests=2"), 1),
 }
 
 
