@@ -12,6 +12,7 @@ import asyncio
 import socket
 import threading
 
+import httpx
 import pytest
 
 from loongsage.engines.client import EngineClient, EngineError
@@ -119,3 +120,27 @@ def test_no_replica_up_fails_with_an_error_naming_the_down_ones(dead_url):
     pool = EnginePool([EngineClient(dead_url)], max_attempts=2, wait_s=0.5)
     with pytest.raises(EngineError, match="no rollout engine up for 0 s|failed on 2 replicas"):
         asyncio.run(pool.agenerate([1, 2], SAMPLING, rid="x"))
+
+
+def test_an_update_abort_marks_an_unreachable_replica_down_and_holds_requests(engine_url, dead_url):
+    """Partial rollout's ``abort_for_update`` aborts the live replica's requests, marks the dead
+    one down rather than failing the weight update, and holds new requests until resumed."""
+    pool = EnginePool([EngineClient(dead_url), EngineClient(engine_url)])
+
+    async def run():
+        long = asyncio.ensure_future(pool.clients[1].agenerate([1, 2, 3], {"max_new_tokens": 1500,
+                                                                           "ignore_eos": True}))
+        while not (await asyncio.to_thread(httpx.get, engine_url + "/get_load")).json()["running"]:
+            await asyncio.sleep(0.005)
+        await pool.abort_for_update()
+        held = asyncio.ensure_future(pool.agenerate([4, 5], SAMPLING))
+        await asyncio.sleep(0.3)
+        waited = not held.done()
+        pool.resume_after_update()
+        return await long, waited, await held
+
+    aborted, waited, held = asyncio.run(run())
+    assert aborted.finish_reason == "abort" and len(aborted.output_ids) < 1500
+    assert 0 in pool.down and "abort at a weight update" in pool.down[0]
+    assert waited and held.finish_reason == "length" and held.meta_info["attempt"] == 1
+    assert pool.update_aborts == 1 and not pool.held

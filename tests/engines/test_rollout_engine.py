@@ -243,6 +243,19 @@ def test_bad_requests_are_400_naming_the_field(engine, body, field):
     assert err["field"] == field and err["message"].startswith(field + ":")
 
 
+def test_a_top_k_beyond_the_vocabulary_is_off_and_fails_no_other_request(engine):
+    """Before, top_k = 2**63 passed validation and overflowed the sampler: the decode step
+    failed and every request in the batch came back aborted."""
+    async def run():
+        async with EngineClient(engine.url) as client:
+            return await asyncio.gather(
+                client.agenerate([1, 2, 3], {"max_new_tokens": 4, "ignore_eos": True, "top_k": 2**63}),
+                client.agenerate([4, 5, 6], {"max_new_tokens": 4, "ignore_eos": True}))
+
+    for out in asyncio.run(run()):
+        assert out.finish_reason == "length" and len(out.output_ids) == 4
+
+
 def test_bad_control_requests_are_400(engine):
     resp = httpx.post(engine.url + "/pause_generation", json={"mode": "freeze"})
     assert resp.status_code == 400 and resp.json()["error"]["field"] == "mode"

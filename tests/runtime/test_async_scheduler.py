@@ -9,12 +9,13 @@ updates, thread-pool rollouts, errors, stalls and crash/resume. Assertions are o
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
 import pytest
 
-from loongsage.data.types import Group, Prompt
+from loongsage.data.types import Group, Prompt, Sample
 from loongsage.runtime.async_scheduler import AsyncScheduler, SchedulerStalled
 from runtime_sim import AsyncSimRollout, dispatched, make_source, start_group, window_policy
 
@@ -221,7 +222,13 @@ class SimRolloutManager:
 
     def __init__(self, rollout: AsyncSimRollout) -> None:
         self.generate_group = rollout
-        self.abort_all = rollout.abort_all
+        self.abort_for_update = rollout.abort_all
+
+    def resume_after_update(self) -> None:
+        """The simulated engines hold nothing back."""
+
+    def continues_in_place(self, prompt) -> bool:
+        return False
 
     def generate_groups(self, *args, **kwargs):
         raise AssertionError("oversampling must not go through the all-or-nothing synchronous path")
@@ -270,3 +277,74 @@ def test_oversampling_in_synchronous_mode_trains_b_groups_and_carries_the_rest()
     assert carried and all(step - g.dispatch_version <= 1 for step, b in enumerate(batches) for g in b)
     dispatched_seqs = {seq for seq, _, _ in rollout.calls}
     assert set(trained) < dispatched_seqs  # the surplus is still in flight or buffered, not lost
+
+
+class InPlaceRollout:
+    """A router-based agent's group as the scheduler sees it (simulated, like the rest of this
+    module): the call never returns aborted; at a weight update its turn waits while the pool
+    holds and goes on under the new weights, one token per version it ran under."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int, bool]] = []  # (seq, version, resumed)
+        self.release: dict[int, asyncio.Event] = {}
+        self.engine_version = 0
+        self.held = False
+        self.aborts = self.resumes = 0
+
+    async def __call__(self, prompt: Prompt, seq: int, version: int, resume_from=None) -> Group:
+        self.calls.append((seq, version, resume_from is not None))
+        versions = [self.engine_version]
+        gate = self.release.setdefault(seq, asyncio.Event())
+        await gate.wait()
+        while self.held:
+            await asyncio.sleep(0.001)
+        if self.engine_version != versions[-1]:
+            versions.append(self.engine_version)
+        sample = Sample(prompt_ids=[1], response_ids=[7] * len(versions), response_logprobs=[-1.0] * len(versions),
+                        weight_versions=versions, loss_mask=[1] * len(versions))
+        return Group(group_id=seq, prompt=prompt, samples=[sample], dispatch_version=version)
+
+    async def abort(self) -> None:
+        self.held = True
+        self.aborts += 1
+
+    def resume(self) -> None:
+        self.held = False
+        self.resumes += 1
+
+
+def test_a_group_that_continues_in_place_stays_in_flight_across_an_update_counted_once() -> None:
+    """Partial rollout with a router-based agent: ``pause()`` does not wait for its group (the
+    agent program is still running), the group keeps its slot and its dispatch version across
+    the update, is never re-dispatched, and the staleness guard trains it by its deadline."""
+    rollout = InPlaceRollout()
+    source = make_source(1, {"math": 1.0}, seed=1)
+    sched = AsyncScheduler(window_policy("no_window"), source, rollout, 1, 0, quotas=source.quotas,
+                           oversample=1, partial=True, abort_inflight=rollout.abort,
+                           resume_inflight=rollout.resume, continues_in_place=lambda prompt: True)
+    loop = sched._loop
+    try:
+        pipe = sched.pipeline
+        assert (pipe.capacity, pipe.staleness_bound) == (2, 1)
+        loop.call_soon_threadsafe(lambda: rollout.release.setdefault(0, asyncio.Event()).set())
+        [first] = sched.next_batch(0)
+        assert first.group_id == 0 and [s for s, _, _ in rollout.calls] == [0, 1]
+        paused = threading.Thread(target=sched.pause)
+        paused.start()
+        paused.join(timeout=10)
+        assert not paused.is_alive(), "pause() waited for a group that continues in place"
+        assert rollout.aborts == 1 and pipe.view().in_flight == 1  # seq 1, once
+        rollout.engine_version = 1
+        sched.on_weights_updated(1)
+        assert rollout.resumes == 1 and not rollout.held
+        assert [s for s, _, _ in rollout.calls] == [0, 1, 2]  # seq 1 not re-dispatched
+        assert pipe.view().in_flight == 2 and pipe.view().free == 0
+        loop.call_soon_threadsafe(lambda: [rollout.release.setdefault(s, asyncio.Event()).set() for s in (1, 2)])
+        [carried] = sched.next_batch(1)
+        metrics = sched.metrics()
+    finally:
+        sched.close()
+    assert carried.group_id == 1 and carried.dispatch_version == 0
+    assert carried.samples[0].weight_versions == [0, 1]
+    assert metrics["rollout/partial_ratio"] == 1.0 and metrics["async/staleness_max"] == 1.0
+    assert not any(resumed for _, _, resumed in rollout.calls)

@@ -28,6 +28,11 @@ reward scores it; ``reward_info`` also carries ``Outcome.info`` (exit code, outp
 A trajectory that recorded no sampled token (the program failed before calling the model)
 yields no sample; if no trajectory of the group yields one, ``run_group`` raises with the
 first failure's details.
+
+Partial rollout (``continues_turns_in_place``): the agent program cannot stop at a weight
+update, so it never returns an aborted group; the router continues a turn the engine aborted
+for the update from its tokens once the new weights are live (``loongsage.agentflow.turns``),
+and the program's request simply takes longer.
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ class RouterAgentBase:
     """Runs ``n`` trajectories through a router and returns their TITO samples."""
 
     params_type: type[RouterAgentParams] = RouterAgentParams
+    continues_turns_in_place = True  # partial rollout: the router continues aborted turns
 
     def __init__(self, params: RouterAgentParams | None, context: Any) -> None:
         self.params = params if params is not None else self.params_type()

@@ -2,11 +2,14 @@
 
 This is the only module that knows the engine client's shape
 (``loongsage.engines.client.EngineClient``: ``agenerate`` returns the whole output,
-``astream_generate`` yields chunks of new tokens, ``aabort`` cancels by ``rid``). Streamed
-tokens carry the chunk's weight version; a whole output carries per-token versions when the
-engine reports them. Text is decoded incrementally from the ids (never from engine text), held
-back while it ends in an incomplete UTF-8 sequence, and split by the request's tool parser, so
-streaming and non-streaming replies carry the same content, tool calls and tokens.
+``astream_generate`` yields chunks of new tokens, ``aabort`` cancels by ``rid``). Every token
+carries the weight version that sampled it when the engine reports one per token (the embedded
+engine does, streamed or not), else its output's or chunk's version. Both calls append to a
+``Generated``, so a turn continued after a partial-rollout abort (``agentflow.turns``) holds
+one token list across its engine requests. Text is decoded incrementally from the ids (never
+from engine text), held back while it ends in an incomplete UTF-8 sequence, and split by the
+request's tool parser, so streaming and non-streaming replies carry the same content, tool
+calls and tokens.
 """
 
 from __future__ import annotations
@@ -93,10 +96,9 @@ async def stream_generation(client: Any, input_ids: list[int], sampling: dict[st
 
 
 async def generate(client: Any, input_ids: list[int], sampling: dict[str, Any],
-                   rid: str) -> Generated:
-    gen = Generated()
+                   rid: str, gen: Generated) -> None:
+    """Append one whole engine output to ``gen``."""
     _absorb(await client.agenerate(input_ids, sampling, rid=rid), gen)
-    return gen
 
 
 async def abort(client: Any, rid: str) -> None:

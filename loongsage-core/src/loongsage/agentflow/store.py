@@ -227,7 +227,8 @@ class Trajectory:
                 reward_info={"trajectory_id": self.trajectory_id, "attempt_id": self.attempt_id,
                              "segment_id": seg.segment_id, "origin": seg.origin,
                              "parent": seg.parent, "sampling_overridden_turns":
-                                 self.metadata.get("sampling_overridden_turns", 0)},
+                                 self.metadata.get("sampling_overridden_turns", 0),
+                             "continued_turns": self.metadata.get("continued_turns", 0)},
                 routed_experts=self.sample_routes(idx),
             ))
         return samples

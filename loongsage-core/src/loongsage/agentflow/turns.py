@@ -8,6 +8,15 @@ every trained turn, whatever the client sent (``messages.enforce_sampling``).
 finished ``TurnResult``. A failed or abandoned turn aborts its engine
 request, rolls its prompt tokens back when nothing was appended after them, and marks the
 trajectory failed (engine failure) so the collector never trains on a half turn.
+
+Partial rollout: a turn whose engine request is aborted for a weight update
+(``EnginePool.abort_for_update``) is not a failure. It is sent again once the pool lets
+requests through (the new weights are live; in colocated mode the engine has its device
+back), from the turn's prompt plus every token sampled so far, with what is left of its
+token budget, and again at every later update, until it ends another way. Its tokens keep
+their logprobs and the weight version that sampled each, and the client (streaming or not,
+any wire protocol) gets one reply: it only takes longer. The trajectory counts such
+continuations in ``metadata["continued_turns"]``.
 """
 
 from __future__ import annotations
@@ -38,6 +47,12 @@ class PreparedTurn:
     rid: str
     sampling: dict[str, Any]
     started: bool = False  # events() ran; else abandon() undoes the planned prompt
+    continued: int = 0  # engine requests sent again after an abort for a weight update
+
+    @property
+    def live_rid(self) -> str:
+        """The rid of the turn's current engine request (each continuation gets its own)."""
+        return self.rid if not self.continued else f"{self.rid}~{self.continued}"
 
 
 class TurnRunner:
@@ -81,18 +96,11 @@ class TurnRunner:
         ctx, seg, traj = turn.ctx, turn.plan.segment, turn.ctx.trajectory
         decoder = TurnDecoder(self.renderer.tokenizer, ctx.parser)
         gen, finished = Generated(), False
-        client = self.pool.clients[turn.replica]
         try:
-            async with self.pool.busy(turn.replica):
-                if stream:
-                    pieces = stream_generation(client, turn.plan.prompt_ids, turn.sampling,
-                                               turn.rid, decoder, gen)
-                    async for piece in pieces:
-                        yield StreamEvent(text=piece)
-                else:
-                    gen = await generate(client, turn.plan.prompt_ids, turn.sampling, turn.rid)
+            async for piece in self._sample(turn, decoder, gen, stream):
+                yield StreamEvent(text=piece)
             if gen.finish_reason == "abort":
-                raise EngineError(f"the engine aborted request {turn.rid}")
+                raise EngineError(f"the engine aborted request {turn.live_rid}")
             tail, parsed = decoder.finish(gen.output_ids)
             message = {"role": "assistant", "content": parsed.content,
                        "tool_calls": [c.to_openai() for c in parsed.tool_calls] or None}
@@ -120,9 +128,34 @@ class TurnRunner:
         finally:
             self._busy.get(traj.key, set()).discard(seg.segment_id)
             if not finished:
-                task = asyncio.get_running_loop().create_task(self._abort(client, turn.rid))
+                client = self.pool.clients[turn.replica]
+                task = asyncio.get_running_loop().create_task(self._abort(client, turn.live_rid))
                 self._background.add(task)
                 task.add_done_callback(self._background.discard)
+
+    async def _sample(self, turn: PreparedTurn, decoder: TurnDecoder, gen: Generated,
+                      stream: bool) -> AsyncIterator[str]:
+        """Sample the turn into ``gen``, yielding text pieces when streaming; continue it after
+        an abort for a weight update (module docstring)."""
+        budget = turn.sampling["max_new_tokens"]
+        while True:
+            async with self.pool.slot(turn.replica) as slot:
+                ids = turn.plan.prompt_ids + gen.output_ids
+                sampling = {**turn.sampling, "max_new_tokens": budget - len(gen.output_ids)}
+                if stream:
+                    async for piece in stream_generation(slot.client, ids, sampling, turn.live_rid,
+                                                         decoder, gen):
+                        yield piece
+                else:
+                    await generate(slot.client, ids, sampling, turn.live_rid, gen)
+            if gen.finish_reason != "abort" or self.pool.update_aborts == slot.update_aborts:
+                return
+            if len(gen.output_ids) >= budget:
+                gen.finish_reason = "length"
+                return
+            turn.continued += 1
+            meta = turn.ctx.trajectory.metadata
+            meta["continued_turns"] = meta.get("continued_turns", 0) + 1
 
     async def abandon(self, turn: PreparedTurn) -> None:
         """Undo a prepared turn whose response never started (the client left first)."""

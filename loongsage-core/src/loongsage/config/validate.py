@@ -321,18 +321,21 @@ def _check_data_sources(cfg: DictConfig) -> None:
 
 
 def _check_agents(cfg: DictConfig, sources: tuple[SourceSpec, ...]) -> None:
-    """Partial rollout needs agents that can continue an aborted sample (``continue_sample``)."""
+    """Partial rollout needs agents that can continue a sample aborted at a weight update: a
+    white-box agent's ``continue_sample``, or a router-based agent whose router continues the
+    aborted turn itself (``continues_turns_in_place``)."""
     if not cfg.rollout.partial:
         return
     for source in sources:
-        name = source.agent.name
-        if not hasattr(source.agent.obj, "continue_sample"):
+        agent = source.agent.obj
+        if not hasattr(agent, "continue_sample") and not getattr(agent, "continues_turns_in_place", False):
             raise ConfigError(
                 f"{source.key}.agent",
-                f"agent {name!r} cannot continue a sample aborted at a weight update (it has no "
-                "continue_sample: a router-based agent's program has exited by then), which "
-                "rollout.partial=true needs; set rollout.partial=false (async runs without "
-                "partial rollout let in-flight trajectories finish instead)",
+                f"agent {source.agent.name!r} cannot continue a sample aborted at a weight update: "
+                "it has neither continue_sample (white-box agents) nor continues_turns_in_place "
+                "(agents whose turns go through the AgentFlow router), which rollout.partial=true "
+                "needs; set rollout.partial=false (in-flight samples then finish under the new "
+                "weights instead)",
             )
 
 

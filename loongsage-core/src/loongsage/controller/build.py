@@ -105,7 +105,9 @@ def build_scheduler(spec: RunConfig, mixer: DataMixer, rollout: RolloutManager, 
         spec.window_policy,
         prompt_source=BatchedPromptSource(mixer, cfg.rollout.prompts_per_step),
         rollout_group=rollout.generate_group,
-        abort_inflight=rollout.abort_all if cfg.rollout.partial else None,
+        abort_inflight=rollout.abort_for_update if cfg.rollout.partial else None,
+        resume_inflight=rollout.resume_after_update,
+        continues_in_place=rollout.continues_in_place,
         loop=loop,
     )
 

@@ -118,7 +118,7 @@ class RolloutManager:
         return Group(group_id=group_id, prompt=prompt, samples=samples, dispatch_version=dispatched)
 
     async def _resume(self, source: DataSource, sample: Sample, params: dict[str, Any]) -> Sample:
-        if sample.finish_reason != "abort":
+        if not sample.awaits_continuation:
             return sample
         return await source.agent.continue_sample(sample, self.pool, params)
 
@@ -126,9 +126,20 @@ class RolloutManager:
         """``rollout/engine_requests/<i>``: requests each engine served since the last call."""
         return {f"rollout/engine_requests/{i}": float(n) for i, n in enumerate(self.pool.take_served())}
 
-    def abort_all(self) -> None:
-        """Abort every in-flight generation on every engine (partial rollout at a step end)."""
-        self.pool.abort_all()
+    async def abort_for_update(self) -> None:
+        """Partial rollout at a weight update: the pool holds new requests and aborts every
+        running one (``EnginePool.abort_for_update``); white-box groups come back with their
+        aborted samples, router turns wait in the pool to be continued."""
+        await self.pool.abort_for_update()
+
+    def resume_after_update(self) -> None:
+        """The new weights are live: the pool sends the requests it held."""
+        self.pool.resume_after_update()
+
+    def continues_in_place(self, prompt: Prompt) -> bool:
+        """Whether ``prompt``'s agent continues its aborted turns itself (router-based agents:
+        the router continues them), so its group stays in flight across a weight update."""
+        return bool(getattr(self.sources[prompt.source].agent, "continues_turns_in_place", False))
 
     def generate_groups(
         self, prompts: Sequence[Prompt], first_group_id: int, version: int, **options: Any
@@ -155,4 +166,4 @@ def _failed(samples: list[Sample]) -> list[str]:
 
 
 def _aborted(samples: list[Sample]) -> bool:
-    return any(s.finish_reason == "abort" for s in samples)
+    return any(s.awaits_continuation for s in samples)

@@ -63,6 +63,12 @@ class Sample:
     def truncated(self) -> bool:
         return self.finish_reason == "length"
 
+    @property
+    def awaits_continuation(self) -> bool:
+        """Aborted at a weight update with its tokens kept (partial rollout); a failed
+        trajectory (``reward_info["failed"]``, which router samples also mark ``abort``) is not."""
+        return self.finish_reason == "abort" and not self.reward_info.get("failed")
+
 
 @dataclass
 class Group:

@@ -96,6 +96,7 @@ class StreamChunk:
     weight_version: int | str | None
     rid: str
     routed_experts: np.ndarray | None = None  # on the final chunk, when asked (GenerateOutput's)
+    output_weight_versions: list[int] | None = None  # per new token (embedded engine only)
 
 
 def _version(value: Any) -> int | str | None:
@@ -294,11 +295,13 @@ class EngineClient:
                                           if isinstance(err, dict) else str(err))
                     meta = out.get("meta_info", {})
                     ids, logprobs = _tokens(out, "/generate")
+                    versions = meta.get("output_token_weight_versions")
                     total = int(meta.get("completion_tokens", len(ids)))
                     text = out.get("text") or ""
                     if len(ids) == total:  # cumulative chunk (SGLang's default)
                         ids = ids[seen_tokens:]
                         logprobs = logprobs[seen_tokens:] if logprobs is not None else None
+                        versions = versions[seen_tokens:] if versions is not None else None
                         delta, seen_text = text[len(seen_text):], text
                     else:  # incremental chunk (--stream-output)
                         delta, seen_text = text, seen_text + text
@@ -306,7 +309,8 @@ class EngineClient:
                     reason, _ = _finish(meta)
                     routes = _routes(meta, int(meta.get("prompt_tokens", 0)) + total)
                     yield StreamChunk(ids, logprobs, delta, reason is not None, reason,
-                                      _version(meta.get("weight_version")), body["rid"], routes)
+                                      _version(meta.get("weight_version")), body["rid"], routes,
+                                      versions)
         except httpx.TransportError as exc:
             raise EngineError("/generate", f"{self.base_url}: {exc!r}") from exc
 

@@ -21,11 +21,21 @@ never answers), is sent again to a live replica (the restarted one included), at
 ``max_attempts`` times in all. Every retry is recorded (``take_retries``: rid, attempt,
 replica, why), never silent; when no replica is up for ``wait_s`` seconds the request fails
 with an ``EngineError`` saying so.
+
+Partial rollout at a weight update (``abort_for_update``): the pool *holds* (no request is
+sent to an engine until ``resume_after_update``), aborts every running generation, and
+returns once none is being generated. A request that arrives while the pool holds waits
+here, not at the engine, so in colocated mode nothing reaches an engine whose device the
+trainer holds, and every token sampled after ``resume_after_update`` comes from the new
+weights. ``update_aborts`` counts these aborts: the AgentFlow router continues a turn the
+engine aborted for one of them (``agentflow.turns``) and fails a turn aborted for any other
+reason.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -35,6 +45,7 @@ from typing import Any, AsyncIterator, Hashable, Sequence
 from loongsage.engines.client import EngineError
 
 DOWN_POLL_S = 0.2  # how often a waiting request looks whether its replica went down
+HOLD_POLL_S = 0.02  # how often a held request (or abort_for_update) looks again
 
 
 @dataclass
@@ -45,6 +56,14 @@ class Retry:
     attempt: int  # the attempt that failed (1 = the first send)
     replica: int
     reason: str
+
+
+@dataclass
+class Slot:
+    """A request's turn at a replica: its client, and ``EnginePool.update_aborts`` when it was sent."""
+
+    client: Any
+    update_aborts: int
 
 
 class ReplicaDown(Exception):
@@ -69,6 +88,10 @@ class EnginePool:
         self.sessions = [0] * len(self.clients)
         self.served = [0] * len(self.clients)
         self._sticky: dict[Hashable, int] = {}
+        self.held = False  # from abort_for_update to resume_after_update: nothing is sent
+        self.update_aborts = 0  # abort_for_update calls so far
+        self._sending = 0  # requests past the hold, at an engine now (any thread's loop)
+        self._sending_lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.clients)
@@ -132,16 +155,65 @@ class EnginePool:
 
     @asynccontextmanager
     async def busy(self, idx: int) -> AsyncIterator[Any]:
-        """Count a request against replica ``idx`` and wait for one of its send slots."""
+        """Count a request against replica ``idx``, wait for one of its send slots (and while the
+        pool holds); yields the replica's client."""
+        async with self.slot(idx) as slot:
+            yield slot.client
+
+    @asynccontextmanager
+    async def slot(self, idx: int) -> AsyncIterator["Slot"]:
+        """``busy``, yielding a ``Slot``: the client and the ``update_aborts`` count when the
+        request passed the hold (an abort for an update after that one aborted this request)."""
         if self._gates is None:
             self._gates = [asyncio.Semaphore(self.max_inflight) for _ in self.clients]
         self.inflight[idx] += 1
         self.served[idx] += 1
         try:
             async with self._gates[idx]:
-                yield self.clients[idx]
+                while True:
+                    with self._sending_lock:
+                        if not self.held:
+                            self._sending += 1
+                            slot = Slot(self.clients[idx], self.update_aborts)
+                            break
+                    await asyncio.sleep(HOLD_POLL_S)
+                try:
+                    yield slot
+                finally:
+                    with self._sending_lock:
+                        self._sending -= 1
         finally:
             self.inflight[idx] -= 1
+
+    # ---- partial rollout -------------------------------------------------------------------
+    async def abort_for_update(self) -> None:
+        """Hold new requests and abort every running one (partial rollout at a weight update);
+        return once no request is being generated. Aborts again while one still runs (it was
+        on its way to the engine when the first abort arrived)."""
+        with self._sending_lock:
+            self.held = True
+            self.update_aborts += 1
+        while True:
+            await self._abort_live()
+            if self._sending == 0:
+                return
+            await asyncio.sleep(HOLD_POLL_S)
+
+    async def _abort_live(self) -> None:
+        """``abort_all`` on every live replica; one that cannot be reached is marked down (its
+        requests fail over, as a failed request's replica does) instead of failing the update."""
+        live = [i for i in range(len(self.clients)) if i not in self.down]
+        results = await asyncio.gather(*(self.clients[i].aabort(abort_all=True) for i in live),
+                                       return_exceptions=True)
+        for idx, result in zip(live, results):
+            if isinstance(result, EngineError) and result.status is None:
+                self.mark_down(idx, f"abort at a weight update: {result}")
+            elif isinstance(result, BaseException):
+                raise result
+
+    def resume_after_update(self) -> None:
+        """New weights are live: send the held requests (continued turns among them)."""
+        self.held = False
 
     def take_served(self) -> list[int]:
         """Requests each replica received since the last call (then counting restarts)."""
@@ -182,8 +254,3 @@ class EnginePool:
     async def aabort(self, rid: str | None = None, *, abort_all: bool = False) -> None:
         """Abort ``rid`` (or everything) on every replica: the pool does not track which one runs it."""
         await asyncio.gather(*(c.aabort(rid, abort_all=abort_all) for c in self.clients))
-
-    def abort_all(self) -> None:
-        """Abort every in-flight generation on every replica (partial rollout at a step end)."""
-        for client in self.clients:
-            client.abort(abort_all=True)

@@ -22,12 +22,26 @@ and the per-source quotas is ready) and in the weight-update calls. All bookkeep
 current step and the next ``S'`` (``BatchedPromptSource.quotas`` over the DataMixer).
 
 Weight updates: call ``pause()`` before syncing weights and ``on_weights_updated(v)``
-after. ``pause()`` stops dispatching; with partial rollout it also calls
-``abort_inflight()`` (wire it to the engine client's ``/pause_generation`` with mode
-``abort`` or ``/abort_request`` with ``abort_all``) and waits until every in-flight call
-has returned its partial group; those groups continue under the new weights once
-``on_weights_updated`` is called. Without partial rollout, in-flight calls keep running
-(the engine finishes them before it applies new weights, as SGLang does).
+after. ``pause()`` stops dispatching. What happens to a generation in flight at an update is
+one thing in every mode: **new weights apply between two decode steps, and every token carries
+the version of the weights that sampled it** (``Sample.weight_versions``). The embedded engine
+swaps weights between decode steps and recomputes a running request's KV under the new ones;
+it reports the version of each token, streamed or not. So:
+
+* without partial rollout, in-flight calls keep running across the update: their requests
+  continue under the new weights, and a sample's tokens read ``[v, ..., v, v+1, ...]``;
+* with partial rollout, ``pause()`` also awaits ``abort_inflight()`` (the rollout manager's
+  ``abort_for_update``: the engine pool holds new requests and aborts every running one) and
+  waits until every in-flight call has returned its partial group; those groups continue
+  under the new weights once ``on_weights_updated`` is called, which calls
+  ``resume_inflight()`` (the pool sends its held requests again) before re-dispatching them.
+  A group whose agent continues its own turns (``continues_in_place(prompt)``: router-based
+  agents, whose program is still running; the router continues the aborted turn by itself)
+  is not waited for: it stays running across the update, is counted once in the window, keeps
+  its ``dispatch_version`` (so its deadline) and completes later with mixed versions.
+
+An engine that reports one version per output (SGLang) tags all of an output's tokens with
+it; there the per-token split is only as fine as its outputs.
 """
 
 from __future__ import annotations
@@ -76,6 +90,8 @@ class AsyncScheduler:
         oversample: int = 0,
         partial: bool = False,
         abort_inflight: Optional[Callable[[], Union[Awaitable[None], None]]] = None,
+        resume_inflight: Optional[Callable[[], None]] = None,
+        continues_in_place: Optional[Callable[[Prompt], bool]] = None,
         version: int = 0,
         loop: Optional[EventLoopThread] = None,
     ) -> None:
@@ -93,6 +109,9 @@ class AsyncScheduler:
         self._rollout_is_async = _is_coroutine_function(rollout_group)
         self._quotas = quotas
         self._abort = abort_inflight
+        self._resume = resume_inflight
+        self._in_place = continues_in_place or (lambda prompt: False)
+        self._carried: set[int] = set()  # running seqs whose agent continues its own turns
         self._executor = (
             None if self._rollout_is_async
             else ThreadPoolExecutor(self._pipeline.capacity, thread_name_prefix="loongsage-rollout")
@@ -200,6 +219,8 @@ class AsyncScheduler:
         if self._idle_since is not None:
             self._idle_total += time.perf_counter() - self._idle_since
             self._idle_since = None
+        if self._in_place(ticket.prompt):
+            self._carried.add(ticket.seq)
         self._tasks[ticket.seq] = self._loop.create_task(self._run(ticket))
 
     async def _run(self, ticket: Ticket) -> None:
@@ -217,6 +238,7 @@ class AsyncScheduler:
             self._error = self._error or err
         finally:
             del self._tasks[ticket.seq]
+            self._carried.discard(ticket.seq)
             if not self._tasks:
                 self._idle_since = time.perf_counter()
         try:
@@ -260,13 +282,16 @@ class AsyncScheduler:
             result = self._abort()
             if inspect.isawaitable(result):
                 await result
-            await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+            returning = [t for seq, t in self._tasks.items() if seq not in self._carried]
+            await asyncio.gather(*returning, return_exceptions=True)
         self._raise_if_failed()
 
     async def _updated(self, version: int) -> None:
         if self._pipeline.partial and not self._pipeline.paused:
             await self._pause()
         self._pipeline.on_weights_updated(version)
+        if self._pipeline.partial and self._resume is not None:
+            self._resume()
         self._pump()
 
     async def _state(self) -> dict:

@@ -4,7 +4,11 @@
   batch, the current weight version minus the version that sampled the token
   (``Sample.weight_versions``).
 * ``rollout/partial_ratio``: fraction of the batch's samples whose tokens were sampled by
-  more than one weight version (continued across an update by partial rollout).
+  more than one weight version (continued across an update by partial rollout, or, for a
+  router trajectory, turns sampled before and after an update: its tool and template tokens
+  carry the version of the turn before them, ``agentflow.store``). Router trajectories also
+  report ``rollout/continued_turns_mean`` (``controller.batching.rollout_metrics``): turns
+  aborted at an update and continued by the router, per sample.
 * ``rollout/length_bias``: mean response length of every sample trained so far divided by
   the mean response length of every sample generated so far, trained or not (cumulative on
   both sides, so a schedule that trains everything it generates reads exactly 1.0). Below

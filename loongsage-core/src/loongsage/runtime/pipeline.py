@@ -73,7 +73,7 @@ def group_from_dict(data: Mapping[str, Any]) -> Group:
 
 
 def _aborted(group: Group) -> bool:
-    return any(s.finish_reason == "abort" for s in group.samples)
+    return any(s.awaits_continuation for s in group.samples)
 
 
 class Pipeline:

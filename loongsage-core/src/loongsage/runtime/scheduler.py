@@ -46,6 +46,8 @@ def async_scheduler_from_config(
     prompt_source: Any,
     rollout_group: Any,
     abort_inflight: Any = None,
+    resume_inflight: Any = None,
+    continues_in_place: Any = None,
     version: int = 0,
     loop: Optional[EventLoopThread] = None,
 ) -> Any:
@@ -72,6 +74,8 @@ def async_scheduler_from_config(
         oversample=cfg.rollout.oversample_groups,
         partial=cfg.rollout.partial,
         abort_inflight=abort_inflight,
+        resume_inflight=resume_inflight,
+        continues_in_place=continues_in_place,
         version=version,
         loop=loop,
     )

@@ -110,6 +110,8 @@ def parse_sampling_params(raw: Any, vocab_size: int) -> SamplingParams:
         p.top_k = int(_number(raw["top_k"], "sampling_params.top_k", integer=True))
         if p.top_k != -1 and p.top_k < 1:
             raise RequestError("sampling_params.top_k", f"must be -1 (off) or >= 1, got {p.top_k}")
+        if p.top_k >= vocab_size:  # keeps every token, as off does (and 2**63 overflowed the sampler)
+            p.top_k = -1
     if "min_p" in raw:
         p.min_p = _number(raw["min_p"], "sampling_params.min_p")
         if not 0 <= p.min_p <= 1:
