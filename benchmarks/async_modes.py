@@ -4,13 +4,17 @@ Each row runs ``loongsage train`` in a subprocess (its own Ray cluster, real emb
 over HTTP, TransferMesh weight sync, real GRPO updates) on one shared workload, chosen with
 ``--workload``:
 
-* ``math`` (``tiny/grpo``): single-turn arithmetic, pure compute. The same prompts (seed 0),
-  the same warm-started tiny model, and ``rollout.max_new_tokens`` large enough (256) that
-  lengths are long-tailed (after the warm start: median ~27 tokens, a few past 100).
+* ``math`` (``tiny/grpo``): single-turn arithmetic, pure compute. ``rollout.max_new_tokens``
+  is large enough (256) that lengths are long-tailed (after the warm start: median ~27
+  tokens, a few past 100).
 * ``agentic`` (``tiny/code_repair``): multi-turn code repair through the AgentFlow router;
   every turn's tool call (read the file, write the fix, run the tests) runs in the task's
   bubblewrap sandbox and the reward runs the hidden tests in a fresh one. The rollout waits
   on real process starts and test runs, long-tailed because tasks' tests differ.
+
+Every row runs the same prompts (seed 0) from one warm start: ``loongsage sft`` on the
+workload's recipe runs once (for ``agentic`` with the hundred steps after which the tiny
+model writes tool calls) and each row loads its model with ``trainer.sft.steps=0``.
 
 The policy is held still (``--lr 1e-9``: every
 forward, backward, optimizer step and weight sync still runs) so every row samples from that
@@ -37,7 +41,7 @@ Rows (our ``S`` is a hard bound and equals LoongSage's ``stale_steps + 1``, docs
 flag after ``--trace`` is its own): cluster-scale predictions from a response-length
 distribution, decode speed, training cost and resource split.
 
-    .venv/bin/python benchmarks/async_modes.py [--steps 8] [--json]
+    .venv/bin/python benchmarks/async_modes.py [--workload math|agentic] [--steps 8] [--json]
     .venv/bin/python benchmarks/async_modes.py --trace [--split 0.5 --decode-ms 0.25 ...] [--json]
 """
 
@@ -64,13 +68,34 @@ ROWS = async_runtime.ROWS
 class Workload:
     config: str  # the recipe every row runs
     max_new_tokens: int  # per model turn
-    extra: tuple[str, ...] = ()
+    warm_start: tuple[str, ...] = ()  # overrides of the one ``loongsage sft`` every row starts from
 
 
 WORKLOADS = {
     "math": Workload("tiny/grpo", 256),
-    "agentic": Workload("tiny/code_repair", 96),
+    # the tiny model writes tool calls after about a hundred warm-start steps (tests/e2e/test_code_repair.py)
+    "agentic": Workload("tiny/code_repair", 128, ("trainer.sft.steps=100", "trainer.sft.batch_size=2",
+                                                  "trainer.sft.lr=3.0e-3", "trainer.sft.examples=200")),
 }
+
+
+def warm_start(args: argparse.Namespace, root: Path) -> Path:
+    """One supervised warm start (the recipe's, with the workload's overrides) for every row."""
+    workload = WORKLOADS[args.workload]
+    out = root / "warm_start"
+    cmd = [sys.executable, "-m", "loongsage.cli", "sft", "--config-name", workload.config,
+           f"trainer.run_dir={out}", "logging.progress_bar=false", *workload.warm_start]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=run_env())
+    if done.returncode != 0:
+        raise RuntimeError(f"warm start failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return out / "sft_model"
+
+
+def run_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    env.setdefault("RAY_AUTH_MODE", "disabled")
+    return env
 
 
 def overrides(row: "async_runtime.Row", args: argparse.Namespace) -> list[str]:
@@ -78,7 +103,7 @@ def overrides(row: "async_runtime.Row", args: argparse.Namespace) -> list[str]:
     workload = WORKLOADS[args.workload]
     max_new_tokens = args.max_new_tokens or workload.max_new_tokens
     common = [
-        *workload.extra,
+        f"model.path={args.model}", "trainer.sft.steps=0",
         f"trainer.steps={args.steps}", f"rollout.max_new_tokens={max_new_tokens}",
         f"rollout.prompts_per_step={args.batch}", f"train.lr={args.lr}", "checkpoint.interval=0",
         "trainer.eval_interval=0",
@@ -97,10 +122,7 @@ def run_row(row: "async_runtime.Row", args: argparse.Namespace, root: Path) -> d
     run_dir = root / row.label.replace(" ", "_").replace("+", "plus").replace("=", "")
     cmd = [sys.executable, "-m", "loongsage.cli", "train", "--config-name", WORKLOADS[args.workload].config,
            f"trainer.run_dir={run_dir}", *overrides(row, args)]
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    env.setdefault("RAY_AUTH_MODE", "disabled")
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=run_env())
     if done.returncode != 0:
         raise RuntimeError(f"{row.label}: loongsage train failed ({done.returncode}):\n{done.stderr[-3000:]}")
     from loongsage.tracking.jsonl import read_metrics
@@ -182,6 +204,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         p.error("--rows: the colocated row (1) must come first: it is the baseline")
 
     with tempfile.TemporaryDirectory(prefix="async_modes_") as tmp:
+        args.model = str(warm_start(args, Path(tmp)))
         results = [run_row(row, args, Path(tmp)) for row in picked]
     base = results[0]
     bound = overlap_bound(base)

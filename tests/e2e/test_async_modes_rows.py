@@ -45,10 +45,13 @@ def _window(run) -> tuple[str, int, int]:
         sched.close()
 
 
-def test_rows_compose_into_the_table4_modes(bench) -> None:
+@pytest.mark.parametrize("workload, recipe, max_new_tokens",
+                         [("math", "tiny/grpo", 256), ("agentic", "tiny/code_repair", 128)])
+def test_rows_compose_into_the_table4_modes(bench, workload, recipe, max_new_tokens, tiny_model_dir) -> None:
     from loongsage.config.compose import load_config
 
-    args = argparse.Namespace(steps=8, batch=8, max_new_tokens=None, lr=1e-9, workload="math")
+    args = argparse.Namespace(steps=8, batch=8, max_new_tokens=None, lr=1e-9, workload=workload,
+                              model=str(tiny_model_dir))
     expected = [  # placement, async, partial, (policy, capacity C, bound S')
         ("colocated", False, False, None),
         ("colocated", False, True, ("NoWindow", 8 + 4, 1)),
@@ -58,10 +61,12 @@ def test_rows_compose_into_the_table4_modes(bench) -> None:
     ]
     assert len(bench.ROWS) == len(expected)
     for row, (placement, asynchronous, partial, window) in zip(bench.ROWS, expected):
-        run = load_config("tiny/grpo", bench.overrides(row, args))
+        assert bench.WORKLOADS[workload].config == recipe
+        run = load_config(recipe, bench.overrides(row, args))
         cfg = run.cfg
         assert (cfg.placement.mode, cfg["async"].enable, cfg.rollout.partial) == (placement, asynchronous, partial)
-        assert cfg.rollout.max_new_tokens == 256 and cfg.train.lr == 1e-9 and cfg.trainer.steps == 8
+        assert cfg.rollout.max_new_tokens == max_new_tokens and cfg.train.lr == 1e-9 and cfg.trainer.steps == 8
+        assert cfg.model.path == str(tiny_model_dir) and cfg.trainer.sft.steps == 0  # every row: one warm start
         if window is not None:
             assert _window(run) == window, row.label
 
