@@ -5,8 +5,8 @@ from loongsage_agents.agents.params import SingleTurnParams
 from loongsage_agents.agents.router_params import (ChatParams, ClaudeCodeParams, CodexParams,
                                                    CommandParams, MiniSweAgentParams,
                                                    OpenCodeParams, ToolLoopParams)
-from loongsage_agents.datasets.params import (FileDatasetParams, HuggingFaceDatasetParams,
-                                              SyntheticMathParams)
+from loongsage_agents.datasets.params import (CodeRepairParams, FileDatasetParams,
+                                              HuggingFaceDatasetParams, SyntheticMathParams)
 from loongsage_agents.rewards.params import MathRewardParams
 from loongsage_agents.rewards.code_exec import CodeExecParams
 
@@ -15,6 +15,8 @@ from loongsage_agents.rewards.code_exec import CodeExecParams
 def loongsage_register_datasets(register):
     register("synthetic_math", "loongsage_agents.datasets.synthetic_math:SyntheticMathDataset",
              params=SyntheticMathParams)
+    register("code_repair", "loongsage_agents.datasets.code_repair:CodeRepairDataset",
+             params=CodeRepairParams)
     register("jsonl", "loongsage_agents.datasets.jsonl:JsonlDataset", params=FileDatasetParams,
              doc="Prompts and ground truths read from a JSONL file (dotted field paths).")
     register("parquet", "loongsage_agents.datasets.parquet:ParquetDataset", params=FileDatasetParams,

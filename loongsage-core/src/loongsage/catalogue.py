@@ -24,7 +24,7 @@ SIBLING_PLUGINS: dict[str, dict[str, tuple[str, ...]]] = {
             "single_turn",
             "tool_loop",
         ),
-        "dataset": ("huggingface", "jsonl", "parquet", "synthetic_math"),
+        "dataset": ("code_repair", "huggingface", "jsonl", "parquet", "synthetic_math"),
         "reward": ("code_exec", "math"),
         "tool_parser": ("hermes", "qwen3_xml"),
     },

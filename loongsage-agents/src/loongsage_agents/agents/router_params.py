@@ -39,6 +39,9 @@ class ToolLoopParams(RouterAgentParams):
     max_turns: int = 4
     tool_timeout_s: float = 10.0
     max_tool_output_chars: int = 2000
+    # a file of the sandbox read back after the loop as the answer (agents.task_files.submission),
+    # e.g. "solution.py" for a code_exec reward; None = the last reply's text
+    submit_file: Optional[str] = None
 
 
 @dataclass

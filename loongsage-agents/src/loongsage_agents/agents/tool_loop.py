@@ -7,6 +7,13 @@ Completions), run every tool call the model makes inside the sandbox, append the
 ``max_turns`` model turns. A tool's output loses its trailing newlines (the template frames
 it). The router records the tokens (TITO): the model's turns are in
 the loss mask, tool results and template text are not. The answer is the last reply's text.
+
+A coding task's repository (its prompt's ``metadata["files"]``, ``agents.task_files``) is
+written into the sandbox's work dir before the first turn. With ``submit_file`` set, the
+answer is that file as the sandbox holds it after the loop, fenced by
+``task_files.submission``, so a ``code_exec`` reward runs its hidden tests on the edited file
+in a fresh sandbox; a file the model deleted (or made unreadable) gives an empty answer and
+``reward_info["submit_error"]`` says why.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from loongsage.data.types import Prompt
 from loongsage_agents.agents.chat import chat_sampling, openai_client
 from loongsage_agents.agents.router_base import Outcome, RouterAgentBase
 from loongsage_agents.agents.router_params import ToolLoopParams
+from loongsage_agents.agents.task_files import submission, task_files
 from loongsage_agents.agents.tools import Tool, ToolArgumentError, get_tools
 
 
@@ -63,8 +71,9 @@ class ToolLoopAgent(RouterAgentBase):
         schemas = self.tool_schemas()
         calls = turns = 0
         finish = None
+        files = task_files(prompt) if "files" in prompt.metadata else None
         async with openai_client(urls, key) as client, \
-                self.sandbox() as sandbox:
+                self.sandbox(files=files) as sandbox:
             while turns < p.max_turns:
                 reply = await client.chat.completions.create(
                     model=p.served_model_names[0], messages=messages, tools=schemas,
@@ -91,7 +100,19 @@ class ToolLoopAgent(RouterAgentBase):
                         sandbox, tool, call.function.arguments, p.tool_timeout_s,
                         p.max_tool_output_chars)
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
+            info: dict[str, Any] = {"turns": turns, "tool_calls": calls, "finish_reason": finish,
+                                    "messages": messages}
+            if p.submit_file is not None:
+                return await self._submit(sandbox, p.submit_file, info)
         answer = next(m for m in reversed(messages) if m["role"] == "assistant")
-        return Outcome(text=answer.get("content") or "",
-                       info={"turns": turns, "tool_calls": calls, "finish_reason": finish,
-                             "messages": messages})
+        return Outcome(text=answer.get("content") or "", info=info)
+
+    @staticmethod
+    async def _submit(sandbox: Any, path: str, info: dict[str, Any]) -> Outcome:
+        """The answer is ``path`` as the sandbox holds it now, fenced for the reward."""
+        try:
+            content = (await sandbox.read_file(path)).decode("utf-8", "replace")
+        except Exception as err:  # the model removed or broke the file: no code, reward says so
+            info["submit_error"] = f"submit_file {path!r} could not be read: {err}"
+            return Outcome(text="", info=info)
+        return Outcome(text=submission(content), info=info)

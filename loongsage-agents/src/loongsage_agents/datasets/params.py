@@ -45,3 +45,16 @@ class HuggingFaceDatasetParams(FileDatasetParams):
     name: Optional[str] = None  # the dataset's configuration name, if it has several
     data_files: List[str] = field(default_factory=list)  # local files for a builder path
     split: str = "train"
+
+
+@dataclass
+class CodeRepairParams:
+    """Seeded Python functions with one bug each, visible tests in the repo, hidden tests to score."""
+
+    size: int = 1000  # distinct prompts (one epoch)
+    split: str = "train"  # train | heldout: tasks whose functions never occur in the other split
+    heldout_share: float = 0.2  # share of all function sources that belong to the heldout split
+    families: List[str] = field(default_factory=list)  # bug families to draw from; [] = all
+    min_tests: int = 2  # visible test cases per task (the hidden tests add as many again, or more)
+    max_tests: int = 5
+    stress_share: float = 0.3  # share of tasks whose tests also call the function many times over
