@@ -77,6 +77,34 @@ def trained_prompts(run_dir: Path, step: int) -> list[tuple[str, int]]:
     return [(r["source"], r["prompt_index"]) for r in rows]
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def check_router_samples(run_dir: Path, source: str, step: int) -> tuple[list[dict], dict[str, dict]]:
+    """The samples saved for ``step`` are their persisted router trajectories' segments token
+    for token, each with the reward persisted beside its trajectory; returns (samples, the
+    source's trajectories by id). Needs ``logging.samples_per_step`` >= the step's samples."""
+    trajectories = {t["trajectory_id"]: t for t in
+                    read_jsonl(run_dir / "trajectories" / source / "trajectories.jsonl")}
+    rewards = read_jsonl(run_dir / "trajectories" / source / "rewards.jsonl")
+    assert sorted(r["trajectory_id"] for r in rewards) == sorted(trajectories)
+    saved = read_jsonl(run_dir / "samples" / f"step_{step:06d}.jsonl")
+    assert saved
+    for sample in saved:
+        info = sample["reward_info"]
+        traj = trajectories[info["trajectory_id"]]
+        assert traj["status"] == "finished"
+        n = len(traj["tokens"])
+        assert len(traj["loss_mask"]) == len(traj["logprobs"]) == len(traj["versions"]) == n
+        [segment] = [g for g in traj["segments"] if g["segment_id"] == info["segment_id"]]
+        tokens = [traj["tokens"][i] for start, end in segment["spans"] for i in range(start, end)]
+        assert sample["prompt_ids"] + sample["response_ids"] == tokens
+        [reward] = [r for r in rewards if r["trajectory_id"] == info["trajectory_id"]]
+        assert reward["reward"] == sample["reward"]
+    return saved, trajectories
+
+
 class Runs:
     """The helpers above, handed to tests as the ``runs`` fixture."""
 
@@ -89,6 +117,8 @@ class Runs:
     metrics = staticmethod(metrics)
     trained_prompts = staticmethod(trained_prompts)
     latest_step = staticmethod(latest_step)
+    read_jsonl = staticmethod(read_jsonl)
+    check_router_samples = staticmethod(check_router_samples)
 
 
 @pytest.fixture(scope="session")  # stateless helpers: module fixtures may use them too

@@ -7,7 +7,6 @@ run directory token-exactly, and the trained samples are those trajectories."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 
@@ -34,25 +33,8 @@ def test_tool_loop_run_persists_trajectories_and_logs_tool_use(tmp_path, runs):
         assert 0.0 <= row["rollout/tool_calls_mean"] <= 3.0
         assert row["rollout/sampling_overridden_turns_mean"] == 0.0  # white-box: already rollout's
         assert row["train/is_approx_k3_kl"] < 1e-6
-    lines = (run_dir / "trajectories" / "arithmetic" / "trajectories.jsonl").read_text().splitlines()
-    trajectories = [json.loads(line) for line in lines]
-    assert len(trajectories) == 2 * 2 * 2  # steps x prompts x samples
-    for traj in trajectories:
-        assert traj["status"] == "finished"
-        n = len(traj["tokens"])
-        assert len(traj["loss_mask"]) == len(traj["logprobs"]) == len(traj["versions"]) == n
+    _, by_id = runs.check_router_samples(run_dir, "arithmetic", 1)
+    assert len(by_id) == 2 * 2 * 2  # steps x prompts x samples
+    for traj in by_id.values():
         sampled = [i for i, m in enumerate(traj["loss_mask"]) if m]
         assert sampled and all(traj["versions"][i] >= 1 for i in sampled)  # after the warm start
-    rewards = [json.loads(line) for line in
-               (run_dir / "trajectories" / "arithmetic" / "rewards.jsonl").read_text().splitlines()]
-    assert sorted(r["trajectory_id"] for r in rewards) == sorted(t["trajectory_id"] for t in trajectories)
-    saved = [json.loads(line) for line in (run_dir / "samples" / "step_000001.jsonl").read_text().splitlines()]
-    by_id = {t["trajectory_id"]: t for t in trajectories}
-    for sample in saved:
-        info = sample["reward_info"]
-        traj = by_id[info["trajectory_id"]]
-        [segment] = [g for g in traj["segments"] if g["segment_id"] == info["segment_id"]]
-        tokens = [traj["tokens"][i] for start, end in segment["spans"] for i in range(start, end)]
-        assert sample["prompt_ids"] + sample["response_ids"] == tokens
-        [reward] = [r for r in rewards if r["trajectory_id"] == info["trajectory_id"]]
-        assert reward["reward"] == sample["reward"]
