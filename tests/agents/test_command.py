@@ -195,11 +195,13 @@ def test_the_submitted_file_is_what_code_exec_scores(action, score, submit_error
     check_trajectories([sample], recorder)
 
 
-def test_task_files_and_submit_file_refuse_what_would_break_the_task(agent_context):
+def test_task_files_and_submit_file_refuse_what_would_break_the_task(agent_context, tmp_path):
     """A program file named like a task file, or a submit_file outside the work dir, is refused
-    before the program runs, naming the field."""
+    before the program runs, naming the field; the trajectory's dirs are removed."""
+    root = str(tmp_path / "work")
     for params, field in ((CommandParams(argv=["true"], files={"solution.py": "x"}), "agent.params.files"),
                           (CommandParams(argv=["true"], submit_file="../solution.py"), "agent.params.submit_file")):
+        params.workdir_root = root
         agent = CommandAgent(params, agent_context())
         router = _started_router(agent, object())
         agent.use_router(router)
@@ -208,3 +210,4 @@ def test_task_files_and_submit_file_refuse_what_would_break_the_task(agent_conte
                 asyncio.run(agent.run_group(REPAIR_TASK, 1, object(), {}))
         finally:
             router.stop()
+        assert os.listdir(root) == []

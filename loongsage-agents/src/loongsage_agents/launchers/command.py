@@ -119,8 +119,8 @@ class CommandAgent(RouterAgentBase):
         workdir.mkdir()
         home.mkdir()
         keep = p.max_output_chars
-        submit = self.submit_path(workdir) if p.submit_file is not None else None
         try:
+            submit = self.submit_path(workdir) if p.submit_file is not None else None
             for name, content in self.work_files(prompt).items():
                 path = workdir / name
                 path.parent.mkdir(parents=True, exist_ok=True)
