@@ -108,3 +108,18 @@ def test_mixer_over_built_sources_is_seeded(registries):
         assert [p.source for p in batch].count("a") == 4
         picks.append([(p.source, p.index, p.messages[-1]["content"]) for p in batch])
     assert picks[0] == picks[1]
+
+
+def test_eval_only_sources_are_left_out_of_training_and_are_all_evaluations_read(registries):
+    from loongsage.data.sources import evaluation_sources, training_sources
+
+    held_out = {**MATH, "name": "held_out", "eval_only": True}
+    sources = build(config(MATH, held_out), registries)
+    assert list(training_sources(sources)) == ["math"]
+    assert list(evaluation_sources(sources)) == ["held_out"]
+    mixer = DataMixer.from_sources(training_sources(sources), 0, batch_size=8)
+    assert {p.source for p in mixer.next_prompts(8)} == {"math"}
+    plain = build(config(MATH), registries)
+    assert list(evaluation_sources(plain)) == list(training_sources(plain)) == ["math"]
+    with pytest.raises(ConfigError, match=r"^data_sources\[0\]\.eval_only: every data source is eval_only"):
+        build(config(held_out), registries)

@@ -1,4 +1,6 @@
-"""End-to-end helpers (fixture ``runs``): the real CLI in a subprocess with its own Ray cluster."""
+"""End-to-end helpers (fixture ``runs``): the real CLI in a subprocess with its own Ray cluster,
+and checks of an AgentFlow run's persisted trajectories (``trajectories/<source>/``: tokens, loss
+mask, logprobs, versions, segments; rewards in ``rewards.jsonl``) against the trained samples."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,32 +80,47 @@ def trained_prompts(run_dir: Path, step: int) -> list[tuple[str, int]]:
     return [(r["source"], r["prompt_index"]) for r in rows]
 
 
-def read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def check_router_samples(run_dir: Path, source: str, step: int) -> tuple[list[dict], dict[str, dict]]:
-    """The samples saved for ``step`` are their persisted router trajectories' segments token
-    for token, each with the reward persisted beside its trajectory; returns (samples, the
-    source's trajectories by id). Needs ``logging.samples_per_step`` >= the step's samples."""
-    trajectories = {t["trajectory_id"]: t for t in
-                    read_jsonl(run_dir / "trajectories" / source / "trajectories.jsonl")}
-    rewards = read_jsonl(run_dir / "trajectories" / source / "rewards.jsonl")
-    assert sorted(r["trajectory_id"] for r in rewards) == sorted(trajectories)
-    saved = read_jsonl(run_dir / "samples" / f"step_{step:06d}.jsonl")
-    assert saved
-    for sample in saved:
-        info = sample["reward_info"]
-        traj = trajectories[info["trajectory_id"]]
-        assert traj["status"] == "finished"
+def finished_trajectories(run_dir: Path, source: str, min_version: int = 1) -> tuple[list[dict], list[dict]]:
+    """Every trajectory of ``source``, each finished with aligned arrays and its sampled
+    tokens from policy version ``min_version`` or later (1: after the run's warm start); and
+    their reward rows."""
+    trajectories = read_jsonl(run_dir / "trajectories" / source / "trajectories.jsonl")
+    for traj in trajectories:
+        assert traj["status"] == "finished", traj["error"]
         n = len(traj["tokens"])
         assert len(traj["loss_mask"]) == len(traj["logprobs"]) == len(traj["versions"]) == n
-        [segment] = [g for g in traj["segments"] if g["segment_id"] == info["segment_id"]]
-        tokens = [traj["tokens"][i] for start, end in segment["spans"] for i in range(start, end)]
+        sampled = [i for i, m in enumerate(traj["loss_mask"]) if m]
+        assert sampled and all(traj["versions"][i] >= min_version for i in sampled)
+    rewards = read_jsonl(run_dir / "trajectories" / source / "rewards.jsonl")
+    assert sorted(r["trajectory_id"] for r in rewards) == sorted(t["trajectory_id"] for t in trajectories)
+    return trajectories, rewards
+
+
+def segment_tokens(traj: dict, segment_id: int) -> tuple[list[int], list[int]]:
+    """A trajectory segment's tokens and loss mask, in order."""
+    [segment] = [g for g in traj["segments"] if g["segment_id"] == segment_id]
+    positions = [i for start, end in segment["spans"] for i in range(start, end)]
+    return [traj["tokens"][i] for i in positions], [traj["loss_mask"][i] for i in positions]
+
+
+def check_samples_are_trajectories(run_dir: Path, step: int, trajectories: list[dict],
+                                   rewards: list[dict]) -> list[dict]:
+    """The samples saved for ``step`` are the trajectories' segments token for token, their
+    loss masks the router's, their rewards the recorded ones; returns the samples."""
+    saved = read_jsonl(run_dir / "samples" / f"step_{step:06d}.jsonl")
+    by_id = {t["trajectory_id"]: t for t in trajectories}
+    reward_of = {r["trajectory_id"]: r["reward"] for r in rewards}
+    for sample in saved:
+        info = sample["reward_info"]
+        tokens, mask = segment_tokens(by_id[info["trajectory_id"]], info["segment_id"])
         assert sample["prompt_ids"] + sample["response_ids"] == tokens
-        [reward] = [r for r in rewards if r["trajectory_id"] == info["trajectory_id"]]
-        assert reward["reward"] == sample["reward"]
-    return saved, trajectories
+        assert [0] * len(sample["prompt_ids"]) + sample["loss_mask"] == mask
+        assert reward_of[info["trajectory_id"]] == sample["reward"]
+    return saved
 
 
 class Runs:
@@ -118,7 +136,9 @@ class Runs:
     trained_prompts = staticmethod(trained_prompts)
     latest_step = staticmethod(latest_step)
     read_jsonl = staticmethod(read_jsonl)
-    check_router_samples = staticmethod(check_router_samples)
+    finished_trajectories = staticmethod(finished_trajectories)
+    segment_tokens = staticmethod(segment_tokens)
+    check_samples_are_trajectories = staticmethod(check_samples_are_trajectories)
 
 
 @pytest.fixture(scope="session")  # stateless helpers: module fixtures may use them too

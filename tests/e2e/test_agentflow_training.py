@@ -33,8 +33,6 @@ def test_tool_loop_run_persists_trajectories_and_logs_tool_use(tmp_path, runs):
         assert 0.0 <= row["rollout/tool_calls_mean"] <= 3.0
         assert row["rollout/sampling_overridden_turns_mean"] == 0.0  # white-box: already rollout's
         assert row["train/is_approx_k3_kl"] < 1e-6
-    _, by_id = runs.check_router_samples(run_dir, "arithmetic", 1)
-    assert len(by_id) == 2 * 2 * 2  # steps x prompts x samples
-    for traj in by_id.values():
-        sampled = [i for i, m in enumerate(traj["loss_mask"]) if m]
-        assert sampled and all(traj["versions"][i] >= 1 for i in sampled)  # after the warm start
+    trajectories, rewards = runs.finished_trajectories(run_dir, "arithmetic")
+    assert len(trajectories) == 2 * 2 * 2  # steps x prompts x samples
+    runs.check_samples_are_trajectories(run_dir, 1, trajectories, rewards)

@@ -59,23 +59,21 @@ def test_mini_swe_agent_trains_on_code_repair_through_the_router(tmp_path, runs)
     for row in rows:
         assert row["train/is_approx_k3_kl"] < 1e-6  # rollout logprobs are the trainer's
         assert row["rollout/failed_trajectories"] == 0
-    by_prompt: dict[tuple[int, int], set[str]] = {}
-    for step in range(STEPS):
-        saved, trajectories = runs.check_router_samples(run_dir, "code_repair", step)
-        for sample in saved:
-            by_prompt.setdefault((step, sample["prompt_index"]), set()).add(
-                sample["reward_info"]["trajectory_id"])
+    # every trajectory finished with sampled tokens (no warm start: from version 0 on)
+    trajectories, rewards = runs.finished_trajectories(run_dir, "code_repair", min_version=0)
+    assert len(trajectories) == STEPS * PROMPTS * SAMPLES
+    saved = [s for step in range(STEPS)
+             for s in runs.check_samples_are_trajectories(run_dir, step, trajectories, rewards)]
     # every group of every step trained samples of all its trajectories
+    by_prompt: dict[tuple[int, int], set[str]] = {}
+    for sample in saved:
+        by_prompt.setdefault((sample["step"], sample["prompt_index"]), set()).add(
+            sample["reward_info"]["trajectory_id"])
     assert len(by_prompt) == STEPS * PROMPTS
     assert all(len(tids) == SAMPLES for tids in by_prompt.values())
-    assert len(trajectories) == STEPS * PROMPTS * SAMPLES
-    origins = set()
-    for traj in trajectories.values():
-        assert any(traj["loss_mask"]), "a trajectory without sampled tokens"
-        origins |= {g["origin"] for g in traj["segments"]}
+    origins = {g["origin"] for traj in trajectories for g in traj["segments"]}
     assert origins == {"root", "compact"}  # each dropped reply forked the trajectory
     # the rewards: code_exec on the submitted solution.py, i.e. on the untouched buggy file
-    saved = [s for step in range(STEPS) for s in runs.read_jsonl(run_dir / "samples" / f"step_{step:06d}.jsonl")]
     expected = buggy_file_passes({s["prompt_index"] for s in saved}, seed=0)
     for sample in saved:
         info = sample["reward_info"]

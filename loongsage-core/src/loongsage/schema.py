@@ -232,6 +232,9 @@ class DataSourceConfig:
     filters: List[Any] = field(default_factory=list)
     sampling: Dict[str, Any] = field(default_factory=dict)  # overrides of rollout sampling
     system_prompt: Optional[str] = None
+    # scored by trainer.eval_* only (e.g. held-out tasks): never in a training batch or the SFT
+    # warm start; while any source is eval_only, evaluations draw from those sources alone
+    eval_only: bool = False
 
 
 @dataclass

@@ -129,7 +129,7 @@ class CodeRepairDataset:
         cases = self._cases(variant, rng, visible_count + rng.randint(visible_count, 2 * visible_count))
         visible = cases[:visible_count]
         rng.shuffle(visible)
-        rounds = int(10 ** rng.uniform(3.3, 5.0)) if rng.random() < p.stress_share else 1
+        rounds = int(10 ** rng.uniform(3.5, 5.7)) if rng.random() < p.stress_share else 1
         fn = variant.function
         files = {SOLUTION: variant.buggy, TESTS: visible_test_file(fn, visible, rounds)}
         tests = [f"assert {_call_text(fn, args)} == {expected!r}" for args, expected in cases]

@@ -255,6 +255,7 @@ def _source_spec(i: int, node: DictConfig, cfg: DictConfig, registries: Registri
         teacher=node.teacher,
         sampling=as_container(node.sampling),
         system_prompt=node.system_prompt,
+        eval_only=bool(node.eval_only),
         load_budget=Budget(cfg.budgets.dataset_load_s, "budgets.dataset_load_s"),
         get_budget=Budget(cfg.budgets.dataset_get_s, "budgets.dataset_get_s"),
     )
@@ -314,6 +315,9 @@ def _check_data_sources(cfg: DictConfig) -> None:
         seen.add(source.name)
         if not source.weight > 0:
             raise ConfigError(f"data_sources[{i}].weight", f"expected a positive proportion, got {source.weight}")
+    if all(source.eval_only for source in cfg.data_sources):
+        raise ConfigError(f"data_sources[{len(cfg.data_sources) - 1}].eval_only",
+                          "every data source is eval_only; at least one must be trained on")
 
 
 def _check_agents(cfg: DictConfig, sources: tuple[SourceSpec, ...]) -> None:

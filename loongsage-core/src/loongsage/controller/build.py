@@ -52,7 +52,7 @@ from loongsage.controller.weight_sync import WeightSync
 from loongsage.controller.weight_sync_distributed import DistributedWeightSync
 from loongsage.data.mixer import DataMixer
 from loongsage.data.scoring import RewardScorer, reward_modules
-from loongsage.data.sources import build_sources
+from loongsage.data.sources import build_sources, training_sources
 from loongsage.deadline.budget import Budget
 from loongsage.deadline.pool import DeadlinePool
 from loongsage.engines.client import EngineClient
@@ -181,7 +181,7 @@ def _start_rollout(run: Run, plain: dict) -> None:
                                  sampling_params(cfg, run.tokenizer), scorer,
                                  on_scored=run.agent_routers.record_rewards,
                                  failed_trajectory=cfg.rollout.failed_trajectory)
-    mixer = DataMixer.from_sources(run.sources, cfg.trainer.seed,
+    mixer = DataMixer.from_sources(training_sources(run.sources), cfg.trainer.seed,
                                    batch_size=cfg.rollout.prompts_per_step,
                                    mini_batches=cfg.train.mini_batches_per_step,
                                    dp_size=cfg.train.dp_size)

@@ -16,6 +16,7 @@ import ray
 
 from loongsage.controller.sft import sft_examples, sft_progress, train_sft
 from loongsage.controller.verbs import Run
+from loongsage.data.sources import training_sources
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,7 @@ def warm_start(run: Run) -> None:
     if sft.steps <= 0:
         return
     parser = run.spec.tool_parser.obj()
-    examples = sft_examples(run.sources, sft.examples, seed=run.cfg.trainer.seed, parser=parser)
+    examples = sft_examples(training_sources(run.sources), sft.examples, seed=run.cfg.trainer.seed, parser=parser)
     done = run.trainers.start(train_sft, examples, sft.steps, sft.batch_size, sft.lr)
     while len(ray.wait(done, num_returns=len(done), timeout=PROGRESS_EVERY_S)[0]) < len(done):
         now = run.trainers.inspect(sft_progress)  # each rank's loss is its share of the step's

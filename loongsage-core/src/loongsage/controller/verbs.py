@@ -33,6 +33,7 @@ from loongsage.controller.run_dir import RunDirectory
 from loongsage.controller.train_group import TrainGroup
 from loongsage.controller.weight_sync import WeightSync
 from loongsage.data.mixer import apportion
+from loongsage.data.sources import evaluation_sources
 from loongsage.deadline.pool import DeadlinePool
 from loongsage.runtime.event_loop import EventLoopThread
 from loongsage.runtime.partial import mask_offpolicy_tokens
@@ -134,7 +135,7 @@ class Run:
         exactly the evaluation's under the synchronous scheduler; under the asynchronous one
         they include background rollouts that ended meanwhile.
         """
-        prompts = eval_prompts(self.sources, self.cfg.trainer.eval_prompts, self.cfg.trainer.seed)
+        prompts = eval_prompts(evaluation_sources(self.sources), self.cfg.trainer.eval_prompts, self.cfg.trainer.seed)
         sampling = {"temperature": self.cfg.trainer.eval_temperature}
         groups = self.rollout.generate_groups(prompts, -len(prompts), self.version, n=1, sampling=sampling)
         metrics = {**rollout_metrics(groups), **self.rollout.reward_metrics()}

@@ -21,6 +21,10 @@ picklable, so a run scores in worker processes under the reward's deadline
 the dataset runs in-process within the time budgets of the ``budgets`` section: building it
 (``dataset_load_s``) and each ``get`` (``dataset_get_s``); a stalled reader stops the run
 with an error naming it (``loongsage.deadline.budget``).
+
+A source marked ``eval_only`` (held-out tasks) is built like any other, with its agent, router
+and reward, but only evaluations read it: ``training_sources`` is what the mixer and the SFT
+warm start get, ``evaluation_sources`` what ``trainer.eval_*`` draws from.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class SourceSpec:
     teacher: str | None = None
     sampling: Mapping[str, Any] = field(default_factory=dict)
     system_prompt: str | None = None
+    eval_only: bool = False  # scored by evaluations only, never trained on
     load_budget: Budget = UNLIMITED  # building the dataset (budgets.dataset_load_s)
     get_budget: Budget = UNLIMITED  # one dataset.get (budgets.dataset_get_s)
 
@@ -207,3 +212,14 @@ def build_sources(specs: tuple[SourceSpec, ...], registries: Registries, seed: i
                   tokenizer: Any = None) -> dict[str, DataSource]:
     """Build every data source, keyed by name, in config order."""
     return {spec.name: build_source(spec, registries, seed, tokenizer) for spec in specs}
+
+
+def training_sources(sources: Mapping[str, DataSource]) -> dict[str, DataSource]:
+    """The sources batches and the SFT warm start draw from: all but the ``eval_only`` ones."""
+    return {name: s for name, s in sources.items() if not s.spec.eval_only}
+
+
+def evaluation_sources(sources: Mapping[str, DataSource]) -> dict[str, DataSource]:
+    """The sources evaluations draw from: the ``eval_only`` ones if any, else the training ones."""
+    held_out = {name: s for name, s in sources.items() if s.spec.eval_only}
+    return held_out or training_sources(sources)
