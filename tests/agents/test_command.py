@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -134,3 +135,79 @@ def test_router_enforces_the_rollout_sampling_on_a_black_box_agent(enforce, scri
         assert seen == [(0.2, 0.5, 500)] * 2
     # two separate requests (two segments of the trajectory): the count is per trajectory
     assert [s.reward_info["sampling_overridden_turns"] for s in samples] == [2 * enforce] * 2
+
+
+# ---- coding tasks: the prompt's repository in the work dir, the edited file as the answer ----
+
+BUGGY = "def add(a, b):\n    return a - b\n"
+FIXED = "def add(a, b):\n    return a + b\n"
+REPAIR_TASK = Prompt("repair", 3, [{"role": "user", "content": "Fix add in solution.py."}],
+                     ground_truth={"tests": ["assert add(1, 2) == 3", "assert add(2, 0) == 2"]},
+                     metadata={"files": {"solution.py": BUGGY,
+                                         "test_solution.py": "from solution import add\nassert add(1, 2) == 3\n"}})
+# calls the model once (the trajectory then holds sampled tokens), then does ACTION to solution.py
+REPAIR_PROGRAM = """
+import json, os, sys, openai
+openai.OpenAI(max_retries=0).chat.completions.create(
+    model="policy", messages=[{"role": "user", "content": os.environ["LOONGSAGE_TASK"]}], max_tokens=4)
+action = sys.argv[1]
+if action == "fix":
+    open("solution.py", "w").write(FIXED)
+elif action == "delete":
+    os.remove("solution.py")
+elif action == "empty":
+    open("solution.py", "w").close()
+print(json.dumps({"files": sorted(os.listdir(".")), "tests": open("test_solution.py").read()}))
+"""
+
+
+@pytest.mark.parametrize("action, score, submit_error", [
+    ("fix", 1.0, None), ("keep", 0.0, None),
+    ("delete", 0.0, "submit_file 'solution.py' could not be read after the program exited: No such file or directory"),
+    ("empty", 0.0, "submit_file 'solution.py' is empty after the program exited")])
+def test_the_submitted_file_is_what_code_exec_scores(action, score, submit_error, recording_router,
+                                                     check_trajectories, agent_context, long_context):
+    """A program (real, through the real router and engine) finds the task's files next to its
+    own, edits ``solution.py`` or not; the answer is that file as it left it, and the real
+    ``code_exec`` reward runs the hidden tests on it in a fresh bubblewrap sandbox."""
+    from loongsage_agents.agents.task_files import submission
+    from loongsage_agents.rewards.code_exec import code_exec_reward_async
+
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed (the reward's sandbox)")
+    context = agent_context(sandbox={"type": "bwrap"})
+    program = REPAIR_PROGRAM.replace("FIXED", repr(FIXED))
+    agent = CommandAgent(CommandParams(argv=[sys.executable, "agent.py", action], files={"agent.py": program},
+                                       timeout_s=120, max_context=long_context, submit_file="solution.py"),
+                         context)
+    recorder = recording_router(agent)
+    [sample] = asyncio.run(agent.run_group(REPAIR_TASK, 1, EngineClient("http://unused"), {}))
+    seen = json.loads(sample.reward_info["agent_answer"])
+    assert seen["tests"] == REPAIR_TASK.metadata["files"]["test_solution.py"]
+    expected_files = {"agent.py", "test_solution.py"} | ({"solution.py"} if action != "delete" else set())
+    assert set(seen["files"]) == expected_files
+    assert sample.reward_info.get("submit_error") == submit_error
+    assert sample.text == {"fix": submission(FIXED), "keep": submission(BUGGY)}.get(action, "")
+    reward = asyncio.run(code_exec_reward_async(sample.text, REPAIR_TASK.ground_truth, None,
+                                                sandbox=context.sandbox))
+    assert reward["score"] == score and reward["has_code"] == (action in ("fix", "keep"))
+    assert reward["passed"] == {"fix": 2, "keep": 1}.get(action, 0)
+    check_trajectories([sample], recorder)
+
+
+def test_task_files_and_submit_file_refuse_what_would_break_the_task(agent_context, tmp_path):
+    """A program file named like a task file, or a submit_file outside the work dir, is refused
+    before the program runs, naming the field; the trajectory's dirs are removed."""
+    root = str(tmp_path / "work")
+    for params, field in ((CommandParams(argv=["true"], files={"solution.py": "x"}), "agent.params.files"),
+                          (CommandParams(argv=["true"], submit_file="../solution.py"), "agent.params.submit_file")):
+        params.workdir_root = root
+        agent = CommandAgent(params, agent_context())
+        router = _started_router(agent, object())
+        agent.use_router(router)
+        try:
+            with pytest.raises(ValueError, match=field):
+                asyncio.run(agent.run_group(REPAIR_TASK, 1, object(), {}))
+        finally:
+            router.stop()
+        assert os.listdir(root) == []

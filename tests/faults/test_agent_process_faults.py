@@ -41,6 +41,20 @@ if ALWAYS or not os.path.exists(flag):
 print("done")
 """
 
+# the first program to claim the flag exits before its first model call (a black-box agent
+# that crashed at start-up); the others, and every one of a regenerated group, reach the model
+DIES_FIRST = """
+import os, sys, openai
+try:
+    os.close(os.open(os.path.join(FLAGS, "died"), os.O_CREAT | os.O_EXCL))
+    sys.exit("agent crashed at start-up")
+except FileExistsError:
+    pass
+client = openai.OpenAI(max_retries=0)
+client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+print("done")
+"""
+
 
 @pytest.fixture(scope="module")
 def engine_url(tiny_model_dir):
@@ -51,11 +65,12 @@ def engine_url(tiny_model_dir):
     engine.stop()
 
 
-def manager(tmp_path, tiny_model_dir, engine_url, policy: str, always: bool, loop, workers):
+def manager(tmp_path, tiny_model_dir, engine_url, policy: str, always: bool, loop, workers,
+            program: str = PROGRAM):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    program = PROGRAM.replace("FLAGS", repr(str(tmp_path))).replace("ALWAYS", str(always))
+    program = program.replace("FLAGS", repr(str(tmp_path))).replace("ALWAYS", str(always))
     cfg = OmegaConf.create({"model": {"path": "unused"}, "reward": {"drop_group_retries": 1},
                             "rollout": {"failed_trajectory": policy}, "data_sources": [{
         "name": "m", "dataset": {"format": "synthetic_math", "size": 8},
@@ -120,3 +135,39 @@ def test_drop_group_gives_up_with_the_reason_once_regenerations_are_spent(tmp_pa
                                                r"reward.drop_group_retries=1.*the agent process timed out"):
         rollout.generate_groups([source.get(0)], 0, 0)
     assert no_program_left(tmp_path)
+
+
+def test_a_trajectory_dying_before_its_first_model_call_is_a_marked_sample_not_a_crash(
+        tmp_path, tiny_model_dir, engine_url, running):
+    """zero_reward: the group keeps both trajectories; the dead one is a failed sample holding
+    only the prompt's tokens (nothing to train on, reward 0 in its group's baseline), naming
+    the exit code and the program's last words; the batch builds with its row out of the loss."""
+    from loongsage.controller.batching import groups_to_batch
+
+    rollout, source = manager(tmp_path, tiny_model_dir, engine_url, "zero_reward", False, *running,
+                              program=DIES_FIRST)
+    prompt = source.get(0)
+    [group] = rollout.generate_groups([prompt], 0, 0)
+    [dead] = [s for s in group.samples if s.reward_info.get("died_before_model_call")]
+    [alive] = [s for s in group.samples if s is not dead]
+    assert dead.reward == 0.0 and dead.response_ids == [] and dead.loss_mask == []
+    assert dead.reward_info["failed"] == ("the agent program ended (exit code 1) before its first "
+                                          "model call: agent crashed at start-up")
+    expected = source.agent.tokenizer.apply_chat_template(prompt.messages, tokenize=False,
+                                                    add_generation_prompt=True)
+    assert source.agent.tokenizer.decode(dead.prompt_ids) == expected
+    assert sum(alive.loss_mask) > 0 and not alive.reward_info.get("failed")
+    assert rollout.failure_metrics()["rollout/failed_trajectories"] == 1
+    batch, rewards, _ = groups_to_batch([group], pad_id=0)
+    row = group.samples.index(dead)
+    assert batch.loss_mask[row].sum() == 0 and batch.loss_mask[1 - row].sum() == sum(alive.loss_mask)
+    assert no_program_left(tmp_path)
+
+
+def test_drop_group_generates_again_a_group_whose_trajectory_died_before_the_model(
+        tmp_path, tiny_model_dir, engine_url, running):
+    rollout, source = manager(tmp_path, tiny_model_dir, engine_url, "drop_group", False, *running,
+                              program=DIES_FIRST)
+    [group] = rollout.generate_groups([source.get(0)], 0, 0)
+    assert len(group.samples) == 2 and not any(s.reward_info.get("failed") for s in group.samples)
+    assert rollout.failure_metrics()["rollout/failed_trajectory_groups_dropped"] == 1

@@ -25,9 +25,14 @@ trained tokens come from the distribution the algorithm assumes.
 
 Each sample's ``text`` is the agent's final answer (``Outcome.text``), so the data source's
 reward scores it; ``reward_info`` also carries ``Outcome.info`` (exit code, output, ...).
-A trajectory that recorded no sampled token (the program failed before calling the model)
-yields no sample; if no trajectory of the group yields one, ``run_group`` raises with the
-first failure's details.
+A trajectory that recorded no sampled token (the program died before its first model call)
+yields one marked failed sample (``unsampled_sample``): the prompt's rendered tokens, no
+response, ``reward_info["failed"]`` naming the exit code, so ``rollout.failed_trajectory``
+decides as for a timed-out trajectory (``zero_reward``: reward 0 in its group, nothing to
+train on; ``drop_group``: the group again) and the run goes on. Only when *no* trajectory of
+the group called the model does ``run_group`` raise, with the first one's details: that is
+an agent program that cannot reach the model at all (wrong argv, missing binary, broken
+config), which no regeneration fixes and which must not train silently on nothing.
 
 Partial rollout (``continues_turns_in_place``): the agent program cannot stop at a weight
 update, so it never returns an aborted group; the router continues a turn the engine aborted
@@ -79,6 +84,22 @@ def trajectory_failure(router: Any, tid: str, outcome: "Outcome") -> str | None:
     if traj is not None and traj.status == "failed":
         return f"a turn failed: {traj.error}"
     return None
+
+
+def unsampled_sample(router: Any, prompt: Prompt, tid: str, outcome: Outcome,
+                     failure: str | None) -> Sample:
+    """The marked failed sample of trajectory ``tid``, which recorded no sampled token: the
+    prompt's tokens as the router renders them, an empty response, the outcome's info."""
+    renderer = router.renderer
+    prompt_ids = renderer.encode(renderer.render(prompt.messages, [], generation=True))
+    stderr = str(outcome.info.get("stderr") or "").strip()[-300:]
+    reason = failure or (f"the agent program ended (exit code {outcome.info.get('exit_code')}) "
+                         f"before its first model call{': ' + stderr if stderr else ''}")
+    info = {"trajectory_id": tid, "attempt_id": "0", "segment_id": 0, "origin": "root",
+            "parent": None, "sampling_overridden_turns": 0, **outcome.info,
+            "died_before_model_call": True, "failed": reason}
+    return Sample(prompt_ids=prompt_ids, response_ids=[], response_logprobs=[], weight_versions=[],
+                  loss_mask=[], text=outcome.text, reward_info=info)
 
 
 class RouterAgentBase:
@@ -161,6 +182,7 @@ class RouterAgentBase:
         if not samples:
             log.warning("%s: trajectory %s recorded no sampled tokens: %s",
                         type(self).__name__, tid, outcome.info)
+            samples = [unsampled_sample(router, prompt, tid, outcome, failure)]
         return samples, outcome
 
     async def run_group(self, prompt: Prompt, n: int, client: Any,
@@ -180,7 +202,7 @@ class RouterAgentBase:
         tasks = [asyncio.ensure_future(bounded(i)) for i in range(n)]
         results = await gather_all(tasks)
         samples = [s for got, _ in results for s in got]
-        if not samples:
+        if all(s.reward_info.get("died_before_model_call") for s in samples):
             raise RuntimeError(f"{type(self).__name__}: none of the {n} trajectories of prompt "
                                f"{prompt.source}#{prompt.index} called the model; first outcome: "
                                f"{asdict(results[0][1])}")

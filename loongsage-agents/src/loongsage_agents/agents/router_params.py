@@ -56,6 +56,9 @@ class CommandParams(RouterAgentParams):
     keep_workdir: bool = False
     kill_grace_s: float = 2.0  # SIGTERM → SIGKILL of the process group
     max_output_chars: int = 20000  # of stdout/stderr kept in reward_info
+    # a work-dir file whose content after the program exits is the answer (as the fenced block
+    # ``task_files.submission`` makes, for the code_exec reward); None = the program's own answer
+    submit_file: Optional[str] = None
 
 
 @dataclass

@@ -22,11 +22,13 @@ Per REFERENCE.md §5.2, checked against the installed 2.4.6 source (``minisweage
   failed call 10 times with up to 60 s back-off by default), ``MSWEA_SILENT_STARTUP``.
 
 mini's base config is resolved as ``./mini.yaml`` in the work dir before mini's built-in one,
-so a task file of that name is refused. mini sends ``model, messages, tools`` (one ``bash``
-tool) without streaming; a reply without a tool call is dropped from the history and answered
-by a "Tool call error" user turn, which the router records as a fork (``compact`` segment,
-see ``loongsage.agentflow.tito``). The answer is the submission in ``traj.json`` (the output
-after ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``), else the last assistant content.
+so a file of that name (``params.files`` or the task's files) is refused. mini sends
+``model, messages, tools`` (one ``bash`` tool) without streaming; a reply without a tool call
+is dropped from the history and answered by a "Tool call error" user turn, which the router
+records as a fork (``compact`` segment, see ``loongsage.agentflow.tito``). The answer is the
+submission in ``traj.json`` (the output after ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``),
+else the last assistant content; with ``submit_file`` it is that file as mini left it
+(``CommandAgent``), and mini's own answer goes to ``reward_info["agent_answer"]``.
 """
 
 from __future__ import annotations
@@ -75,9 +77,10 @@ class MiniSweAgent(CommandAgent):
     def prepare(self, task: str, urls: dict[str, str], key: str, workdir: Path,
                 home: Path) -> tuple[list[str], dict[str, str]]:
         p = self.params
-        if "mini.yaml" in p.files:
-            raise ValueError("agent.params.files: 'mini.yaml' would replace mini-swe-agent's own "
-                             "config (mini looks in its working directory first); rename it")
+        if "mini.yaml" in p.files or (workdir / "mini.yaml").exists():
+            raise ValueError("agent.params.files: a work-dir file 'mini.yaml' (in params.files or "
+                             "the task's files) would replace mini-swe-agent's own config (mini "
+                             "looks in its working directory first); rename it")
         if p.step_limit < 1:
             raise ValueError(f"agent.params.step_limit: expected >= 1, got {p.step_limit} "
                              "(mini's 0 = unlimited is refused: a trajectory must end)")

@@ -130,9 +130,12 @@ def rollout_metrics(groups: Sequence[Group]) -> dict[str, float]:
             len(set(g.rewards)) <= 1 for g in groups
         ) / max(len(groups), 1),
     }
+    # a field missing from a sample, or not a number there (None: a killed program's exit code,
+    # a root segment's parent), counts as 0
     numeric = {k for s in samples for k, v in s.reward_info.items() if isinstance(v, (bool, int, float))}
     for key in sorted(numeric):
-        values = [float(s.reward_info.get(key, 0.0)) for s in samples]
+        values = [float(v) if isinstance(v := s.reward_info.get(key), (bool, int, float)) else 0.0
+                  for s in samples]
         metrics[f"rollout/{key}_mean"] = sum(values) / len(values)
     for source in sorted({g.prompt.source for g in groups}):
         chosen = [s.reward for g in groups if g.prompt.source == source for s in g.samples]
