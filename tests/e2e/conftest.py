@@ -84,19 +84,30 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def finished_trajectories(run_dir: Path, source: str, min_version: int = 1) -> tuple[list[dict], list[dict]]:
-    """Every trajectory of ``source``, each finished with aligned arrays and its sampled
+def finished_trajectories(run_dir: Path, source: str, min_version: int = 1,
+                          unscored_allowed: bool = False) -> tuple[list[dict], list[dict]]:
+    """Every scored trajectory of ``source``, each finished with aligned arrays and its sampled
     tokens from policy version ``min_version`` or later (1: after the run's warm start); and
-    their reward rows."""
+    their reward rows, in the same order.
+
+    ``unscored_allowed``: an asynchronous run ends with groups still in flight for steps that
+    never came; their trajectories are persisted without a reward (never trained, so
+    ``check_samples_are_trajectories`` still finds every trained sample scored) and are left
+    out. Otherwise every persisted trajectory must have been scored.
+    """
     trajectories = read_jsonl(run_dir / "trajectories" / source / "trajectories.jsonl")
+    rewards = read_jsonl(run_dir / "trajectories" / source / "rewards.jsonl")
+    scored = {r["trajectory_id"] for r in rewards}
+    assert scored <= {t["trajectory_id"] for t in trajectories}
+    if unscored_allowed:
+        trajectories = [t for t in trajectories if t["trajectory_id"] in scored]
+    assert sorted(r["trajectory_id"] for r in rewards) == sorted(t["trajectory_id"] for t in trajectories)
     for traj in trajectories:
         assert traj["status"] == "finished", traj["error"]
         n = len(traj["tokens"])
         assert len(traj["loss_mask"]) == len(traj["logprobs"]) == len(traj["versions"]) == n
         sampled = [i for i, m in enumerate(traj["loss_mask"]) if m]
         assert sampled and all(traj["versions"][i] >= min_version for i in sampled)
-    rewards = read_jsonl(run_dir / "trajectories" / source / "rewards.jsonl")
-    assert sorted(r["trajectory_id"] for r in rewards) == sorted(t["trajectory_id"] for t in trajectories)
     return trajectories, rewards
 
 

@@ -109,7 +109,8 @@ def test_code_repair_trajectories_are_token_exact_and_scored_by_the_sandboxed_hi
             for split in ("train", "heldout")}
     checked_tools = 0
     for source, split in (("code_repair", "train"), ("heldout", "heldout")):
-        trajectories, rewards = runs.finished_trajectories(run_dir, source, min_version=0)
+        trajectories, rewards = runs.finished_trajectories(run_dir, source, min_version=0,
+                                                           unscored_allowed=mode == "async")
         if source == "heldout":
             assert len(trajectories) == 2 * EVAL_PROMPTS  # before step 0 and after the last step
         else:
@@ -127,7 +128,8 @@ def test_code_repair_trajectories_are_token_exact_and_scored_by_the_sandboxed_hi
                 assert (info["passed"], r["reward"]) == (buggy["passed"], 0.0)
             checked_tools += _check_tool_results_unmasked(t, tokenizer)
     for step in range(STEPS):
-        saved = runs.check_samples_are_trajectories(run_dir, step, *runs.finished_trajectories(run_dir, "code_repair", 0))
+        saved = runs.check_samples_are_trajectories(
+            run_dir, step, *runs.finished_trajectories(run_dir, "code_repair", 0, unscored_allowed=mode == "async"))
         assert len(saved) == PROMPTS * SAMPLES and {s["source"] for s in saved} == {"code_repair"}
     assert checked_tools >= 1, "no trajectory called a tool: the warm start did not teach the call format"
 
