@@ -19,7 +19,7 @@ anthropic = pytest.importorskip("anthropic")
 
 
 def test_serve_prints_urls_that_agents_can_use():
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}  # SIGABRT dumps every thread
     proc = subprocess.Popen(
         [sys.executable, "-m", "loongsage.cli", "serve", "--config-name", "tiny/grpo",
          "rollout.num_threads=1"],
@@ -56,8 +56,9 @@ def test_serve_prints_urls_that_agents_can_use():
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
+            proc.send_signal(signal.SIGABRT)  # faulthandler prints where each thread is stuck
+            stacks = proc.communicate(timeout=30)[0][-6000:]
+            pytest.fail(f"loongsage serve did not exit within 30 s of Ctrl-C; its threads:\n{stacks}")
 
 
 def test_serve_uses_running_engines_when_given(engine_url):
