@@ -151,10 +151,12 @@ def run_row(row: "async_runtime.Row", args: argparse.Namespace, root: Path) -> d
 
 
 def overlap_bound(colocated: dict) -> float:
-    """The ideal overlap bound per step: the colocated step's rollout phase and the rest of it
-    (train, weight sync, bookkeeping) run side by side at their colocated speeds, so a step takes
-    the longer of the two. Splitting the cores slows both, so no row at equal resources can
-    beat it; how close a row comes is how much of the overlap it captures."""
+    """The ideal overlap bound per step, as Table 4 reads it: the colocated step's rollout phase
+    and the rest of it (train, weight sync, bookkeeping) run side by side at their colocated
+    speeds, so a step takes the longer of the two. It is a bound only where the rollout phase
+    is pure work: the phase also waits for its batch's slowest trajectories, a tail an async
+    engine spends on the next groups, so on the agentic workload async rows beat it
+    (docs/benchmarks.md)."""
     rollout = colocated["rollout_wait_s"]
     return max(rollout, colocated["step_s_excl_first"] - rollout)
 

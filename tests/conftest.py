@@ -32,6 +32,43 @@ def ray_ranks_cluster():
         ray.shutdown()
 
 
+def _random_groups(count: int, seed: int = 0, *, sources: tuple[str, ...] = ("math",),
+                   untrained_first: bool = False, shuffle: bool = False) -> list:
+    """``count`` groups of 2 samples with random tokens (ids 3..499), lengths and rewards.
+
+    ``sources``: every third group takes the second source when there are two;
+    ``untrained_first``: each response's first token is out of the loss mask at random (a tool
+    output); ``shuffle``: the groups come out of order, as the asynchronous scheduler delivers them.
+    """
+    import random
+
+    from loongsage.data.types import Group, Prompt, Sample
+
+    rng = random.Random(seed)
+    groups = []
+    for gid in range(count):
+        samples = []
+        for _ in range(2):
+            prompt = [rng.randrange(3, 500) for _ in range(rng.randint(3, 6))]
+            response = [rng.randrange(3, 500) for _ in range(rng.randint(2, 9))]
+            mask = [1] * len(response)
+            if untrained_first:
+                mask[0] = rng.choice([0, 1])
+            samples.append(Sample(prompt, response, [-1.0] * len(response), [0] * len(response),
+                                  mask, reward=float(rng.random() < 0.5)))
+        source = sources[1 if len(sources) > 1 and gid % 3 == 2 else 0]
+        groups.append(Group(gid, Prompt(source, gid, []), samples))
+    if shuffle:
+        rng.shuffle(groups)
+    return groups
+
+
+@pytest.fixture(scope="session")
+def random_groups():
+    """``random_groups(count, seed, sources=, untrained_first=, shuffle=)``: train-rank test batches."""
+    return _random_groups
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     """A tiny Qwen2 HF folder (≈3.3 M params, local BPE tokenizer, ChatML template).

@@ -15,7 +15,6 @@ loss and gradient norm (global on every rank) must also match.
 
 from __future__ import annotations
 
-import random
 from contextlib import contextmanager
 
 import numpy as np
@@ -26,7 +25,7 @@ from loongsage.algorithms.objective import Objective
 from loongsage.controller.actors import EngineHost
 from loongsage.controller.batching import groups_to_batch, plan_shards
 from loongsage.controller.train_group import TrainGroup
-from loongsage.data.types import Group, Prompt, Sample
+from loongsage.data.types import Group
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 from loongsage.plugins import get_registries
 
@@ -36,24 +35,11 @@ pytestmark = pytest.mark.slow
 SOURCES = ["math", "code"]
 
 
-def make_groups(count: int, seed: int = 0) -> list[Group]:
-    """``count`` groups of 2 samples with random tokens, lengths and rewards, two sources,
-    returned out of order (as the asynchronous scheduler may deliver them)."""
-    rng = random.Random(seed)
-    groups = []
-    for gid in range(count):
-        samples = []
-        for _ in range(2):
-            prompt = [rng.randrange(3, 500) for _ in range(rng.randint(3, 6))]
-            response = [rng.randrange(3, 500) for _ in range(rng.randint(2, 9))]
-            mask = [1] * len(response)
-            mask[0] = rng.choice([0, 1])  # some tokens not trained (tool output)
-            samples.append(Sample(prompt, response, [-1.0] * len(response), [0] * len(response),
-                                  mask, reward=float(rng.random() < 0.5)))
-        prompt = Prompt(SOURCES[1 if gid % 3 == 2 else 0], gid, [])
-        groups.append(Group(gid, prompt, samples))
-    rng.shuffle(groups)
-    return groups
+@pytest.fixture
+def make_groups(random_groups):
+    """Two sources, some first tokens untrained, out of order (as the async scheduler delivers)."""
+    return lambda count, seed=0: random_groups(count, seed, sources=tuple(SOURCES), untrained_first=True,
+                                               shuffle=True)
 
 
 @contextmanager
@@ -100,7 +86,7 @@ def _max_diff(a: dict, b: dict) -> float:
     return max(float(np.abs(a[k] - b[k]).max()) for k in a)
 
 
-def test_two_ranks_update_the_weights_like_one(ray_ranks_cluster, tiny_model_dir):
+def test_two_ranks_update_the_weights_like_one(ray_ranks_cluster, tiny_model_dir, make_groups):
     """7 groups, 2 mini-batches: the first splits evenly (2 + 2 groups), the second leaves
     one rank a group short, padded with masked rows."""
     groups = make_groups(7)
@@ -124,7 +110,7 @@ def test_two_ranks_update_the_weights_like_one(ray_ranks_cluster, tiny_model_dir
 
 
 def test_fsdp2_checkpoint_resumes_exactly_and_loads_into_another_dp_size(ray_ranks_cluster, tiny_model_dir,
-                                                                          tmp_path):
+                                                                          tmp_path, make_groups):
     """Same dp_size: the shards restore weights and AdamW moments, so the next step is the
     uninterrupted one. Another dp_size: the HF export restores the weights, moments restart."""
     first, second = make_groups(8, seed=1), make_groups(8, seed=2)
@@ -185,7 +171,7 @@ def with_teacher(batch, ordered: list[Group]):
     return batch
 
 
-def test_two_ranks_distill_like_one(ray_ranks_cluster, tiny_model_dir):
+def test_two_ranks_distill_like_one(ray_ranks_cluster, tiny_model_dir, make_groups):
     """On-policy distillation through the same path: the π_old forward's logit values are
     gathered over the shards before the PG penalty, the GKD loss runs in each rank's LM head,
     and the per-source means are taken after the ranks' sums are added."""

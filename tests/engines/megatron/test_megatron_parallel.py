@@ -13,7 +13,6 @@ gradient norm must match too.
 
 from __future__ import annotations
 
-import random
 from contextlib import contextmanager
 
 import numpy as np
@@ -26,7 +25,6 @@ from loongsage.controller.actors import EngineHost
 from loongsage.controller.batching import groups_to_batch, plan_shards
 from loongsage.controller.train_group import TrainGroup
 from loongsage.controller.trainer_ops import train_on_rollout
-from loongsage.data.types import Group, Prompt, Sample
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 from loongsage.engines.megatron.engine import MegatronTrainEngine
 from loongsage.plugins import get_registries
@@ -36,20 +34,6 @@ ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
 
 TRAIN = {"lr": 0.1, "eps": 1.0, "micro_batch_size": 3, "grad_clip": 0.0, "num_threads": 1}
-
-
-def make_groups(count: int, seed: int = 0) -> list[Group]:
-    rng = random.Random(seed)
-    groups = []
-    for gid in range(count):
-        samples = []
-        for _ in range(2):
-            prompt = [rng.randrange(3, 500) for _ in range(rng.randint(3, 6))]
-            response = [rng.randrange(3, 500) for _ in range(rng.randint(2, 9))]
-            samples.append(Sample(prompt, response, [-1.0] * len(response), [0] * len(response),
-                                  [1] * len(response), reward=float(rng.random() < 0.5)))
-        groups.append(Group(gid, Prompt("math", gid, []), samples))
-    return groups
 
 
 @contextmanager
@@ -83,8 +67,8 @@ def grpo_step(groups, dp: int):
 
 
 @pytest.mark.parametrize("tp,pp,dp", [(2, 1, 1), (1, 2, 1), (1, 1, 2)])
-def test_parallel_ranks_match_one_process(ray_ranks_cluster, tiny_model_dir, tp, pp, dp):
-    groups = make_groups(6)
+def test_parallel_ranks_match_one_process(ray_ranks_cluster, tiny_model_dir, random_groups, tp, pp, dp):
+    groups = random_groups(6)
     objective = Objective.from_config({}, get_registries())
     batch, rewards, group_index, shards = grpo_step(groups, dp)
     embedded = EmbeddedTrainEngine(ModelConfig(path=str(tiny_model_dir)), TrainConfig(**TRAIN), device="cpu")
