@@ -31,9 +31,12 @@ def warm_start(run: Run) -> None:
     parser = run.spec.tool_parser.obj()
     examples = sft_examples(training_sources(run.sources), sft.examples, seed=run.cfg.trainer.seed, parser=parser)
     done = run.trainers.start(train_sft, examples, sft.steps, sft.batch_size, sft.lr)
+    reported = 0  # a report only when a step finished since the last one (step 0 has no loss yet)
     while len(ray.wait(done, num_returns=len(done), timeout=PROGRESS_EVERY_S)[0]) < len(done):
         now = run.trainers.inspect(sft_progress)  # each rank's loss is its share of the step's
-        log.info(f"sft warm start: step {now[0]['step']}/{now[0]['steps']} loss {sum(r['loss'] for r in now):.3f}")
+        if now[0]["step"] > reported:
+            reported = now[0]["step"]
+            log.info(f"sft warm start: step {reported}/{now[0]['steps']} loss {sum(r['loss'] for r in now):.3f}")
     losses = [sum(shares) for shares in zip(*ray.get(done))]
     peak = ""
     if run.memory is not None:
