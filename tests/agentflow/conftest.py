@@ -1,5 +1,6 @@
 """AgentFlow fixtures: the tiny model's tokenizer, a real embedded engine, routers on loopback,
-and a scripted engine replica.
+real engine servers in processes of their own (``engine_servers``: to be SIGKILLed), and a
+scripted engine replica.
 
 The scripted replica (``scripted_engine``):
 The tiny test model has random weights: it never emits a tool call, never fails on purpose
@@ -13,8 +14,15 @@ SDK clients, TITO, store) is real.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from loongsage.engines.client import GenerateOutput, StreamChunk
@@ -64,6 +72,55 @@ def router(make_router, engine_url):
     from loongsage.engines.client import EngineClient
 
     return make_router([EngineClient(engine_url)])
+
+class EngineServer:
+    """An embedded rollout engine serving in a process of its own and its own session, started
+    with SGLang's argv (``sglang_compat``, as the SGLang launcher tests start it)."""
+
+    def __init__(self, model_dir: Path, weight_version: int = 0) -> None:
+        from loongsage.engines.client import EngineClient
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "loongsage.engines.embedded_rollout.sglang_compat", "--model-path",
+             str(model_dir), "--port", str(port), "--weight-version", str(weight_version),
+             "--skip-server-warmup"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"})
+        self.url = f"http://127.0.0.1:{port}"
+        self.client = EngineClient(self.url)
+        try:
+            self.client.wait_until_healthy(120)
+        except BaseException:
+            self.kill()
+            raise
+
+    def load(self) -> dict:
+        """The engine's ``/get_load``: requests running and waiting."""
+        return httpx.get(self.url + "/get_load", timeout=5).json()
+
+    def kill(self) -> None:
+        """SIGKILL, as a crashed engine dies; reaped."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def engine_servers(tiny_model_dir):
+    """``engine_servers(weight_version=0) -> EngineServer`` (tiny model); all killed after the module."""
+    started: list[EngineServer] = []
+
+    def start(weight_version: int = 0) -> EngineServer:
+        started.append(EngineServer(tiny_model_dir, weight_version))
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.kill()
+
 
 LOGPROB = -0.25
 VERSION = 3

@@ -81,7 +81,7 @@ class EngineHealthConfig:
     failures: int = 3  # /health probes in a row without a 200 that mean hung (a local stopped process: at once)
     max_restarts: int = 3  # restarts per run; past them a dead engine stays down
     restart_timeout_s: float = 300.0  # a restarted engine's start, weights and /health
-    max_attempts: int = 3  # sends of one /generate, the first included, before it fails
+    max_attempts: int = 3  # sends of one /generate or router turn, the first included, before it fails
 
 
 @dataclass

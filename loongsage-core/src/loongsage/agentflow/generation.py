@@ -5,11 +5,11 @@ This is the only module that knows the engine client's shape
 ``astream_generate`` yields chunks of new tokens, ``aabort`` cancels by ``rid``). Every token
 carries the weight version that sampled it when the engine reports one per token (the embedded
 engine does, streamed or not), else its output's or chunk's version. Both calls append to a
-``Generated``, so a turn continued after a partial-rollout abort (``agentflow.turns``) holds
-one token list across its engine requests. Text is decoded incrementally from the ids (never
-from engine text), held back while it ends in an incomplete UTF-8 sequence, and split by the
-request's tool parser, so streaming and non-streaming replies carry the same content, tool
-calls and tokens.
+``Generated``, so a turn continued after a partial-rollout abort or on another replica
+(``agentflow.turns``) holds one token list across its engine requests. Text is decoded
+incrementally from the ids (never from engine text), held back while it ends in an incomplete
+UTF-8 sequence, and split by the request's tool parser, so streaming and non-streaming
+replies carry the same content, tool calls and tokens.
 """
 
 from __future__ import annotations

@@ -228,7 +228,8 @@ class Trajectory:
                              "segment_id": seg.segment_id, "origin": seg.origin,
                              "parent": seg.parent, "sampling_overridden_turns":
                                  self.metadata.get("sampling_overridden_turns", 0),
-                             "continued_turns": self.metadata.get("continued_turns", 0)},
+                             "continued_turns": self.metadata.get("continued_turns", 0),
+                             "turn_retries": self.metadata.get("turn_retries", 0)},
                 routed_experts=self.sample_routes(idx),
             ))
         return samples

@@ -17,6 +17,19 @@ token budget, and again at every later update, until it ends another way. Its to
 their logprobs and the weight version that sampled each, and the client (streaming or not,
 any wire protocol) gets one reply: it only takes longer. The trajectory counts such
 continuations in ``metadata["continued_turns"]``.
+
+Failover: a turn whose replica dies (the engine cannot be reached, or its stream breaks) or
+is declared down while the turn waits on it (``EnginePool.unless_down``: the engine monitor
+found it hung) is continued the same way on a live replica (the restarted one included),
+once one is up: from the prompt plus every token received so far (a streamed turn keeps
+what the agent already got; a non-streamed one receives nothing before its engine answers,
+so it starts over), with what is left of its budget. Each such send is an attempt: the
+pool's retry record (``EnginePool.replica_failed``, hence ``engine_events.jsonl`` and
+``rollout/engine_retries``) and the trajectory's ``metadata["turn_retries"]`` (a sample's
+``reward_info``, logged as ``rollout/turn_retries_mean``) and ``metadata["turn_failovers"]``
+(rid, attempt, replica, reason, tokens kept) say so. A turn whose ``EnginePool.max_attempts``
+sends all failed is failed as any engine failure; an engine that answers with an HTTP error
+(a refusal) is never retried.
 """
 
 from __future__ import annotations
@@ -26,7 +39,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
-from loongsage.engines.pool import EnginePool
+from loongsage.engines.client import EngineError as EngineCallError
+from loongsage.engines.pool import EnginePool, ReplicaDown
 from loongsage.agentflow.errors import EngineError
 from loongsage.agentflow.generation import (
     Generated, TurnDecoder, abort, generate, stream_generation,
@@ -47,7 +61,7 @@ class PreparedTurn:
     rid: str
     sampling: dict[str, Any]
     started: bool = False  # events() ran; else abandon() undoes the planned prompt
-    continued: int = 0  # engine requests sent again after an abort for a weight update
+    continued: int = 0  # engine requests sent again (after an abort for an update, or a failover)
 
     @property
     def live_rid(self) -> str:
@@ -136,26 +150,57 @@ class TurnRunner:
     async def _sample(self, turn: PreparedTurn, decoder: TurnDecoder, gen: Generated,
                       stream: bool) -> AsyncIterator[str]:
         """Sample the turn into ``gen``, yielding text pieces when streaming; continue it after
-        an abort for a weight update (module docstring)."""
-        budget = turn.sampling["max_new_tokens"]
+        an abort for a weight update or on another replica after a failure (module docstring)."""
+        budget, attempt = turn.sampling["max_new_tokens"], 1
         while True:
-            async with self.pool.slot(turn.replica) as slot:
-                ids = turn.plan.prompt_ids + gen.output_ids
-                sampling = {**turn.sampling, "max_new_tokens": budget - len(gen.output_ids)}
-                if stream:
-                    async for piece in stream_generation(slot.client, ids, sampling, turn.live_rid,
-                                                         decoder, gen):
-                        yield piece
-                else:
-                    await generate(slot.client, ids, sampling, turn.live_rid, gen)
-            if gen.finish_reason != "abort" or self.pool.update_aborts == slot.update_aborts:
-                return
+            failure = None
+            try:
+                async with self.pool.slot(turn.replica) as slot:
+                    ids = turn.plan.prompt_ids + gen.output_ids
+                    sampling = {**turn.sampling, "max_new_tokens": budget - len(gen.output_ids)}
+                    if stream:
+                        pieces = stream_generation(slot.client, ids, sampling, turn.live_rid, decoder, gen)
+                        async for piece in self.pool.stream_unless_down(turn.replica, pieces):
+                            yield piece
+                    else:
+                        await self.pool.unless_down(
+                            turn.replica, generate(slot.client, ids, sampling, turn.live_rid, gen))
+            except (EngineCallError, ReplicaDown) as err:
+                if isinstance(err, EngineCallError) and err.status is not None:
+                    raise  # the engine answered: a refusal, not a failure of the replica
+                failure = str(err)
+            else:
+                if gen.finish_reason != "abort" or self.pool.update_aborts == slot.update_aborts:
+                    return
             if len(gen.output_ids) >= budget:
                 gen.finish_reason = "length"
                 return
+            if failure is None:
+                self._count(turn, "continued_turns")
+            else:
+                await self._fail_over(turn, attempt, failure, len(gen.output_ids))
+                attempt += 1
             turn.continued += 1
-            meta = turn.ctx.trajectory.metadata
-            meta["continued_turns"] = meta.get("continued_turns", 0) + 1
+
+    async def _fail_over(self, turn: PreparedTurn, attempt: int, reason: str, kept: int) -> None:
+        """Send number ``attempt`` of ``turn`` failed with its replica: record it and move the
+        turn (and its session) to a live replica, or fail it when that was the last attempt."""
+        pool = self.pool
+        if attempt >= pool.max_attempts:
+            pool.mark_down(turn.replica, reason)
+            raise EngineError(f"turn {turn.rid} failed on {attempt} engine replicas, the last: {reason}")
+        pool.replica_failed(turn.replica, turn.live_rid, attempt, reason)
+        self._count(turn, "turn_retries")
+        turn.ctx.trajectory.metadata.setdefault("turn_failovers", []).append(
+            {"rid": turn.live_rid, "attempt": attempt, "replica": turn.replica, "reason": reason,
+             "tokens_kept": kept})
+        await pool.live_replica()
+        turn.replica = pool.pick(turn.ctx.trajectory.key)
+
+    @staticmethod
+    def _count(turn: PreparedTurn, key: str) -> None:
+        meta = turn.ctx.trajectory.metadata
+        meta[key] = meta.get(key, 0) + 1
 
     async def abandon(self, turn: PreparedTurn) -> None:
         """Undo a prepared turn whose response never started (the client left first)."""

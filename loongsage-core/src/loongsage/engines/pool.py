@@ -20,7 +20,10 @@ fails for an unreachable engine, or whose replica goes down while it waits (a hu
 never answers), is sent again to a live replica (the restarted one included), at most
 ``max_attempts`` times in all. Every retry is recorded (``take_retries``: rid, attempt,
 replica, why), never silent; when no replica is up for ``wait_s`` seconds the request fails
-with an ``EngineError`` saying so.
+with an ``EngineError`` saying so. The AgentFlow router fails a turn over with the same
+pieces (``unless_down``, ``stream_unless_down``, ``replica_failed``, ``live_replica``): it
+keeps the tokens the dead replica streamed and continues the turn elsewhere
+(``agentflow.turns``).
 
 Partial rollout at a weight update (``abort_for_update``): the pool *holds* (no request is
 sent to an engine until ``resume_after_update``), aborts every running generation, and
@@ -40,12 +43,13 @@ import time
 import uuid
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Hashable, Sequence
+from typing import Any, AsyncGenerator, AsyncIterator, Hashable, Sequence
 
 from loongsage.engines.client import EngineError
 
 DOWN_POLL_S = 0.2  # how often a waiting request looks whether its replica went down
 HOLD_POLL_S = 0.02  # how often a held request (or abort_for_update) looks again
+_END = object()  # stream_unless_down: the stream ended
 
 
 @dataclass
@@ -132,7 +136,14 @@ class EnginePool:
         retries, self._retries = self._retries, []
         return retries
 
-    async def _live_replica(self) -> int:
+    def replica_failed(self, idx: int, rid: str, attempt: int, reason: str) -> None:
+        """Request ``rid``'s send number ``attempt`` failed with replica ``idx``: mark it down
+        and record the retry that follows."""
+        self.mark_down(idx, reason)
+        self._retries.append(Retry(rid, attempt, idx, reason))
+
+    async def live_replica(self) -> int:
+        """The least-loaded live replica, once one is up; ``EngineError`` after ``wait_s``."""
         deadline = time.monotonic() + self.wait_s
         while len(self.down) == len(self.clients):
             if time.monotonic() > deadline:
@@ -141,8 +152,9 @@ class EnginePool:
             await asyncio.sleep(DOWN_POLL_S)
         return self.least_loaded()
 
-    async def _unless_down(self, idx: int, request: Any) -> Any:
-        """Await ``request``; raise ``ReplicaDown`` (cancelling it) if ``idx`` goes down first."""
+    async def unless_down(self, idx: int, request: Any) -> Any:
+        """Await ``request``; raise ``ReplicaDown`` (cancelling it, and waiting until it is
+        cancelled) if replica ``idx`` goes down first."""
         task = asyncio.ensure_future(request)
         try:
             while not task.done():
@@ -151,7 +163,18 @@ class EnginePool:
                     raise ReplicaDown(self.down[idx])
             return task.result()
         finally:
-            task.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task})
+
+    async def stream_unless_down(self, idx: int, items: AsyncGenerator[Any, None]) -> AsyncIterator[Any]:
+        """``items`` one by one; ``ReplicaDown`` (the stream closed) if replica ``idx`` goes
+        down while the next one is awaited (a hung engine streams nothing more)."""
+        try:
+            while (item := await self.unless_down(idx, anext(items, _END))) is not _END:
+                yield item
+        finally:
+            await items.aclose()
 
     @asynccontextmanager
     async def busy(self, idx: int) -> AsyncIterator[Any]:
@@ -234,19 +257,19 @@ class EnginePool:
         rid, attempt = rid or uuid.uuid4().hex, 0
         while True:
             attempt += 1
-            idx = await self._live_replica()
+            idx = await self.live_replica()
             try:
                 async with self.busy(idx) as client:
-                    out = await self._unless_down(idx, client.agenerate(input_ids, sampling_params, rid=rid))
+                    out = await self.unless_down(idx, client.agenerate(input_ids, sampling_params, rid=rid))
             except (EngineError, ReplicaDown) as err:
                 if isinstance(err, EngineError) and err.status is not None:
                     raise  # the engine answered: a refusal, not a failure of the replica
                 reason = str(err)
-                self.mark_down(idx, reason)
                 if attempt == self.max_attempts:
+                    self.mark_down(idx, reason)
                     raise EngineError("/generate", f"request {rid} failed on {attempt} replicas, "
                                       f"the last: {reason}") from err
-                self._retries.append(Retry(rid, attempt, idx, reason))
+                self.replica_failed(idx, rid, attempt, reason)
                 continue
             out.meta_info["attempt"] = attempt
             return out
