@@ -188,7 +188,7 @@ class TurnRunner:
         pool = self.pool
         if attempt >= pool.max_attempts:
             pool.mark_down(turn.replica, reason)
-            raise EngineError(f"turn {turn.rid} failed on {attempt} engine replicas, the last: {reason}")
+            raise EngineError(f"turn {turn.rid} failed on {attempt} engine replica{'s' if attempt > 1 else ''}, the last: {reason}")
         pool.replica_failed(turn.replica, turn.live_rid, attempt, reason)
         self._count(turn, "turn_retries")
         turn.ctx.trajectory.metadata.setdefault("turn_failovers", []).append(
