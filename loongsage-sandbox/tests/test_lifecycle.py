@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 
 import pytest
 
@@ -18,7 +19,7 @@ from loongsage_sandbox.errors import (
     UntrustedCodeRefusedError,
 )
 from loongsage_sandbox.leftovers import state_root
-from loongsage_sandbox.testing import bwrap_unavailable_reason, host_processes_with
+from loongsage_sandbox.testing import bwrap_unavailable_reason, host_processes_with, supervisor_processes
 
 
 BWRAP_REASON = bwrap_unavailable_reason()
@@ -132,6 +133,31 @@ def test_a_dead_supervisor_is_reported_and_cleaned_up(backend):
 
     sb = run(go())
     assert not (state_root() / sb.state.id).exists()
+
+
+@pytest.mark.parametrize("backend", LOCAL)
+def test_a_supervisor_killed_mid_exec_fails_that_exec_at_once_and_leaves_nothing(backend):
+    """SIGKILL of the supervisor alone (not its process group) while it runs a command: the exec
+    fails as crashed as soon as the supervisor's pipe closes (not after the command's timeout
+    plus the grace period), and the command it was running is killed with the sandbox."""
+    async def go():
+        sb = await make(backend).start()
+        task = asyncio.ensure_future(sb.exec(["sleep", "4324"], timeout=60))
+        deadline = time.monotonic() + 20
+        while not any(supervisor_processes(os.getpid()).values()):  # the command is running
+            assert time.monotonic() < deadline, "the command never started"
+            await asyncio.sleep(0.02)
+        [(pid, running)] = supervisor_processes(os.getpid()).items()
+        os.kill(pid, signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(SandboxCrashedError, match="supervisor died while exec"):
+            await task
+        return sb, time.monotonic() - start, running
+
+    sb, seconds, running = run(go())
+    assert len(running) == 1 and seconds < 5, seconds
+    assert sb.closed and not (state_root() / sb.state.id).exists()
+    assert host_processes_with("sleep 4324") == []
 
 
 def test_bad_input_gets_clear_errors():

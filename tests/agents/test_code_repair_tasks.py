@@ -88,7 +88,7 @@ async def _replay(prompt: Prompt, factory) -> dict:
         for m in prompt.metadata["demonstration"]:
             if m["role"] == "assistant":
                 for call in m.get("tool_calls", []):
-                    outputs.append(await run_tool(sandbox, bash, call["function"]["arguments"], 30, 100000))
+                    outputs.append((await run_tool(sandbox, bash, call["function"]["arguments"], 30, 100000)).text)
             elif m["role"] == "tool":
                 expected.append(m["content"])
         submitted = submission((await sandbox.read_file("solution.py")).decode())

@@ -110,6 +110,57 @@ def test_tool_loop_runs_the_calculator_in_the_data_sources_sandbox(scripted_engi
     assert all(lp == engine.LOGPROB for lp, m in zip(sample.response_logprobs, sample.loss_mask) if m)
 
 
+SLOW = '<tool_call>\n{"name": "bash", "arguments": {"command": "sleep 4325"}}\n</tool_call>'
+ECHO = '<tool_call>\n{"name": "bash", "arguments": {"command": "echo again"}}\n</tool_call>'
+
+
+def test_a_sandbox_supervisor_killed_mid_tool_call_is_an_error_the_model_sees(scripted_engine, tokenizer,
+                                                                              agent_context):
+    """The sandbox's supervisor is SIGKILLed while it runs the first call: that call's tool
+    message is the error, the next call gets the error of a closed sandbox, the model's next turn
+    is sampled with both in its prompt, and the trajectory ends normally, marked as failed
+    (``rollout.failed_trajectory`` decides) with the sandbox's error; nothing it ran is left."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from loongsage_sandbox.testing import host_processes_with, supervisor_processes
+
+    def kill_mid_exec() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            running = {pid: kids for pid, kids in supervisor_processes(os.getpid()).items() if kids}
+            if running:
+                os.kill(next(iter(running)), signal.SIGKILL)
+                return
+            time.sleep(0.02)
+
+    killer = threading.Thread(target=kill_mid_exec, daemon=True)
+    killer.start()
+    engine = scripted_engine([SLOW, ECHO, "Done."])
+    agent = ToolLoopAgent(ToolLoopParams(max_turns=5, tools=["bash"], tool_timeout_s=60),
+                          agent_context({"type": "process", "allow_untrusted_code": True}))
+    prompt = Prompt("calc", 0, [{"role": "user", "content": "Wait, then echo."}])
+    start = time.monotonic()
+    try:
+        [sample] = asyncio.run(agent.run_group(prompt, 1, engine, {"max_new_tokens": 64}))
+    finally:
+        agent.close()
+    killer.join(timeout=1)
+    assert time.monotonic() - start < 30  # the crash is seen at once, not after the tool's 60 s timeout
+    info = sample.reward_info
+    assert sample.text == "Done." and info["turns"] == 3 and info["tool_calls"] == 2
+    crashed, closed = [m["content"] for m in info["messages"] if m["role"] == "tool"]
+    assert crashed.startswith("error: bash did not run: process sandbox supervisor died while exec")
+    assert closed == "error: bash did not run: process sandbox is closed"
+    assert info["sandbox_failed"] is True and info["sandbox_error"] in crashed
+    assert info["failed"] == f"its sandbox could not run a tool call: {info['sandbox_error']}"
+    text = tokenizer.decode(sample.prompt_ids + sample.response_ids)
+    assert crashed in text and closed in text  # the model was sampled after reading both
+    assert host_processes_with("sleep 4325") == []
+
+
 def test_tool_loop_refuses_unknown_tools_and_a_source_without_a_sandbox(agent_context):
     with pytest.raises(ValueError, match=r"agent.params.tools: unknown tool\(s\) \['web'\]"):
         ToolLoopAgent(ToolLoopParams(tools=["calculator", "web"]), agent_context({"type": "process", "allow_untrusted_code": True}))

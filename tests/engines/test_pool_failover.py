@@ -124,8 +124,14 @@ def test_no_replica_up_fails_with_an_error_naming_the_down_ones(dead_url):
 
 def test_an_update_abort_marks_an_unreachable_replica_down_and_holds_requests(engine_url, dead_url):
     """Partial rollout's ``abort_for_update`` aborts the live replica's requests, marks the dead
-    one down rather than failing the weight update, and holds new requests until resumed."""
+    one down rather than failing the weight update, and holds new requests until resumed: a
+    router turn (``slot``) waits; a white-box request (``agenerate``) returns aborted at once,
+    nothing sampled and nothing sent, for its caller to continue under the new weights."""
     pool = EnginePool([EngineClient(dead_url), EngineClient(engine_url)])
+
+    async def turn():
+        async with pool.slot(1) as slot:
+            return await slot.client.agenerate([4, 5], SAMPLING)
 
     async def run():
         long = asyncio.ensure_future(pool.clients[1].agenerate([1, 2, 3], {"max_new_tokens": 1500,
@@ -133,14 +139,47 @@ def test_an_update_abort_marks_an_unreachable_replica_down_and_holds_requests(en
         while not (await asyncio.to_thread(httpx.get, engine_url + "/get_load")).json()["running"]:
             await asyncio.sleep(0.005)
         await pool.abort_for_update()
-        held = asyncio.ensure_future(pool.agenerate([4, 5], SAMPLING))
+        sent = pool.served[1]
+        white_box = await asyncio.wait_for(pool.agenerate([4, 5], SAMPLING, rid="held"), 5)
+        held = asyncio.ensure_future(turn())
         await asyncio.sleep(0.3)
         waited = not held.done()
         pool.resume_after_update()
-        return await long, waited, await held
+        turned = await held
+        return await long, white_box, pool.served[1] - sent, waited, turned
 
-    aborted, waited, held = asyncio.run(run())
+    aborted, white_box, sent, waited, held = asyncio.run(run())
     assert aborted.finish_reason == "abort" and len(aborted.output_ids) < 1500
     assert 0 in pool.down and "abort at a weight update" in pool.down[0]
-    assert waited and held.finish_reason == "length" and held.meta_info["attempt"] == 1
-    assert pool.update_aborts == 1 and not pool.held
+    assert (white_box.finish_reason, white_box.output_ids, white_box.rid) == ("abort", [], "held")
+    assert white_box.meta_info == {"attempt": 1, "held_for_update": True}
+    assert sent == 1  # the router turn, once resumed; the white-box request never reached the engine
+    assert waited and held.finish_reason == "length"
+    assert pool.update_aborts == 1 and not pool.held and pool.take_retries() == []
+
+
+def test_a_request_whose_engine_dies_during_an_update_comes_back_aborted(hung_url):
+    """A white-box request's engine dies while the pool holds for a weight update (the update's
+    abort-all never gets an answer from it; the monitor declares it down): the request is
+    recorded as a retry and comes back aborted with nothing sampled, for its group to continue
+    after the update. Sent again it would wait for the hold, which ends only once every
+    white-box group has returned: the partial-rollout fault test deadlocked there."""
+    pool = EnginePool([EngineClient(hung_url, timeout=120)])
+
+    async def run():
+        request = asyncio.ensure_future(pool.agenerate([1, 2, 3], SAMPLING, rid="on-dead"))
+        await asyncio.sleep(0.5)
+        update = asyncio.ensure_future(pool.abort_for_update())
+        await asyncio.sleep(0.2)
+        assert pool.held and not request.done()
+        threading.Thread(target=pool.mark_down, args=(0, "its process is gone")).start()
+        try:
+            return await asyncio.wait_for(request, 10)
+        finally:
+            update.cancel()
+
+    out = asyncio.run(run())
+    assert (out.rid, out.finish_reason, out.output_ids, out.meta_info) == (
+        "on-dead", "abort", [], {"attempt": 2, "held_for_update": True})
+    assert [(r.rid, r.attempt, r.replica, r.reason) for r in pool.take_retries()] == [
+        ("on-dead", 1, 0, "its process is gone")]

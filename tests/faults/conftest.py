@@ -1,5 +1,7 @@
 """Fault-injection tests reuse the end-to-end helpers (``runs``: the real CLI in a subprocess
-with its own Ray cluster) from ``tests/e2e/conftest.py``."""
+with its own Ray cluster) from ``tests/e2e/conftest.py``; ``fault_plugins.py`` beside this file
+is the config-local plugin module a run loads (``plugins=[fault_plugins]``) to stop at a chosen
+point: every watched run has this folder on its ``PYTHONPATH``."""
 
 from __future__ import annotations
 
@@ -49,12 +51,18 @@ def leftovers():
 
 
 class WatchedRun:
-    """``loongsage train`` (tiny recipe) in its own session, its output collected as it comes."""
+    """``loongsage train`` (a tiny recipe, ``tiny/grpo`` unless ``config`` names another) in its
+    own session, its output collected as it comes; ``env`` adds variables. This folder is first
+    on its ``PYTHONPATH``, so the CLI and its Ray workers can import ``fault_plugins``."""
 
-    def __init__(self, runs, run_dir, *overrides: str) -> None:
-        args = [*runs.cli, "train", "--config-name", "tiny/grpo", f"trainer.run_dir={run_dir}",
+    def __init__(self, runs, run_dir, *overrides: str, config: str = "tiny/grpo",
+                 env: dict[str, str] | None = None) -> None:
+        args = [*runs.cli, "train", "--config-name", config, f"trainer.run_dir={run_dir}",
                 "logging.progress_bar=false", *overrides]
-        self.proc = subprocess.Popen(args, env=runs.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        environ = {**runs.env(), **(env or {})}
+        environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent),
+                                                              environ.get("PYTHONPATH")]))
+        self.proc = subprocess.Popen(args, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, start_new_session=True)
         self.out: list[str] = []
         threading.Thread(target=lambda: self.out.extend(self.proc.stdout), daemon=True).start()
@@ -71,11 +79,12 @@ class WatchedRun:
 
 @pytest.fixture
 def watched(runs):
-    """``watched(run_dir, *overrides)`` starts a ``WatchedRun``; its whole session is killed after the test."""
+    """``watched(run_dir, *overrides, config=, env=)`` starts a ``WatchedRun``; its whole session
+    is killed after the test."""
     started: list[WatchedRun] = []
 
-    def start(run_dir, *overrides: str) -> WatchedRun:
-        started.append(WatchedRun(runs, run_dir, *overrides))
+    def start(run_dir, *overrides: str, **options) -> WatchedRun:
+        started.append(WatchedRun(runs, run_dir, *overrides, **options))
         return started[-1]
 
     yield start

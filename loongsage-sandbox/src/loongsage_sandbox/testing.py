@@ -96,3 +96,36 @@ def host_processes_with(marker: str) -> list[int]:
             except OSError:
                 pass
     return found
+
+
+def supervisor_processes(ancestor: int) -> dict[int, list[int]]:
+    """The host pids of the sandbox supervisors ``ancestor`` started (itself included), each
+    with the pids of its live children, the commands it is running right now (fault tests
+    kill a supervisor mid-exec with it)."""
+    import os
+
+    parents: dict[int, int] = {}
+    commands: dict[int, list[bytes]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if fields[0] not in ("Z", "X"):
+            parents[int(name)], commands[int(name)] = int(fields[1]), argv
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    found, todo = {}, [ancestor]
+    while todo:
+        pid = todo.pop()
+        argv = commands.get(pid, [])
+        if argv[1:3] == [b"-I", b"-S"] and len(argv) > 3 and argv[3].endswith(b"supervisor.py"):
+            found[pid] = sorted(children.get(pid, []))
+        todo += children.get(pid, [])
+    return found

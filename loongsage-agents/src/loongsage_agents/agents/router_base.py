@@ -77,9 +77,12 @@ def prompt_task(prompt: Prompt) -> str:
 
 def trajectory_failure(router: Any, tid: str, outcome: "Outcome") -> str | None:
     """Why trajectory ``tid`` failed, if it did: the agent process timed out (killed with its
-    process group), or a turn's engine request failed (the router marked it)."""
+    process group), its sandbox could not run a tool call (``sandbox_failed``: the supervisor
+    died), or a turn's engine request failed (the router marked it)."""
     if outcome.info.get("timed_out"):
         return "the agent process timed out and was killed"
+    if outcome.info.get("sandbox_failed"):
+        return f"its sandbox could not run a tool call: {outcome.info.get('sandbox_error')}"
     traj = router.store.lookup(tid, "0")
     if traj is not None and traj.status == "failed":
         return f"a turn failed: {traj.error}"

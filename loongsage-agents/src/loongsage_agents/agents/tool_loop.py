@@ -8,6 +8,15 @@ Completions), run every tool call the model makes inside the sandbox, append the
 it). The router records the tokens (TITO): the model's turns are in
 the loss mask, tool results and template text are not. The answer is the last reply's text.
 
+A tool call the sandbox cannot run (its supervisor died mid-exec, or it is already closed after
+that: any ``LoongSageError`` from ``exec``, which is what sandbox backends raise) does not end
+the trajectory: its tool message is the error, so the model sees it on its next turn, and the
+trajectory is marked (``sandbox_failed``, ``sandbox_error`` in its info; a step reports
+``rollout/sandbox_failed_mean``), which makes it a failed trajectory for
+``rollout.failed_trajectory`` (``router_base.trajectory_failure``): a broken environment is
+not the model's answer. Later calls get the same kind of error; the sandbox is not replaced,
+since a new one would have lost the files the trajectory wrote.
+
 A coding task's repository (its prompt's ``metadata["files"]``, ``agents.task_files``) is
 written into the sandbox's work dir before the first turn. With ``submit_file`` set, the
 answer is that file as the sandbox holds it after the loop, fenced by
@@ -19,9 +28,11 @@ in a fresh sandbox; a file the model deleted (or made unreadable) gives an empty
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from loongsage.data.types import Prompt
+from loongsage.errors import LoongSageError
 
 from loongsage_agents.agents.chat import chat_sampling, openai_client
 from loongsage_agents.agents.router_base import Outcome, RouterAgentBase
@@ -30,21 +41,34 @@ from loongsage_agents.agents.task_files import submission, task_files
 from loongsage_agents.agents.tools import Tool, ToolArgumentError, get_tools
 
 
+@dataclass
+class ToolMessage:
+    """What one tool call returns to the model, and why its sandbox could not run it (None
+    when it ran, or when the call itself was wrong)."""
+
+    text: str
+    sandbox_error: str | None = None
+
+
 async def run_tool(sandbox: Any, tool: Tool, arguments_json: str, timeout: float,
-                   max_chars: int) -> str:
-    """The tool message for one call: its output, or what was wrong with the call."""
+                   max_chars: int) -> ToolMessage:
+    """The tool message for one call: its output, what was wrong with the call, or why the
+    sandbox could not run it."""
     try:
         arguments = json.loads(arguments_json or "{}")
         if not isinstance(arguments, dict):
             raise ToolArgumentError(f"arguments must be a JSON object, got {arguments_json!r}")
         argv = tool.argv(arguments)
     except (json.JSONDecodeError, ToolArgumentError) as err:
-        return f"error: bad arguments for {tool.name}: {err}"
-    result = await sandbox.exec(argv, timeout=timeout)
+        return ToolMessage(f"error: bad arguments for {tool.name}: {err}")
+    try:
+        result = await sandbox.exec(argv, timeout=timeout)
+    except LoongSageError as err:
+        return ToolMessage(f"error: {tool.name} did not run: {err}"[:max_chars], sandbox_error=str(err))
     out = (result.stdout + result.stderr).decode("utf-8", "replace").rstrip("\n")
     if result.timed_out:
         out += f"\n[timed out after {timeout:g} s]"
-    return out[:max_chars]
+    return ToolMessage(out[:max_chars])
 
 
 class ToolLoopAgent(RouterAgentBase):
@@ -70,7 +94,7 @@ class ToolLoopAgent(RouterAgentBase):
         messages = [dict(m) for m in prompt.messages]
         schemas = self.tool_schemas()
         calls = turns = 0
-        finish = None
+        finish = sandbox_error = None
         files = task_files(prompt) if "files" in prompt.metadata else None
         async with openai_client(urls, key) as client, \
                 self.sandbox(files=files) as sandbox:
@@ -95,13 +119,16 @@ class ToolLoopAgent(RouterAgentBase):
                 for call in tool_calls:
                     calls += 1
                     tool = self.tools.get(call.function.name)
-                    output = (f"error: unknown tool '{call.function.name}'; available: "
-                              f"{sorted(self.tools)}") if tool is None else await run_tool(
+                    output = ToolMessage(f"error: unknown tool '{call.function.name}'; available: "
+                                         f"{sorted(self.tools)}") if tool is None else await run_tool(
                         sandbox, tool, call.function.arguments, p.tool_timeout_s,
                         p.max_tool_output_chars)
-                    messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
+                    sandbox_error = sandbox_error or output.sandbox_error
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": output.text})
             info: dict[str, Any] = {"turns": turns, "tool_calls": calls, "finish_reason": finish,
-                                    "messages": messages}
+                                    "messages": messages, "sandbox_failed": sandbox_error is not None}
+            if sandbox_error is not None:
+                info["sandbox_error"] = sandbox_error
             if p.submit_file is not None:
                 return await self._submit(sandbox, p.submit_file, info)
         answer = next(m for m in reversed(messages) if m["role"] == "assistant")

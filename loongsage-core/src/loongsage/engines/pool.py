@@ -32,7 +32,13 @@ here, not at the engine, so in colocated mode nothing reaches an engine whose de
 trainer holds, and every token sampled after ``resume_after_update`` comes from the new
 weights. ``update_aborts`` counts these aborts: the AgentFlow router continues a turn the
 engine aborted for one of them (``agentflow.turns``) and fails a turn aborted for any other
-reason.
+reason. A request sent through the pool as an engine client (``agenerate``: white-box agents,
+whose groups the scheduler waits for before the update) does not wait out the hold: one that
+finds the pool holding before it reaches an engine (queued behind ``max_inflight``, or sent
+again after its replica failed, e.g. an engine killed during the update's abort) returns at
+once as aborted with no new tokens, exactly like the requests the update aborted, so its
+caller continues it under the new weights; waiting would deadlock, since the hold ends only
+after every such group has returned.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, AsyncGenerator, AsyncIterator, Hashable, Sequence
 
-from loongsage.engines.client import EngineError
+from loongsage.engines.client import EngineError, GenerateOutput
 
 DOWN_POLL_S = 0.2  # how often a waiting request looks whether its replica went down
 HOLD_POLL_S = 0.02  # how often a held request (or abort_for_update) looks again
@@ -72,6 +78,17 @@ class Slot:
 
 class ReplicaDown(Exception):
     """The replica serving a request was declared down while the request waited."""
+
+
+class HeldForUpdate(Exception):
+    """An ``agenerate`` request found the pool holding for a weight update before it reached an engine."""
+
+
+def held_output(rid: str, prompt_tokens: int, attempt: int) -> GenerateOutput:
+    """What a request held for a weight update returns: aborted, nothing sampled (module docstring)."""
+    return GenerateOutput(output_ids=[], output_logprobs=[], finish_reason="abort", weight_version=None,
+                          prompt_tokens=prompt_tokens, rid=rid, output_weight_versions=[],
+                          meta_info={"attempt": attempt, "held_for_update": True})
 
 
 class EnginePool:
@@ -142,10 +159,13 @@ class EnginePool:
         self.mark_down(idx, reason)
         self._retries.append(Retry(rid, attempt, idx, reason))
 
-    async def live_replica(self) -> int:
-        """The least-loaded live replica, once one is up; ``EngineError`` after ``wait_s``."""
+    async def live_replica(self, leave_on_hold: bool = False) -> int:
+        """The least-loaded live replica, once one is up; ``EngineError`` after ``wait_s``;
+        ``leave_on_hold``: ``HeldForUpdate`` if the pool holds for an update while none is up."""
         deadline = time.monotonic() + self.wait_s
         while len(self.down) == len(self.clients):
+            if leave_on_hold and self.held:
+                raise HeldForUpdate()
             if time.monotonic() > deadline:
                 raise EngineError("/generate", f"no rollout engine up for {self.wait_s:.0f} s "
                                   f"(down: {self.down})")
@@ -177,20 +197,14 @@ class EnginePool:
             await items.aclose()
 
     @asynccontextmanager
-    async def busy(self, idx: int) -> AsyncIterator[Any]:
+    async def slot(self, idx: int, leave_on_hold: bool = False) -> AsyncIterator["Slot"]:
         """Count a request against replica ``idx``, wait for one of its send slots (and while the
-        pool holds); yields the replica's client."""
-        async with self.slot(idx) as slot:
-            yield slot.client
-
-    @asynccontextmanager
-    async def slot(self, idx: int) -> AsyncIterator["Slot"]:
-        """``busy``, yielding a ``Slot``: the client and the ``update_aborts`` count when the
-        request passed the hold (an abort for an update after that one aborted this request)."""
+        pool holds); yields a ``Slot``: the client and the ``update_aborts`` count when the
+        request passed the hold (an abort for an update after that one aborted this request).
+        ``leave_on_hold``: raise ``HeldForUpdate`` instead of waiting while the pool holds."""
         if self._gates is None:
             self._gates = [asyncio.Semaphore(self.max_inflight) for _ in self.clients]
         self.inflight[idx] += 1
-        self.served[idx] += 1
         try:
             async with self._gates[idx]:
                 while True:
@@ -198,7 +212,10 @@ class EnginePool:
                         if not self.held:
                             self._sending += 1
                             slot = Slot(self.clients[idx], self.update_aborts)
+                            self.served[idx] += 1
                             break
+                    if leave_on_hold:
+                        raise HeldForUpdate()
                     await asyncio.sleep(HOLD_POLL_S)
                 try:
                     yield slot
@@ -252,27 +269,30 @@ class EnginePool:
     async def agenerate(self, input_ids: Sequence[int], sampling_params: dict[str, Any] | None = None,
                         rid: str | None = None) -> Any:
         """``/generate`` on the least-loaded live replica, sent again elsewhere when that
-        replica dies or hangs (module docstring); ``meta_info["attempt"]`` says which send
-        produced the output."""
+        replica dies or hangs, returned aborted when held for a weight update (module
+        docstring); ``meta_info["attempt"]`` says which send produced the output."""
         rid, attempt = rid or uuid.uuid4().hex, 0
-        while True:
-            attempt += 1
-            idx = await self.live_replica()
-            try:
-                async with self.busy(idx) as client:
-                    out = await self.unless_down(idx, client.agenerate(input_ids, sampling_params, rid=rid))
-            except (EngineError, ReplicaDown) as err:
-                if isinstance(err, EngineError) and err.status is not None:
-                    raise  # the engine answered: a refusal, not a failure of the replica
-                reason = str(err)
-                if attempt == self.max_attempts:
-                    self.mark_down(idx, reason)
-                    raise EngineError("/generate", f"request {rid} failed on {attempt} replicas, "
-                                      f"the last: {reason}") from err
-                self.replica_failed(idx, rid, attempt, reason)
-                continue
-            out.meta_info["attempt"] = attempt
-            return out
+        try:
+            while True:
+                attempt += 1
+                idx = await self.live_replica(leave_on_hold=True)
+                try:
+                    async with self.slot(idx, leave_on_hold=True) as slot:
+                        out = await self.unless_down(idx, slot.client.agenerate(input_ids, sampling_params, rid=rid))
+                except (EngineError, ReplicaDown) as err:
+                    if isinstance(err, EngineError) and err.status is not None:
+                        raise  # the engine answered: a refusal, not a failure of the replica
+                    reason = str(err)
+                    if attempt == self.max_attempts:
+                        self.mark_down(idx, reason)
+                        raise EngineError("/generate", f"request {rid} failed on {attempt} replicas, "
+                                          f"the last: {reason}") from err
+                    self.replica_failed(idx, rid, attempt, reason)
+                    continue
+                out.meta_info["attempt"] = attempt
+                return out
+        except HeldForUpdate:
+            return held_output(rid, len(input_ids), attempt)
 
     async def aabort(self, rid: str | None = None, *, abort_all: bool = False) -> None:
         """Abort ``rid`` (or everything) on every replica: the pool does not track which one runs it."""
