@@ -72,7 +72,7 @@ def test_an_engine_killed_in_a_weight_sync_is_restarted_with_the_trainers_weight
     assert [row["step"] for row in rows] == list(range(steps))
     assert sum(row["rollout/engine_restarts"] for row in rows) == 1
     assert [row["train/weight_version"] for row in rows] == [2, 3, 4, 5]  # 1: the warm start's
-    trained = []
+    trained, gaps = [], []
     for step in range(steps):
         saved = samples(run_dir, step)
         assert len(saved) == PROMPTS * N  # every group trained, whole
@@ -84,10 +84,11 @@ def test_an_engine_killed_in_a_weight_sync_is_restarted_with_the_trainers_weight
         gap = max(abs(r - t) for s in saved for r, t, m in zip(s["rollout_logprobs"], s["train_logprobs"],
                                                                s["loss_mask"]) if m)
         assert gap < 1e-3, (step, gap)
+        gaps.append(gap)
         assert rows[step]["train/is_approx_k3_kl"] < 1e-6, rows[step]
     assert trained == list(range(steps * PROMPTS))  # every dispatched group trained once
     print(json.dumps({"restart_s": restart["seconds"], "kill_to_restarted_s": round(restart["time"] - killed_at, 2),
-                      "retried": len(events(run_dir, "retry"))}))
+                      "retried": len(events(run_dir, "retry")), "logprob_gap": max(gaps)}))
 
 
 def test_an_engine_killed_in_a_partial_rollout_pause_loses_no_group(tmp_path, runs, watched, leftovers):

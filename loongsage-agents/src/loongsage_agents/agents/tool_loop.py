@@ -9,9 +9,9 @@ it). The router records the tokens (TITO): the model's turns are in
 the loss mask, tool results and template text are not. The answer is the last reply's text.
 
 A tool call the sandbox cannot run (its supervisor died mid-exec, or it is already closed after
-that: any ``LoongSageError`` from ``exec``, which is what sandbox backends raise) does not end
-the trajectory: its tool message is the error, so the model sees it on its next turn, and the
-trajectory is marked (``sandbox_failed``, ``sandbox_error`` in its info; a step reports
+that: any ``LoongSageError`` but a ``ConfigError`` from ``exec``, which is what sandbox backends
+raise) does not end the trajectory: its tool message is the error, so the model sees it on its
+next turn, and the trajectory is marked (``sandbox_failed``, ``sandbox_error`` in its info; a step reports
 ``rollout/sandbox_failed_mean``), which makes it a failed trajectory for
 ``rollout.failed_trajectory`` (``router_base.trajectory_failure``): a broken environment is
 not the model's answer. Later calls get the same kind of error; the sandbox is not replaced,
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loongsage.data.types import Prompt
-from loongsage.errors import LoongSageError
+from loongsage.errors import ConfigError, LoongSageError
 
 from loongsage_agents.agents.chat import chat_sampling, openai_client
 from loongsage_agents.agents.router_base import Outcome, RouterAgentBase
@@ -63,6 +63,8 @@ async def run_tool(sandbox: Any, tool: Tool, arguments_json: str, timeout: float
         return ToolMessage(f"error: bad arguments for {tool.name}: {err}")
     try:
         result = await sandbox.exec(argv, timeout=timeout)
+    except ConfigError:
+        raise  # the run is configured wrong (e.g. tool_timeout_s): stop, naming the key
     except LoongSageError as err:
         return ToolMessage(f"error: {tool.name} did not run: {err}"[:max_chars], sandbox_error=str(err))
     out = (result.stdout + result.stderr).decode("utf-8", "replace").rstrip("\n")
