@@ -15,6 +15,7 @@ import base64
 import json
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -214,12 +215,21 @@ def _close_all_at_exit() -> None:
 
 
 def _kill_everything(sandboxes: list[SupervisedSandbox]) -> None:
-    """Kill supervisors and every process tagged with their ids (children in their own sessions)."""
+    """Kill supervisors and every process tagged with their ids (children in their own sessions).
+
+    Tagged processes are looked for again until none is left (a few rounds at most): a command
+    that forks while the first round is being killed (``sh -c 'sleep 9'`` right after its exec,
+    when the supervisor died mid-exec) would otherwise leave its child running."""
     for sb in sandboxes:
         sb._kill_group()
     ids = {sb.state.id for sb in sandboxes if sb.state is not None}
-    for pid in leftovers.tagged_processes(ids) if ids else ():
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    for _ in range(5 if ids else 0):
+        pids = leftovers.tagged_processes(ids)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.01)  # let the killed ones go before looking again
