@@ -19,6 +19,7 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 import pytest
 import torch
@@ -36,15 +37,16 @@ MAX_TOKENS = 96  # greedy on this prompt the tiny model never stops before it
 RECEIVED_BEFORE_KILL = 8  # streamed: text pieces the agent has when the engine dies
 
 
-def ask(protocol: str, stream: bool, urls: dict[str, str], received: threading.Event) -> tuple[str, str]:
+def ask(protocol: str, stream: bool, urls: dict[str, str], received: Callable[[], None]) -> tuple[str, str]:
     """One request as an agent makes it; returns (reply text, streamed text). ``received`` is
-    set once a streamed reply has delivered ``RECEIVED_BEFORE_KILL`` text pieces."""
+    called once, in the agent's thread, when a streamed reply has delivered
+    ``RECEIVED_BEFORE_KILL`` text pieces (the kill cannot then lag behind a fast engine)."""
     pieces: list[str] = []
 
     def got(text: str) -> None:
         pieces.append(text)
-        if len(pieces) >= RECEIVED_BEFORE_KILL:
-            received.set()
+        if len(pieces) == RECEIVED_BEFORE_KILL:
+            received()
 
     if protocol == "openai":
         client = openai.OpenAI(base_url=urls["openai"], api_key="unused", max_retries=0, timeout=120)
@@ -93,15 +95,15 @@ def test_a_turn_whose_replica_is_killed_completes_on_the_other_one(
     router = make_router(pool)
     tid = f"failover-{protocol}-{stream}"
     router.open_trajectory(tid)
-    received = threading.Event()
     with ThreadPoolExecutor(1) as executor:
-        reply = executor.submit(ask, protocol, stream, router.base_urls(tid), received)
+        reply = executor.submit(ask, protocol, stream, router.base_urls(tid), victim.kill)
         deadline = time.monotonic() + 60
-        while not (received.is_set() if stream else victim.load()["running"]):
+        while not stream and not victim.load()["running"]:
             assert not reply.done(), f"the turn ended before the kill: {reply.result()}"
             assert time.monotonic() < deadline
             time.sleep(0.005)
-        victim.kill()
+        if not stream:
+            victim.kill()
         text, streamed = reply.result(timeout=120)
 
     traj = router.store.lookup(tid)
@@ -162,7 +164,7 @@ def test_a_turn_waiting_on_a_replica_declared_down_moves_to_a_live_one(
     router = make_router(pool)
     router.open_trajectory("hung")
     with ThreadPoolExecutor(1) as executor:
-        reply = executor.submit(ask, "openai", stream, router.base_urls("hung"), threading.Event())
+        reply = executor.submit(ask, "openai", stream, router.base_urls("hung"), lambda: None)
         time.sleep(1.0)
         assert not reply.done() and pool.inflight == [1, 0]  # waiting on the hung engine
         threading.Thread(target=pool.mark_down, args=(0, "its process is stopped (hung)")).start()
