@@ -14,7 +14,8 @@ Weight sync (``train.lora.sync``):
   ``[out, rank]`` and ``<module>.lora_scaling`` (``alpha / rank``, one float64). The embedded
   rollout engine merges them on receipt into its base weights (:func:`merge_adapters`);
   peers fall back to full or on-disk weights for LoRA (slime, verl), SGLang's own LoRA path
-  loads adapters from disk. Bytes per sync: the adapters' size (+ 8 per module), not the model's.
+  loads adapters from disk. Bytes per sync: the adapters' size (+ 8 per module, one 64-byte
+  aligned slot each in TransferMesh's buckets), not the model's.
 
 Both merges compute the delta as peft's ``merge_and_unload`` does, ``(B·A)·scaling`` in fp32
 then added to the weight (:func:`lora_delta`), so the weights an engine holds after an adapter
