@@ -14,10 +14,12 @@ bytes, the bytes one weight sync sends (``named_tensors(include_tied=False)``, w
 TransferMesh ships) and the mean step time (noisy on a shared machine: a ratio, not a claim).
 The LoRA run then syncs its adapters into an embedded rollout engine in the same process
 (``apply_weights``, merged on receipt) and reports the largest gap between the engine's
-sampled-token log-probs and the trainer's, and against an independent merge by peft.
+sampled-token log-probs and the trainer's, against a full forward of an independent merge by
+peft, and against the same engine loaded with that merge's weights and sampling with the same
+seed (the comparison that isolates the merge from decode-vs-full-forward rounding).
 
     .venv/bin/python benchmarks/lora.py [--model smollm2|tiny] [--rows 8] [--tokens 128]
-                                        [--steps 3] [--rank 16] [--json]
+                                        [--steps 3] [--rank 16] [--lr 1e-5] [--json]
 """
 
 from __future__ import annotations
@@ -57,29 +59,41 @@ def tensor_bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def engine_logprob_gap(engine: EmbeddedTrainEngine, path: str) -> dict[str, float]:
-    """Sync the adapters into a rollout engine, generate, compare its log-probs."""
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
-
+def engine_sample(path: str, weights: list, prompt: list[int]) -> tuple[list[int], torch.Tensor]:
+    """24 tokens sampled (seed 1) by an embedded rollout engine loaded from ``path`` after one
+    sync of ``weights``: the ids and the engine's log-probs."""
     from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
     from loongsage.engines.embedded_rollout.params import SamplingParams
     from loongsage.engines.embedded_rollout.scheduler import Request
 
     rollout = EmbeddedRolloutEngine(path, num_threads=0, seed=1)
     rollout.scheduler.start()  # apply_weights swaps on the decode thread
-    rollout.apply_weights(list(engine.named_tensors(include_tied=False)))
-    vocab = engine.model.config.vocab_size
-    prompt = [int(t) for t in torch.randint(3, vocab, (16,), generator=torch.Generator().manual_seed(1))]
+    rollout.apply_weights(weights)
     done = []
     req = Request("r", prompt, SamplingParams(max_new_tokens=24, ignore_eos=True), lambda n, fin: fin and done.append(1))
     rollout.scheduler.submit(req)
     while not done:
         time.sleep(0.05)
     rollout.stop()
-    ids = torch.tensor([prompt + req.output_ids])
+    return req.output_ids, torch.tensor(req.logprobs)
+
+
+def engine_logprob_gap(engine: EmbeddedTrainEngine, path: str) -> dict[str, float]:
+    """Sync the adapters into a rollout engine, generate, compare its log-probs with the
+    trainer's, with a full forward of peft's merged model, and with the same engine loaded
+    with that merged model's weights (same decode numerics and sampling seed: only the merge
+    differs). ``adapter_logprob_shift``: how far the adapter moved the trainer's log-probs
+    from the base model's on those tokens (the scale the gaps are small against)."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    vocab = engine.model.config.vocab_size
+    prompt = [int(t) for t in torch.randint(3, vocab, (16,), generator=torch.Generator().manual_seed(1))]
+    out_ids, engine_lp = engine_sample(path, list(engine.named_tensors(include_tied=False)), prompt)
+    ids = torch.tensor([prompt + out_ids])
     batch = TrainBatch(ids, torch.ones_like(ids), torch.ones(ids.shape), {})
     trainer_lp = engine.compute_logprobs(batch)["logprobs"][0, len(prompt):]
+    base_lp = engine.compute_ref_logprobs(batch)[0, len(prompt):]
     with tempfile.TemporaryDirectory() as folder:
         engine.save(folder)
         base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
@@ -87,16 +101,21 @@ def engine_logprob_gap(engine: EmbeddedTrainEngine, path: str) -> dict[str, floa
         with torch.no_grad():
             logp = merged(ids).logits.float().log_softmax(-1)[0]
     peft_lp = torch.stack([logp[i - 1, ids[0, i]] for i in range(len(prompt), ids.shape[1])])
-    engine_lp = torch.tensor(req.logprobs)
+    merged_ids, merged_engine_lp = engine_sample(path, list(merged.state_dict().items()), prompt)
+    same = merged_ids == out_ids
     return {"logprob_gap_vs_trainer": float((engine_lp - trainer_lp).abs().max()),
-            "logprob_gap_vs_peft_merge": float((engine_lp - peft_lp).abs().max())}
+            "logprob_gap_vs_peft_merge": float((engine_lp - peft_lp).abs().max()),
+            "logprob_gap_vs_engine_with_merged_weights":
+                float((engine_lp - merged_engine_lp).abs().max()) if same else float("nan"),
+            "engine_with_merged_weights_same_tokens": float(same),
+            "adapter_logprob_shift": float((trainer_lp - base_lp).abs().max())}
 
 
 def run_one(args: argparse.Namespace) -> dict[str, float]:
     path = str(resolve_model_path(f"builtin:{args.model}"))
     lora = LoraSettings(rank=args.rank if args.one == "lora" else 0, alpha=2.0 * args.rank, target_modules=TARGETS)
     start = rss_bytes()
-    engine = EmbeddedTrainEngine(ModelConfig(path=path), TrainConfig(lr=1e-5, micro_batch_size=args.micro_batch,
+    engine = EmbeddedTrainEngine(ModelConfig(path=path), TrainConfig(lr=args.lr, micro_batch_size=args.micro_batch,
                                                                      lora=lora), device="cpu")
     release_free_memory()
     built = rss_bytes()
@@ -133,6 +152,7 @@ def main() -> None:
     p.add_argument("--micro-batch", type=int, default=4)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--rank", type=int, default=16)
+    p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--json", action="store_true")
     p.add_argument("--one", choices=["full", "lora"], help=argparse.SUPPRESS)  # a child run
     args = p.parse_args()
@@ -150,7 +170,7 @@ def main() -> None:
     full, lora = results["full"], results["lora"]
     ratios = {key: full[key] / lora[key] for key in ("rss_peak_mb", "rss_after_mb", "optimizer_state_mb", "sync_mb",
                                                       "step_s") if lora[key]}
-    report = {"model": args.model, "rows": args.rows, "tokens": args.tokens, "rank": args.rank,
+    report = {"model": args.model, "rows": args.rows, "tokens": args.tokens, "rank": args.rank, "lr": args.lr,
               "target_modules": TARGETS, "full": full, "lora": lora, "full_over_lora": ratios}
     if args.json:
         print(json.dumps(report, indent=2))
@@ -162,7 +182,9 @@ def main() -> None:
         ratio = f"{full[key] / lora[key]:10.1f}x" if lora[key] else ""
         print(f"{key:22s}{full[key]:12.1f}{lora[key]:12.1f}{ratio:>11s}")
     print(f"LoRA engine log-prob gap: vs trainer {lora['logprob_gap_vs_trainer']:.2e}, "
-          f"vs peft merge {lora['logprob_gap_vs_peft_merge']:.2e}")
+          f"vs peft merge {lora['logprob_gap_vs_peft_merge']:.2e}, vs the engine with the merged weights "
+          f"{lora['logprob_gap_vs_engine_with_merged_weights']:.2e} (the adapter moved log-probs by "
+          f"{lora['adapter_logprob_shift']:.2e})")
 
 
 if __name__ == "__main__":

@@ -139,5 +139,5 @@ def test_a_plugin_distiller_trains_through_the_objective(tmp_path, monkeypatch, 
         assert out["train/loss"] == pytest.approx(out["probe/ce"], rel=1e-6) and "train/pg_loss" not in out
     else:
         assert len(probe.SHAPED) == 3 and out["probe/shaped"] == 1.0 and "train/pg_loss" in out
-        assert kept.shape == (1, b.input_ids.shape[1])
+        assert kept["train_logprobs"].shape == kept["advantages"].shape == (1, b.input_ids.shape[1])
         assert (b.extras["advantages"][b.loss_mask > 0] >= 0).all()  # shaped: grpo's ±A plus 1

@@ -81,7 +81,8 @@ def test_one_step_without_the_old_forward_matches_the_recomputed_step(tiny_model
     expected, old = recompute_then_train(baseline, rollout_batch(), obj)
 
     assert fused.old_forwards == 0 and baseline.old_forwards == 1
-    torch.testing.assert_close(kept, old[[0, 4]], atol=1e-6, rtol=0)
+    torch.testing.assert_close(kept["train_logprobs"], old[[0, 4]], atol=1e-6, rtol=0)
+    assert torch.equal(kept["advantages"], batch.extras["advantages"][[0, 4]])
     torch.testing.assert_close(batch.extras["old_logprobs"], old, atol=1e-6, rtol=0)
     for key in ("train/loss", "train/pg_loss", "train/is_approx_k3_kl", "train/is_logprob_abs_diff",
                 "train/grad_norm"):
@@ -107,7 +108,7 @@ def test_the_old_forward_still_runs_where_pi_old_is_read_first(tiny_model_dir, c
     batch, rewards, groups = rollout_batch()
     metrics, kept = train_on_rollout(eng, (batch, rewards, groups), one_rank(len(batch), mini_batches), obj,
                                      keep_rows=[1])
-    assert eng.old_forwards == 1 and kept.shape == (1, batch.input_ids.shape[1])
+    assert eng.old_forwards == 1 and kept["train_logprobs"].shape == (1, batch.input_ids.shape[1])
     assert metrics["train/optimizer_steps"] == mini_batches
 
 

@@ -2,9 +2,9 @@
 Ray actors, HTTP engines that return routes, TransferMesh sending adapters only.
 
 Asserts every step trained under the rollout's routes (``train/routing_mismatch`` 0, with
-routes on every trained token's row), that each sync carried exactly the adapters' bytes and
-the engine's merged weights reproduce the trainer's log-probs (k3 below 1e-6), and that the
-final model is the adapter.
+routes on every trained token's row), that each sync carried the adapters' bytes and one
+float64 scaling per module, that the engine's merged weights reproduce the trainer's
+log-probs (k3 below 1e-6), and that the final model is the adapter.
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ def test_tiny_moe_r3_lora_run(tmp_path, runs):
     from safetensors import safe_open
 
     with safe_open(str(final / "adapter_model.safetensors"), "pt") as f:
-        adapter_gb = sum(f.get_tensor(k).numel() * 4 for k in f.keys()) / 1e9
+        modules = sum(".lora_A." in k for k in f.keys())
+        adapter_bytes = sum(f.get_tensor(k).numel() * 4 for k in f.keys())
     for row in rows:
         assert row["train/routing_mismatch"] == 0.0
         assert row["train/is_approx_k3_kl"] < 1e-6
-        assert row["perf/weight_sync_gb"] == pytest.approx(adapter_gb, rel=1e-6)
+        # + each module's float64 scaling, which takes one 64-byte aligned slot of a bucket
+        assert adapter_bytes + 8 * modules <= row["perf/weight_sync_gb"] * 1e9 <= adapter_bytes + 64 * modules

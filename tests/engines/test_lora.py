@@ -1,6 +1,7 @@
 """LoRA (``train.lora``) on the embedded train engine with the tiny Qwen2, against a real embedded
 rollout engine over HTTP: only adapters train, only adapter bytes are sent, the engine's
-log-probs equal a merged model's, the reference is the base with adapters off, checkpoints
+log-probs equal those of the same engine loaded with peft's merged weights (1e-6) and of the
+merged model's full forward (1e-5), the reference is the base with adapters off, checkpoints
 hold a peft-loadable adapter."""
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from loongsage.errors import ConfigError
 from loongsage.schema import LoraSettings, ModelConfig, TrainConfig
 
 PROMPT = [5, 17, 42, 99, 7, 64, 3, 250]
-LORA = LoraSettings(rank=4, alpha=8.0, target_modules=["q_proj", "v_proj", "up_proj"])
+# alpha / rank = 3, not a power of two: scaling·B·A and (B·A)·scaling then round differently,
+# so the merges compared below are not bit-identical by construction
+LORA = LoraSettings(rank=4, alpha=12.0, target_modules=["q_proj", "v_proj", "up_proj"])
 
 
 def lora_engine(path, **lora) -> EmbeddedTrainEngine:
@@ -51,6 +54,21 @@ def hf_logprobs(model, ids: list[int], start: int) -> torch.Tensor:
     return torch.stack([logp[i - 1, ids[i]] for i in range(start, len(ids))])
 
 
+def engine_output(path, weights=(), syncs: int = 0):
+    """10 tokens sampled (seed 2) by an embedded rollout engine over HTTP loaded from ``path``,
+    after ``syncs`` weight syncs of ``weights``; and the weights the engine then held."""
+    rollout = EmbeddedRolloutEngine(str(path), num_threads=1, seed=2)
+    rollout.start()
+    try:
+        with EngineClient(rollout.url, timeout=120) as client:
+            for _ in range(syncs):
+                client.update_weights_from_tensor(list(weights), weight_version=1)
+            out = client.generate(PROMPT, {"max_new_tokens": 10, "ignore_eos": True})
+        return out, rollout.model.state_dict()
+    finally:
+        rollout.stop()
+
+
 def peft_merged(path, engine: EmbeddedTrainEngine, folder) -> torch.nn.Module:
     """An independent merge: peft loads the saved adapter onto the base and merges it."""
     from peft import PeftModel
@@ -77,23 +95,27 @@ def test_training_changes_only_adapter_tensors(tiny_model_dir):
 def test_engine_receives_only_adapter_bytes_and_matches_a_merged_model(tiny_model_dir, tmp_path):
     engine = trained(tiny_model_dir)
     sent = list(engine.named_tensors(include_tied=False))
-    assert sent and all(n.endswith((".lora_A", ".lora_B")) for n, _ in sent)
+    assert sent and all(n.endswith((".lora_A", ".lora_B", ".lora_scaling")) for n, _ in sent)
+    assert {float(t) for n, t in sent if n.endswith(".lora_scaling")} == {3.0}
     adapter_bytes = sum(p.numel() * p.element_size() for n, p in engine.model.named_parameters() if ".lora_" in n)
-    assert sum(t.numel() * t.element_size() for _, t in sent) == adapter_bytes
+    modules = len(engine.lora.layers)
+    assert sum(t.numel() * t.element_size() for _, t in sent) == adapter_bytes + 8 * modules  # + one float64 each
     full = sum(t.numel() * t.element_size() for _, t in engine._state_tensors(include_tied=False))
     assert adapter_bytes < full / 50
 
-    rollout = EmbeddedRolloutEngine(str(tiny_model_dir), num_threads=1, seed=2)
-    rollout.start()
-    try:
-        with EngineClient(rollout.url, timeout=120) as client:
-            for _ in range(2):  # a second sync merges into the same base, not on top of the first
-                client.update_weights_from_tensor(sent, weight_version=1)
-            out = client.generate(PROMPT, {"max_new_tokens": 10, "ignore_eos": True})
-    finally:
-        rollout.stop()
+    out, held = engine_output(tiny_model_dir, sent, syncs=2)  # a second sync merges into the same base
     ids = PROMPT + out.output_ids
     merged = peft_merged(tiny_model_dir, engine, tmp_path / "adapter")
+    # the engine holds peft's merge bit for bit ((B·A)·scaling, engines.lora.lora_delta), so the
+    # same engine loaded with the merged weights (same decode numerics, same sampling seed)
+    # samples the same tokens with the same log-probs
+    expected = merged.state_dict()
+    assert set(held) == set(expected)
+    assert [name for name, tensor in held.items() if not torch.equal(tensor, expected[name])] == []
+    merged.save_pretrained(tmp_path / "merged")
+    same, _ = engine_output(tmp_path / "merged")
+    assert same.output_ids == out.output_ids and same.output_logprobs == out.output_logprobs
+    # and a full forward of the merged model, and the trainer (adapters unmerged)
     engine_lp = torch.tensor(out.output_logprobs)
     torch.testing.assert_close(engine_lp, hf_logprobs(merged, ids, len(PROMPT)), atol=1e-5, rtol=0)
     train_lp = engine.compute_logprobs(batch_of(ids))["logprobs"][0, len(PROMPT):]
@@ -106,8 +128,7 @@ def test_merged_sync_sends_the_merged_hf_state_dict(tiny_model_dir, tmp_path):
     sent = dict(engine.named_tensors(include_tied=False))
     expected = merged.state_dict()
     assert set(sent) == set(expected) - {"lm_head.weight"}  # tied: sent once
-    for name, tensor in sent.items():
-        torch.testing.assert_close(tensor, expected[name], atol=1e-6, rtol=0)
+    assert [name for name, tensor in sent.items() if not torch.equal(tensor, expected[name])] == []
 
 
 def test_reference_is_the_base_model_with_adapters_off(tiny_model_dir):

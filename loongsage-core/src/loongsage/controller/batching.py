@@ -3,7 +3,9 @@ train ranks train, and compute per-step statistics.
 
 Token alignment follows ``loongsage.engines.batch``: a row is prompt + response, and every
 per-token array of a sample (rollout logprobs, weight versions, loss mask) lands at the
-positions of the response tokens it describes. Samples with MoE routes add
+positions of the response tokens it describes, and a step's per-token results come back
+the same way (``attach_rows``: the rows of the saved samples, sliced at their response
+positions, whatever versions sampled the tokens). Samples with MoE routes add
 ``extras["routed_experts"]`` ``[N, L, layers, top_k]`` (the whole row: prompt and response;
 ``engines.routing.NO_ROUTE`` at padding and wherever a sample has none).
 
@@ -17,7 +19,7 @@ mini-batch holds the same groups for every ``dp_size``.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 
@@ -67,11 +69,24 @@ def _routes_batch(routes: list, length: int) -> torch.Tensor:
     return out
 
 
-def attach_train_logprobs(samples: Sequence[Sample], logprobs: torch.Tensor) -> None:
-    """Set each sample's ``train_logprobs`` from its row of ``logprobs`` (batch layout: prompt, then response)."""
-    for row, sample in enumerate(samples):
-        p, r = len(sample.prompt_ids), len(sample.response_ids)
-        sample.train_logprobs = logprobs[row, p : p + r].tolist()
+PER_TOKEN_RESULTS = ("train_logprobs", "advantages", "values")  # Sample fields a step fills
+
+
+def attach_rows(samples: Sequence[Sample], rows: Mapping[str, torch.Tensor]) -> None:
+    """Set each sample's per-token results (``PER_TOKEN_RESULTS``: pi_old logprobs, advantages,
+    the critic's values) from row i of ``rows[name]`` [len(samples), L] (batch layout: prompt,
+    then response), one entry per response token."""
+    unknown = set(rows) - set(PER_TOKEN_RESULTS)
+    if unknown:
+        raise ValueError(f"attach_rows: {sorted(unknown)} are not per-token sample fields {PER_TOKEN_RESULTS}")
+    for name, tensor in rows.items():
+        if len(tensor) != len(samples):
+            raise ValueError(f"attach_rows: {name} has {len(tensor)} rows for {len(samples)} samples")
+        for row, sample in enumerate(samples):
+            p, r = len(sample.prompt_ids), len(sample.response_ids)
+            setattr(sample, name, tensor[row, p : p + r].tolist())
+
+
 def plan_shards(groups: Sequence[Group], sources: Sequence[str], mini_batches: int,
                 dp_size: int, offset: int = 0) -> tuple[list[Group], RankShards]:
     """The groups in shard order (mini-batch by mini-batch, rank by rank) and each rank's rows.

@@ -37,14 +37,26 @@ from loongsage.controller.placement import Placement, Seat
 from loongsage.engines.batch import TrainBatch
 
 
+CONSTANT_RETURNS_RTOL = 1e-5  # returns whose std is below this x max(1, |R|) are one value
+
+
 def value_metrics(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """Explained variance of ``returns`` by ``values``, and both means, over the loss tokens."""
+    """Explained variance of ``returns`` by ``values``, and both means, over the loss tokens.
+
+    Returns that are one value (every reward of the step equal, as when no sample earned
+    any: with γ = λ = 1 every R_t is the outcome) leave nothing to explain, and the explained
+    variance is reported as 0. The check is to float32 rounding, not exact: R = Â + V is
+    computed in float32 from values that vary, so constant returns come out with a std near
+    1e-8, and dividing by that variance read −1.5e14 in a tiny SAO run whose rewards were
+    all 0.
+    """
     keep = mask > 0
     v, r = values[keep].double(), returns[keep].double()
     if r.numel() < 2:
         return {}
     variance = r.var()
-    explained = 1.0 - float((r - v).var() / variance) if variance > 0 else 0.0
+    constant = float(variance.sqrt()) <= CONSTANT_RETURNS_RTOL * max(1.0, float(r.abs().max()))
+    explained = 0.0 if constant else 1.0 - float((r - v).var() / variance)
     return {"critic/explained_variance": explained, "critic/value_mean": float(v.mean()),
             "critic/value_std": float(v.std()), "critic/return_mean": float(r.mean())}
 

@@ -64,7 +64,8 @@ class RunDirectory:
     def write_samples(self, step: int, groups: Iterable[Group], tokenizer: Any, limit: int) -> None:
         """Save up to ``limit`` trajectories of this step: decoded text, token ids and, aligned
         with ``response_ids``, the loss mask, the rollout engine's and the trainer's (pi_old)
-        logprob and the weight version of every response token."""
+        logprob, the weight version, the advantage and the critic's value of every response
+        token (the last two empty where the step computed none: no RL loss, no critic)."""
         rows = []
         for group in groups:
             for sample in group.samples:
@@ -87,6 +88,8 @@ class RunDirectory:
                         "rollout_logprobs": sample.response_logprobs,
                         "train_logprobs": sample.train_logprobs,
                         "weight_versions": sample.weight_versions,
+                        "advantages": sample.advantages,
+                        "values": sample.values,
                     }
                 )
         path = self.samples / f"step_{step:06d}.jsonl"

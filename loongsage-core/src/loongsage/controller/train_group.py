@@ -60,10 +60,10 @@ class TrainGroup:
 
     def train(self, batch: TrainBatch, rewards: torch.Tensor, group_index: torch.Tensor,
               shards: RankShards, objective: Objective,
-              keep_rows: Sequence[int] = ()) -> tuple[dict[str, float], torch.Tensor]:
+              keep_rows: Sequence[int] = ()) -> tuple[dict[str, float], dict[str, torch.Tensor] | None]:
         """One step on every rank: the batch is put once, each rank trains its shards. Returns
-        the combined metrics and rank 0's pi_old logprobs of the rows ``keep_rows`` (None
-        when no pi_old forward ran)."""
+        the combined metrics and, from rank 0, the pi_old logprobs and advantages of the rows
+        ``keep_rows`` (``train_on_rollout``; None without an RL loss)."""
         data = ray.put((batch, rewards, group_index))
         per_rank = self.run(train_on_rollout, data, shards, objective, list(keep_rows))
         metrics = combine_rank_metrics([metrics for metrics, _ in per_rank])

@@ -18,7 +18,7 @@ def train_on_rollout(
     shards: RankShards,
     objective: Objective,
     keep_rows: Sequence[int] = (),
-) -> tuple[dict[str, float], torch.Tensor | None]:
+) -> tuple[dict[str, float], dict[str, torch.Tensor] | None]:
     """pi_old (and reference) logprobs at step start, advantages, then the optimizer steps.
 
     When the step is one optimizer step with nothing reading pi_old before the loss
@@ -34,9 +34,10 @@ def train_on_rollout(
     forward's values. Without an RL loss (``objective.rl_weight == 0``, ``opd.gkd_ratio=1``)
     none of this runs: the optimizer steps on the distillation loss and no pi_old logprobs
     are kept (None). Returns the step's metrics (this rank's share; a distillation term's
-    raw sums become means once the ranks' shares are added, in ``TrainGroup.train``) and the
-    pi_old logprobs of the batch rows ``keep_rows`` (the samples the run directory saves), so
-    only those cross back from the actor.
+    raw sums become means once the ranks' shares are added, in ``TrainGroup.train``) and, of
+    the batch rows ``keep_rows`` (the samples the run directory saves), the pi_old logprobs
+    (``train_logprobs``) and the advantages the step trained with, so only those rows cross
+    back from the actor (None without an RL loss).
     """
     batch, rewards, group_index = data
     parallel, rank = engine.parallel, engine.parallel.rank
@@ -70,8 +71,11 @@ def train_on_rollout(
                                      old_from_forward=fused, **entropy, **loss_term))
     if fused:
         batch.extras["old_logprobs"] = parallel.gather_rows(local.extras["old_logprobs"], shards, len(batch))
-    kept = batch.extras["old_logprobs"][list(keep_rows)].clone() if "old_logprobs" in batch.extras else None
-    return metrics, kept
+    if "old_logprobs" not in batch.extras:
+        return metrics, None
+    rows = list(keep_rows)
+    return metrics, {"train_logprobs": batch.extras["old_logprobs"][rows].clone(),
+                     "advantages": batch.extras["advantages"][rows].clone()}
 
 
 def _old_logprobs(engine: Any, local: TrainBatch, batch: TrainBatch, shards: RankShards,

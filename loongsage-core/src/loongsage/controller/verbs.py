@@ -23,7 +23,7 @@ import torch
 from loongsage.algorithms.objective import Objective
 from loongsage.config.validate import RunConfig
 from loongsage.controller.agent_routers import AgentRouters
-from loongsage.controller.batching import attach_train_logprobs, groups_to_batch, plan_shards, rollout_metrics
+from loongsage.controller.batching import attach_rows, groups_to_batch, plan_shards, rollout_metrics
 from loongsage.controller.critic import Critic
 from loongsage.controller.distill import Distiller
 from loongsage.controller.memory import RunMemory
@@ -96,7 +96,8 @@ class Run:
         """Train on ``groups``: cut into (mini-batch, rank) shards, one batch for all ranks, to
         which the distiller's teachers first add their outputs and the critic its values; the
         policy waits during the critic's warm-up steps, the critic trains after it; the samples
-        ``record`` saves (the first ``logging.samples_per_step``) get their pi_old logprobs."""
+        ``record`` saves (the first ``logging.samples_per_step``) get their pi_old logprobs,
+        advantages and the critic's values (``batching.attach_rows``)."""
         train = self.cfg.train
         sources = [source.name for source in self.spec.sources]
         ordered, shards = plan_shards(groups, sources, train.mini_batches_per_step, train.dp_size,
@@ -107,17 +108,19 @@ class Run:
             with timed(step_metrics, "timing/teacher"):
                 row_sources = [g.prompt.source for g in ordered for _ in g.samples]
                 step_metrics.update(self.distiller.teacher_outputs(batch, row_sources))
+        saved = [s for g in groups for s in g.samples][:self.cfg.logging.samples_per_step]
+        row_of = {id(s): row for row, s in enumerate(s for g in ordered for s in g.samples)}
+        keep_rows = [row_of[id(s)] for s in saved]
         if self.critic is not None:
             with timed(step_metrics, "timing/critic_values"):
                 batch.extras["values"] = self.critic.values(batch)
+            attach_rows(saved, {"values": batch.extras["values"][keep_rows]})
         if self.critic is None or not self.critic.warming_up(step):
-            saved = [s for g in groups for s in g.samples][:self.cfg.logging.samples_per_step]
-            row_of = {id(s): row for row, s in enumerate(s for g in ordered for s in g.samples)}
             with self.weights_lock:
-                train_metrics, logprobs = self.trainers.train(batch, rewards, group_index, shards, self.objective,
-                                                              keep_rows=[row_of[id(s)] for s in saved])
-            if logprobs is not None:
-                attach_train_logprobs(saved, logprobs)
+                train_metrics, kept = self.trainers.train(batch, rewards, group_index, shards, self.objective,
+                                                          keep_rows=keep_rows)
+            if kept is not None:
+                attach_rows(saved, kept)
             step_metrics.update(train_metrics)
         if self.critic is not None:
             with timed(step_metrics, "timing/critic_train"):

@@ -2,9 +2,11 @@
 
 A ``Sample`` is one generated response with everything training needs, token-aligned: the
 sampled ids, the engine's logprob for each, the weight version that sampled each token
-(partial rollout mixes versions), and the loss mask. ``train_logprobs`` is filled after the
-step for the samples the run directory saves: the trainer's logprob of each response token
-at step start (pi_old), so a saved trajectory shows the train/inference gap per token. On an
+(partial rollout mixes versions), and the loss mask. ``train_logprobs``, ``advantages`` and
+``values`` are filled after the step for the samples the run directory saves: the trainer's
+logprob of each response token at step start (pi_old), so a saved trajectory shows the
+train/inference gap per token, the advantage each token was trained with, and the critic's
+V(s_t) of each token when a critic-based estimator gave it (``controller.batching.attach_rows``). On an
 MoE model ``routed_experts`` holds the rollout's routes in ``loongsage.engines.routing``'s record
 format (``[prompt + response tokens, layers, top_k]``, -1 where none), for router replay (R3). A ``Group`` is the G samples drawn for
 one prompt; advantages are computed within a group.
@@ -43,6 +45,8 @@ class Sample:
     reward_info: dict[str, Any] = field(default_factory=dict)
     text: str = ""  # decoded response, for logs and trajectory samples
     train_logprobs: list[float] = field(default_factory=list)  # pi_old per response token, if kept
+    advantages: list[float] = field(default_factory=list)  # advantage per response token, if kept
+    values: list[float] = field(default_factory=list)  # the critic's V(s_t) per response token, if kept
     routed_experts: Any = None  # numpy [prompt + response tokens, layers, top_k] int16, MoE only
 
     def __post_init__(self) -> None:

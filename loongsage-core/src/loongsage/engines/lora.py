@@ -10,11 +10,19 @@ Weight sync (``train.lora.sync``):
 
 * ``merged``: the HF state dict with ``W + (alpha / rank)·B·A`` in place of every adapted
   weight, under the base names: any engine (SGLang too) takes it like full weights.
-* ``adapter``: only the adapters, as ``<module>.lora_A`` ``[rank, in]`` and ``<module>.lora_B``
-  ``[out, rank]`` with the scaling ``alpha / rank`` already folded into ``B``. The embedded
+* ``adapter``: only the adapters, as ``<module>.lora_A`` ``[rank, in]``, ``<module>.lora_B``
+  ``[out, rank]`` and ``<module>.lora_scaling`` (``alpha / rank``, one float64). The embedded
   rollout engine merges them on receipt into its base weights (:func:`merge_adapters`);
   peers fall back to full or on-disk weights for LoRA (slime, verl), SGLang's own LoRA path
-  loads adapters from disk. Bytes per sync: the adapters' size, not the model's.
+  loads adapters from disk. Bytes per sync: the adapters' size (+ 8 per module, one 64-byte
+  aligned slot each in TransferMesh's buckets), not the model's.
+
+Both merges compute the delta as peft's ``merge_and_unload`` does, ``(B·A)·scaling`` in fp32
+then added to the weight (:func:`lora_delta`), so the weights an engine holds after an adapter
+sync are bit for bit peft's merge of the same adapter. The scaling used to be folded into
+``B`` before the product, ``(scaling·B)·A``: unless the scaling is a power of two that
+rounds differently, about one ulp of the weight in some entries, which moved SmolLM2's
+log-probs by 1.1e-5 against the same engine loaded with peft's merge (docs/algorithms.md).
 
 Checkpoints hold the adapter in peft's format (``adapter_model.safetensors`` +
 ``adapter_config.json``, loadable by ``peft`` and by transformers' PEFT integration on the
@@ -38,7 +46,13 @@ from loongsage.schema import LoraSettings
 
 ADAPTER_FILE = "adapter_model.safetensors"
 SYNC_MODES = ("adapter", "merged")
-A_SUFFIX, B_SUFFIX = ".lora_A", ".lora_B"
+A_SUFFIX, B_SUFFIX, SCALE_SUFFIX = ".lora_A", ".lora_B", ".lora_scaling"
+SUFFIXES = (A_SUFFIX, B_SUFFIX, SCALE_SUFFIX)
+
+
+def lora_delta(a: torch.Tensor, b: torch.Tensor, scaling: float) -> torch.Tensor:
+    """``(B·A)·scaling`` in fp32, in peft's order (``LoraLayer.get_delta_weight``)."""
+    return (b.float() @ a.float()) * scaling
 
 
 def check_lora(settings: LoraSettings) -> None:
@@ -103,19 +117,19 @@ class LoraAdapters:
                 m.eval()
 
     # weights out ------------------------------------------------------------------------
-    def _pair(self, layer: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(A [rank, in], scaling·B [out, rank])`` of ``layer``'s one adapter."""
+    def _adapter(self, layer: Any) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """``(A [rank, in], B [out, rank], scaling)`` of ``layer``'s one adapter."""
         name = layer.active_adapters[0]
-        a, b = layer.lora_A[name].weight, layer.lora_B[name].weight
-        return a.detach(), b.detach() * layer.scaling[name]
+        return layer.lora_A[name].weight.detach(), layer.lora_B[name].weight.detach(), float(layer.scaling[name])
 
     def sync_tensors(self, named: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
         """What an engine receives per ``train.lora.sync``; ``named`` is the model's state dict."""
         if self.settings.sync == "adapter":
             for module, layer in self.layers.items():
-                a, b = self._pair(layer)
+                a, b, scaling = self._adapter(layer)
                 yield f"{module}{A_SUFFIX}", a
                 yield f"{module}{B_SUFFIX}", b
+                yield f"{module}{SCALE_SUFFIX}", torch.tensor([scaling], dtype=torch.float64)
             return
         for name, tensor in named:
             if ".lora_" in name:
@@ -123,8 +137,7 @@ class LoraAdapters:
             hf_name = name.replace(".base_layer.", ".")
             module = hf_name.rsplit(".", 1)[0]
             if hf_name.endswith(".weight") and module in self.layers:
-                a, b = self._pair(self.layers[module])
-                tensor = tensor + (b @ a).to(tensor.dtype)
+                tensor = tensor + lora_delta(*self._adapter(self.layers[module])).to(tensor.dtype)
             yield hf_name, tensor
 
     # checkpoints ------------------------------------------------------------------------
@@ -160,34 +173,37 @@ def merge_adapters(params: Mapping[str, torch.Tensor], bases: dict[str, torch.Te
                                                                    list[tuple[str, torch.Tensor]]]:
     """Split ``items`` into plain tensors and merged adapter weights for a receiving engine.
 
-    Adapter pairs (``<module>.lora_A``, ``<module>.lora_B``, scaling folded in) become
-    ``(<module>.weight, base + B·A)``, where ``base`` is the weight the engine held before the
-    first adapter arrived (kept in ``bases``), so every sync merges the whole current adapter
-    into the same base. Returns ``(plain, merged)``; raises ``ValueError`` naming a lone half of
-    a pair or a shape that does not fit.
+    Adapters (``<module>.lora_A``, ``<module>.lora_B``, ``<module>.lora_scaling``) become
+    ``(<module>.weight, base + (B·A)·scaling)`` (:func:`lora_delta`), where ``base`` is the
+    weight the engine held before the first adapter arrived (kept in ``bases``), so every sync
+    merges the whole current adapter into the same base. Returns ``(plain, merged)``; raises
+    ``ValueError`` naming an adapter with a part missing or a shape that does not fit.
     """
-    halves: dict[str, dict[str, torch.Tensor]] = {}
+    parts: dict[str, dict[str, torch.Tensor]] = {}
     plain = []
     for name, tensor in items:
-        for suffix in (A_SUFFIX, B_SUFFIX):
+        for suffix in SUFFIXES:
             if name.endswith(suffix):
-                halves.setdefault(name[: -len(suffix)], {})[suffix] = tensor
+                parts.setdefault(name[: -len(suffix)], {})[suffix] = tensor
                 break
         else:
             plain.append((name, tensor))
     merged = []
-    for module, pair in halves.items():
+    for module, adapter in parts.items():
         target = params.get(f"{module}.weight")
-        if len(pair) != 2 or target is None:
-            raise ValueError(f"apply_weights: adapter of '{module}' needs {module}{A_SUFFIX} and "
-                             f"{module}{B_SUFFIX} of a '{module}.weight' this model has")
-        a, b = pair[A_SUFFIX], pair[B_SUFFIX]
+        if len(adapter) != len(SUFFIXES) or target is None:
+            raise ValueError(f"apply_weights: adapter of '{module}' needs {', '.join(module + s for s in SUFFIXES)} "
+                             f"of a '{module}.weight' this model has; got {sorted(adapter)}")
+        a, b, scaling = adapter[A_SUFFIX], adapter[B_SUFFIX], adapter[SCALE_SUFFIX]
         if a.dim() != 2 or b.dim() != 2 or (b.shape[0], a.shape[1]) != tuple(target.shape) or b.shape[1] != a.shape[0]:
             raise ValueError(f"apply_weights: adapter of '{module}' has A {tuple(a.shape)}, B "
                              f"{tuple(b.shape)}; the weight is {tuple(target.shape)}")
+        if scaling.numel() != 1:
+            raise ValueError(f"apply_weights: {module}{SCALE_SUFFIX} must hold one number, got shape "
+                             f"{tuple(scaling.shape)}")
         if module not in bases:
             bases[module] = target.detach().clone()
         base = bases[module]
-        delta = b.to(base.device, torch.float32) @ a.to(base.device, torch.float32)
+        delta = lora_delta(a.to(base.device), b.to(base.device), float(scaling.reshape(())))
         merged.append((f"{module}.weight", base + delta.to(base.dtype)))
     return plain, merged

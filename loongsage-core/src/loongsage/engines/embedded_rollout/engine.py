@@ -157,8 +157,8 @@ class EmbeddedRolloutEngine:
         recompute their KV under the new weights. ``version`` defaults to the current one
         plus one. A multi-bucket update is atomic per call; pause generation around a
         sequence of calls to make the whole sequence atomic. Returns the new version.
-        LoRA adapter pairs (``<module>.lora_A`` / ``.lora_B``, ``engines.lora``) are merged into
-        the module's weight as loaded, before the first adapter arrived.
+        LoRA adapters (``<module>.lora_A`` / ``.lora_B`` / ``.lora_scaling``, ``engines.lora``) are
+        merged into the module's weight as loaded, before the first adapter arrived.
         """
         pairs = named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors
         items = [(n, torch.from_numpy(t) if isinstance(t, np.ndarray) else t) for n, t in pairs]
