@@ -10,6 +10,8 @@ run took 49 s with spinning threads, 2.4 s passive (3.9 s single-threaded).
 from __future__ import annotations
 
 import os
+import socket
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -172,3 +174,25 @@ def _marked_hooks_are_called(request):
     if missing:
         pytest.fail(f"marked {HOOK_MARKER} but no plugin the test registered through {missing} was "
                     "used by library code")
+
+
+@pytest.fixture
+def hung_url():
+    """Accepts connections, reads, never answers: a hung engine as it looks from outside."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+    for conn in held:
+        conn.close()

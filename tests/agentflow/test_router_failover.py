@@ -133,27 +133,6 @@ def test_a_turn_whose_replica_is_killed_completes_on_the_other_one(
     assert sample.reward_info["turn_retries"] == 1
 
 
-@pytest.fixture
-def hung_url():
-    """Accepts connections, reads, never answers: a hung engine as it looks from outside."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    held: list[socket.socket] = []
-
-    def accept() -> None:
-        while True:
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield f"http://127.0.0.1:{server.getsockname()[1]}"
-    server.close()
-    for conn in held:
-        conn.close()
-
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_turn_waiting_on_a_replica_declared_down_moves_to_a_live_one(

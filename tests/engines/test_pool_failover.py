@@ -38,27 +38,6 @@ def dead_url():
     return f"http://127.0.0.1:{port}"  # closed: nothing listens there
 
 
-@pytest.fixture
-def hung_url():
-    """Accepts connections, reads, never answers."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)
-    held: list[socket.socket] = []
-
-    def accept() -> None:
-        while True:
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield f"http://127.0.0.1:{server.getsockname()[1]}"
-    server.close()
-    for conn in held:
-        conn.close()
-
 
 def test_a_dead_replica_is_marked_down_and_its_requests_retried_on_a_live_one(engine_url, dead_url):
     pool = EnginePool([EngineClient(dead_url), EngineClient(engine_url)])
