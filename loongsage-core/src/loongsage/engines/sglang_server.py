@@ -67,7 +67,10 @@ def _get(section: Any, key: str, default: Any = None) -> Any:
 class SGLangServerEngine:
     """One SGLang server process per replica (see the module docstring)."""
 
-    weight_transport = "sglang_distributed"
+    @staticmethod
+    def weight_transport(cfg: Any) -> str:
+        """Colocated: ``/update_weights_from_tensor`` from the bundle-mate; else distributed."""
+        return "sglang_tensor" if cfg["placement"]["mode"] == "colocated" else "sglang_distributed"
 
     def __init__(self, model_path: str, *, launch_command: list[str], tp_size: int = 1,
                  mem_fraction_static: float = 0.8, max_running_requests: int = 64,
