@@ -25,9 +25,10 @@ from loongsage.transfer import TransferConfig, WeightSyncError
 _SENDER: dict[str, Any] = {}
 
 
-def actor_push(engine: Any, version: int, url: str | None, bucket_bytes: int,
+def actor_push(engine: Any, version: int, url: str | None, tp_size: int, bucket_bytes: int,
                timeout_s: float) -> dict[str, Any]:
-    """In train rank's actor: gather, and send ``version`` to ``url`` (None: gather only)."""
+    """In a train rank's actor: gather, and send ``version`` to the server at ``url`` (None:
+    gather only), one entry per TP rank of it."""
     from loongsage.transfer.sglang_tensor import SGLangTensorSender
 
     start = time.perf_counter()
@@ -37,7 +38,7 @@ def actor_push(engine: Any, version: int, url: str | None, bucket_bytes: int,
         return {"seconds": time.perf_counter() - start, "bytes": 0, "buckets": 0, "requests": 0}
     sender = _SENDER.get(url)
     if sender is None:
-        sender = _SENDER[url] = SGLangTensorSender(url, bucket_bytes=bucket_bytes,
+        sender = _SENDER[url] = SGLangTensorSender(url, tp_size=tp_size, bucket_bytes=bucket_bytes,
                                                    device=str(engine.device), timeout_s=timeout_s)
     before = sender.requests
     buckets = sender.sync(tensors, version)
@@ -63,9 +64,11 @@ class TensorWeightSync:
         self.last: list[dict[str, Any]] = []
 
     def _send(self, version: int, targets: set[int]) -> None:
-        urls = ray.get([actor.run.remote(lambda engine: engine.url) for actor in self.rollout_actors])
-        refs = [actor.run.remote(actor_push, version, urls[rank] if rank in targets else None,
-                                 self.config.bucket_bytes, self.config.timeout_s)
+        servers = ray.get([actor.run.remote(lambda engine: (engine.url, engine.tp_size))
+                           for actor in self.rollout_actors])
+        refs = [actor.run.remote(actor_push, version, servers[rank][0] if rank in targets else None,
+                                 servers[rank][1] if rank in targets else 1, self.config.bucket_bytes,
+                                 self.config.timeout_s)
                 for rank, actor in enumerate(self.trainers.actors)]
         try:
             self.last = ray.get(refs)
