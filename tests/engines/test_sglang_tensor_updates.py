@@ -92,7 +92,7 @@ def test_buckets_from_another_process_land_bit_exact_on_the_flushing_request(eng
     assert all(torch.equal(state[name], tensor) for name, tensor in new)
     info = httpx.get(engine.url + "/get_server_info").json()["weight_update_requests"]
     assert info["/update_weights_from_tensor"] == len(entries) and info["/update_weights_from_distributed"] == 0
-    engine.scheduler.call(lambda: None).result()  # the decode thread drops its last task (the swap)
+    engine.scheduler.call(lambda: None).result()  # the decode loop moves past the swap (its last task)
     gc.collect()
     assert torch_segments(child.pid) == []  # applied and released: nothing left in /dev/shm
 
