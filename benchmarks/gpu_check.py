@@ -15,8 +15,10 @@ tiny_run     ``loongsage train --config-name tiny/grpo`` on the GPUs, colocated 
              ``train.dp_size`` = ``rollout.num_engines`` = min(2, GPUs) (FSDP2 over NCCL with
              two), 4 steps; its layout (every actor on ``cuda``, its GPU ids) and metrics.
 sglang_run   The tiny recipe on ``rollout.backend=sglang``: a real SGLang server (skipped when
-             ``sglang`` is not installed), weights over ``/update_weights_from_distributed``
-             (NCCL), the rollout-vs-train logprob gap at the last step.
+             ``sglang`` is not installed), colocated (weights as CUDA IPC handles through
+             ``/update_weights_from_tensor``) and, with two GPUs, disaggregated (NCCL through
+             ``/update_weights_from_distributed``): requests per sync, the rollout-vs-train
+             logprob gap at the last step. Never run on a GPU.
 megatron     The megatron train engine (``train.backend=megatron``, TP=1, one rank, NCCL beside
              gloo) on ``cuda:0``: fp32 log-probs against the embedded engine's (max abs diff;
              1e-5 on CPU), then bf16 (``model.dtype=bfloat16``): log-probs against the
@@ -133,33 +135,46 @@ def _train(args: list[str], run_dir: Path, timeout: float = 480) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def check_sglang_run(device: str) -> dict:
-    """The tiny recipe on ``rollout.backend=sglang``: a real ``python -m sglang.launch_server``
-    on the GPU (colocated: memory released and resumed around training), weights over NCCL
-    through ``/update_weights_from_distributed``; on ``--cpu`` the embedded SGLang stand-in."""
-    import importlib.util
-
-    module = "sglang.launch_server" if device.startswith("cuda") else "loongsage.engines.embedded_rollout.sglang_compat"
-    if device.startswith("cuda") and importlib.util.find_spec("sglang") is None:
-        return {"skipped": "sglang is not installed: pip install 'loongsage-core[sglang]'"}
+def _sglang_run(device: str, module: str, mode: str) -> dict:
     gpus = 1 if device.startswith("cuda") else 0
     with tempfile.TemporaryDirectory(prefix="gpu-check-sglang-") as folder:
         run_dir = Path(folder) / "run"
         args = [sys.executable, "-m", "loongsage.cli", "train", "--config-name", "tiny/grpo",
                 f"trainer.run_dir={run_dir}", "logging.progress_bar=false", "trainer.steps=4",
                 "trainer.sft.steps=4", "checkpoint.interval=0", f"placement.gpus_per_node={gpus}",
-                "rollout.backend=sglang", f"rollout.sglang.launch_command=[{sys.executable},-m,{module}]",
+                f"placement.mode={mode}", "rollout.backend=sglang",
+                f"rollout.sglang.launch_command=[{sys.executable},-m,{module}]",
                 "rollout.sglang.mem_fraction_static=0.3"]
         rows = _train(args, run_dir, timeout=600)
         samples = [json.loads(line) for line in (run_dir / "samples" / "step_000003.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "timing/step" in r]
     gaps = [abs(a - b) for row in samples for a, b in zip(row["rollout_logprobs"], row["train_logprobs"])]
-    return {"launcher": module, "steps": len(steps),
+    return {"steps": len(steps),
             "last_step_weight_versions": sorted({v for row in samples for v in row["weight_versions"]}),
+            "tensor_requests_per_sync": [r.get("perf/weight_sync_tensor_requests", 0.0) for r in steps],
             "rollout_vs_train_logprob_gap_max": max(gaps),
             "k3_mismatch_max": max(r["train/is_approx_k3_kl"] for r in steps),
             "weight_sync_s_median": statistics.median(r["perf/weight_sync_s"] for r in steps),
             "step_s_median": statistics.median(r["timing/step"] for r in steps)}
+
+
+def check_sglang_run(device: str) -> dict:
+    """The tiny recipe on ``rollout.backend=sglang``: a real ``python -m sglang.launch_server`` on
+    the GPU, colocated (memory released and resumed around training, weights as CUDA IPC
+    handles through ``/update_weights_from_tensor``) and, with two GPUs, disaggregated (weights
+    over NCCL through ``/update_weights_from_distributed``); on ``--cpu`` the embedded SGLang
+    stand-in (shared-memory handles, gloo)."""
+    import importlib.util
+
+    module = "sglang.launch_server" if device.startswith("cuda") else "loongsage.engines.embedded_rollout.sglang_compat"
+    if device.startswith("cuda") and importlib.util.find_spec("sglang") is None:
+        return {"skipped": "sglang is not installed: pip install 'loongsage-core[sglang]'"}
+    out: dict[str, Any] = {"launcher": module, "colocated": _sglang_run(device, module, "colocated")}
+    if device.startswith("cuda") and torch.cuda.device_count() < 2:
+        out["disaggregated"] = {"skipped": "needs two GPUs (one for the trainer, one for the server)"}
+    else:
+        out["disaggregated"] = _sglang_run(device, module, "disaggregated")
+    return out
 
 
 def check_tiny_run(device: str) -> dict:

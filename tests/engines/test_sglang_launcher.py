@@ -4,8 +4,10 @@ SGLang cannot be installed on these CPU machines, so the end-to-end test points
 ``rollout.sglang.launch_command`` at ``python -m loongsage.engines.embedded_rollout.sglang_compat``
 (the embedded server taking SGLang's command line, refusing flags it does not know) and runs
 the very code path a GPU run takes: the argv, the health wait, registration in the pool, and
-every weight update over ``/init_weights_update_group`` + ``/update_weights_from_distributed``
-(gloo here, NCCL on GPUs). The real SGLang run is in ``benchmarks/gpu_check.py``.
+every weight update: colocated over ``/update_weights_from_tensor`` (shared-memory handles here,
+CUDA IPC handles on GPUs), disaggregated over ``/init_weights_update_group`` +
+``/update_weights_from_distributed`` (gloo here, NCCL on GPUs). The real SGLang run is in
+``benchmarks/gpu_check.py``; it has not run on a GPU.
 """
 
 from __future__ import annotations
@@ -49,7 +51,12 @@ def test_a_server_that_exits_fails_the_start_with_its_log():
 
 
 @pytest.mark.slow
-def test_tiny_recipe_runs_through_the_launcher_with_distributed_weight_updates(tmp_path, tiny_model_dir):
+@pytest.mark.parametrize("mode", ["colocated", "disaggregated"])
+def test_tiny_recipe_runs_through_the_launcher(tmp_path, tiny_model_dir, mode):
+    """Colocated: every update through ``/update_weights_from_tensor`` (shared-memory handles from
+    the train rank in the engine's bundle); disaggregated: ``/init_weights_update_group`` +
+    ``/update_weights_from_distributed`` (gloo; the asynchronous runtime, which disaggregated
+    placement requires, with no staleness, so each step samples the version just published)."""
     import subprocess
 
     run_dir = tmp_path / "run"
@@ -59,13 +66,22 @@ def test_tiny_recipe_runs_through_the_launcher_with_distributed_weight_updates(t
         [sys.executable, "-m", "loongsage.cli", "train", "--config-name", "tiny/grpo", f"trainer.run_dir={run_dir}",
          "logging.progress_bar=false", f"trainer.steps={steps}", "trainer.sft.steps=3", "rollout.prompts_per_step=4",
          "rollout.n_samples_per_prompt=2", "rollout.max_new_tokens=12", "rollout.backend=sglang",
-         f"rollout.sglang.launch_command={command}"],
+         f"placement.mode={mode}", f"rollout.sglang.launch_command={command}", "transfer.bucket_bytes=4000000",
+         *(["async.enable=true", "async.stale_steps=0"] if mode == "disaggregated" else [])],
         capture_output=True, text=True, timeout=900, env={**__import__("os").environ, "RAY_AUTH_MODE": "disabled"})
     assert result.returncode == 0, result.stderr[-4000:]
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    syncs = [row for row in metrics if "timing/step" in row]
+    assert len(syncs) == steps
+    for row in syncs:
+        if mode == "colocated":  # the tiny model's 13 MB in 4 MB buckets: one request per bucket
+            assert row["perf/weight_sync_tensor_requests"] >= 3 and row["perf/weight_sync_senders"] == 1
+        else:
+            assert "perf/weight_sync_tensor_requests" not in row
     for step in range(steps):
         rows = [json.loads(line) for line in (run_dir / "samples" / f"step_{step:06d}.jsonl").read_text().splitlines()]
         # the warm start published version 1; the server sampled step k with version k + 1:
-        # every update reached it over the distributed path
+        # every update reached it
         assert {v for row in rows for v in row["weight_versions"]} == {step + 1}
         # and its weights are the trainer's (changed by the warm start): its logprobs match pi_old
         gaps = [abs(a - b) for row in rows for a, b in zip(row["rollout_logprobs"], row["train_logprobs"])]

@@ -50,6 +50,7 @@ from loongsage.controller.train_group import TrainGroup
 from loongsage.controller.verbs import Run
 from loongsage.controller.weight_sync import WeightSync
 from loongsage.controller.weight_sync_distributed import DistributedWeightSync
+from loongsage.controller.weight_sync_tensor import TensorWeightSync
 from loongsage.data.mixer import DataMixer
 from loongsage.data.scoring import RewardScorer, reward_modules
 from loongsage.data.sources import build_sources, training_sources
@@ -67,8 +68,16 @@ from loongsage.transfer import TransferConfig
 
 log = logging.getLogger(__name__)
 
-# how weights reach a rollout engine class (its ``weight_transport``; TransferMesh by default)
-WEIGHT_SYNCS = {"transfer_mesh": WeightSync, "sglang_distributed": DistributedWeightSync}
+# how weights reach a rollout engine class: the key its ``weight_transport(cfg)`` returns
+# (TransferMesh for a class without one)
+WEIGHT_SYNCS = {"transfer_mesh": WeightSync, "sglang_distributed": DistributedWeightSync,
+                "sglang_tensor": TensorWeightSync}
+
+
+def weight_transport(engine_class: Any, cfg: DictConfig) -> str:
+    """The ``WEIGHT_SYNCS`` key for a run's rollout engine class."""
+    choose = getattr(engine_class, "weight_transport", None)
+    return "transfer_mesh" if choose is None else choose(cfg)
 
 
 def data_filters(spec: RunConfig) -> tuple[Any, int]:
@@ -165,7 +174,7 @@ def _start_rollout(run: Run, plain: dict) -> None:
     cfg, spec = run.cfg, run.spec
     urls = ray.get([a.call.remote("start") for a in run.rollout_actors])
     transfer = TransferConfig(**plain["transfer"])
-    sync = WEIGHT_SYNCS[getattr(spec.rollout_engine.obj, "weight_transport", "transfer_mesh")]
+    sync = WEIGHT_SYNCS[weight_transport(spec.rollout_engine.obj, cfg)]
     run.weight_sync = sync(run.trainers, run.rollout_actors, transfer)
     health = cfg.rollout.health
     routes = config_is_moe(cfg.model.path)  # MoE: generations return routes (R3, routing mismatch)

@@ -14,17 +14,21 @@ set), ``--enable-return-routed-experts`` (router replay, ``rollout.sglang.routed
 ``/resume_memory_occupation``), ``--weight-version`` (the version the server reports before
 its first update), ``--skip-server-warmup``; ``rollout.sglang.extra_args`` are appended.
 
-Weights reach the server over ``/init_weights_update_group`` +
-``/update_weights_from_distributed`` (``weight_transport = "sglang_distributed"``: the run
-builds ``controller.weight_sync_distributed`` for it, trainer rank 0 broadcasting through
-``transfer.sglang.SGLangDistributedSender``; NCCL on GPUs, gloo on CPU). Colocated engines
-release and resume their memory around training (``offload``/``onload``).
+Weights (``weight_transport(cfg)`` names the run's weight sync): a colocated engine gets them
+from the train rank in its bundle through ``/update_weights_from_tensor`` (``"sglang_tensor"``:
+``controller.weight_sync_tensor`` over ``transfer.sglang_tensor.SGLangTensorSender``; CUDA IPC
+handles on a GPU, shared-memory handles on CPU: the server maps the trainer's memory), a
+disaggregated one over ``/init_weights_update_group`` + ``/update_weights_from_distributed``
+(``"sglang_distributed"``: ``controller.weight_sync_distributed``, trainer rank 0 broadcasting
+through ``transfer.sglang.SGLangDistributedSender``; NCCL on GPUs, gloo on CPU). Colocated
+engines release and resume their memory around training (``offload``/``onload``).
 
 CPU machines cannot install SGLang: the tests point ``launch_command`` at
 ``python -m loongsage.engines.embedded_rollout.sglang_compat``, the embedded server taking
-SGLang's argv, through this very code path (argv, health wait, registration, weight sync).
-Deviation: colocated CUDA-IPC weight updates (``/update_weights_from_tensor``) are not used;
-the distributed path serves colocated engines too.
+SGLang's argv, through this very code path (argv, health wait, registration, both weight
+syncs). Not run: a real SGLang server, CUDA IPC handles (``benchmarks/gpu_check.py`` has both
+for a GPU machine), and ``tp_size`` > 1 (the stand-in refuses it; colocated, every TP rank
+would get the same handles, mapped over peer access, where slime gathers one per TP rank).
 """
 
 from __future__ import annotations
@@ -67,7 +71,10 @@ def _get(section: Any, key: str, default: Any = None) -> Any:
 class SGLangServerEngine:
     """One SGLang server process per replica (see the module docstring)."""
 
-    weight_transport = "sglang_distributed"
+    @staticmethod
+    def weight_transport(cfg: Any) -> str:
+        """Colocated: ``/update_weights_from_tensor`` from the bundle-mate; else distributed."""
+        return "sglang_tensor" if cfg["placement"]["mode"] == "colocated" else "sglang_distributed"
 
     def __init__(self, model_path: str, *, launch_command: list[str], tp_size: int = 1,
                  mem_fraction_static: float = 0.8, max_running_requests: int = 64,

@@ -5,8 +5,9 @@ Receiver: `WeightReceiver([mesh.address, ...], apply=engine.apply_weights).start
 The transport per receiver (shared memory, gloo, CUDA IPC, NCCL) follows from where it runs;
 see `topology.py`. Same-host receivers may pass `zero_copy=True` to apply from views of the
 shared segment (`views.py`; needs `num_slots * bucket_bytes` >= one version).
-SGLang servers are driven through `sglang.py`; `sglang_receiver.py` is the server side of that
-protocol, mounted by the embedded rollout engine.
+SGLang servers are driven through `sglang.py` (distributed updates) and `sglang_tensor.py`
+(colocated `/update_weights_from_tensor`); `sglang_receiver.py` and `sglang_tensor_receiver.py`
+are the server sides of those protocols, mounted by the embedded rollout engine.
 """
 
 from loongsage.transfer.frames import (

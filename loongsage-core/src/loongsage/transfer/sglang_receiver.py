@@ -61,7 +61,7 @@ def _require(body: Mapping, key: str, kind: type | tuple[type, ...], what: str):
     return value
 
 
-def _version(body: Mapping) -> int | None:
+def request_version(body: Mapping) -> int | None:
     raw = body.get("weight_version")
     if raw is None:
         return None
@@ -154,7 +154,7 @@ class DistributedWeightUpdates:
         if body.get("load_format") is not None:
             raise UpdateRequestError("load_format", f"only per-tensor broadcasts (null) are "
                                      f"supported, got {body['load_format']!r}")
-        specs, version = _specs(body), _version(body)
+        specs, version = _specs(body), request_version(body)
         with self._lock:
             pending = self._pending.get(name)
             if pending is None or pending.version != version:

@@ -2,7 +2,7 @@
 
 Modules: ``params`` (request validation, torch-free), ``sampler`` (batched sampling and the
 reported logprob), ``kv_batch`` (the shared left-padded KV cache), ``scheduler`` (the decode
-loop), ``server`` (the FastAPI app), ``weights_codec`` (the CPU payload of
+loop), ``server`` (the FastAPI app), ``weights_codec`` (the inline payload of
 ``/update_weights_from_tensor``) and ``engine`` (:class:`EmbeddedRolloutEngine`). Importing
 the package is cheap; ``EmbeddedRolloutEngine`` is loaded on first access.
 """

@@ -11,9 +11,13 @@ On an MoE model a request with ``return_routed_experts`` gets ``meta_info.routed
 SGLang, base64 of little-endian int32 ``[prompt + output tokens - 1, layers, top_k]`` (every
 token the model consumed), plus our ``routed_experts_shape`` ``[layers, top_k]``.
 
-``/update_weights_from_tensor`` reads ``load_format="loongsage_torch_b64"`` payloads
-(``weights_codec``); its ``flush_cache`` flag has nothing to do here (no prefix cache is kept,
-and running requests always recompute their KV under new weights). ``/pause_generation``
+``/update_weights_from_tensor`` reads SGLang's own payloads (``load_format`` None or
+"direct": ``ForkingPickler`` handles to the sender's shared memory,
+``loongsage.transfer.sglang_tensor_receiver``; held per ``weight_version`` until the request with
+``flush_cache=True``, then applied at once) and ``load_format="loongsage_torch_b64"`` ones
+(``weights_codec``: the bytes inline, applied per request). No prefix cache is kept, and running
+requests always recompute their KV under new weights. ``/get_server_info`` counts the weight
+update requests per endpoint (``weight_update_requests``). ``/pause_generation``
 without a body uses SGLang's default mode, ``abort``; ``EngineClient`` sends ``in_place``.
 
 ``/init_weights_update_group``, ``/update_weights_from_distributed`` and
@@ -45,12 +49,19 @@ from starlette.concurrency import run_in_threadpool
 from loongsage.engines.embedded_rollout.params import RequestError, parse_generate
 from loongsage.engines.embedded_rollout.scheduler import Request
 from loongsage.engines.embedded_rollout.weights_codec import LOAD_FORMAT, decode_named_tensors
-from loongsage.transfer.sglang_receiver import DistributedWeightUpdates, UpdateRequestError
+from loongsage.transfer.sglang_receiver import (
+    DistributedWeightUpdates,
+    UpdateRequestError,
+    request_version,
+)
+from loongsage.transfer.sglang_tensor_receiver import TensorWeightUpdates
 
 if TYPE_CHECKING:
     from loongsage.engines.embedded_rollout.engine import EmbeddedRolloutEngine
 
 _PAUSE_MODES = ("abort", "in_place", "retract")
+WEIGHT_UPDATE_PATHS = ("/update_weights_from_tensor", "/init_weights_update_group",
+                       "/update_weights_from_distributed", "/destroy_weights_update_group")
 
 
 def _error(field: str, message: str, status: int = 400) -> JSONResponse:
@@ -212,44 +223,34 @@ def build_app(engine: "EmbeddedRolloutEngine") -> FastAPI:
                                                               "field": "flush_cache"}},
                             status_code=400)
 
-    @app.post("/update_weights_from_tensor")
-    async def update_weights_from_tensor(http: HTTPRequest):
-        body = await _json_body(http, required=True)
-        load_format = body.get("load_format") or LOAD_FORMAT
-        if load_format != LOAD_FORMAT:
-            raise RequestError("load_format", f"the embedded engine reads '{LOAD_FORMAT}' "
-                               f"payloads only, got {load_format!r}")
+    shapes = {n: tuple(t.shape) for n, t in engine.model.state_dict().items()}
+    updates = DistributedWeightUpdates(engine.apply_weights, shapes,
+                                       device=next(engine.model.parameters()).device)
+    tensor_updates = TensorWeightUpdates(engine.apply_weights, shapes)
+    seen = {path: 0 for path in WEIGHT_UPDATE_PATHS}
+
+    def codec_update(body: dict[str, Any]) -> dict[str, Any]:
+        """The CPU codec's payload (``weights_codec``): the tensors' bytes inline."""
         entries = body.get("serialized_named_tensors")
         if not isinstance(entries, list) or not entries or not all(isinstance(e, str) for e in entries):
-            raise RequestError("serialized_named_tensors", "expected a non-empty list of strings")
-        version = body.get("weight_version")
-        if version is not None:
-            try:
-                version = int(version)
-            except (TypeError, ValueError):
-                raise RequestError("weight_version", f"expected an integer, got {version!r}")
+            raise UpdateRequestError("serialized_named_tensors", "expected a non-empty list of strings")
+        version = request_version(body)
         try:
-            named = [nt for e in entries for nt in await run_in_threadpool(decode_named_tensors, e)]
+            named = [nt for e in entries for nt in decode_named_tensors(e)]
         except ValueError as exc:
-            raise RequestError("serialized_named_tensors", str(exc)) from exc
-        if body.get("abort_all_requests"):
-            await asyncio.wrap_future(sched.abort(None))
+            raise UpdateRequestError("serialized_named_tensors", str(exc)) from exc
         try:
-            new = await run_in_threadpool(engine.apply_weights, named, version)
+            new = engine.apply_weights(named, version)
         except (KeyError, ValueError) as exc:
-            msg = exc.args[0] if exc.args else str(exc)
-            return JSONResponse({"success": False, "message": msg,
-                                 "error": {"message": msg, "field": "serialized_named_tensors"}},
-                                status_code=400)
-        return {"success": True, "message": f"updated {len(named)} tensors",
-                "weight_version": str(new)}
+            raise UpdateRequestError("serialized_named_tensors", exc.args[0] if exc.args else str(exc)) from exc
+        return {"success": True, "message": f"updated {len(named)} tensors", "weight_version": str(new)}
 
-    updates = DistributedWeightUpdates(
-        engine.apply_weights, {n: tuple(t.shape) for n, t in engine.model.state_dict().items()},
-        device=next(engine.model.parameters()).device)
+    def from_tensor(body: dict[str, Any]) -> dict[str, Any]:
+        return (codec_update if body.get("load_format") == LOAD_FORMAT else tensor_updates.update)(body)
 
-    async def distributed(http: HTTPRequest, handler) -> JSONResponse | dict:
+    async def weight_update(http: HTTPRequest, handler) -> JSONResponse | dict:
         body = await _json_body(http, required=True)
+        seen[http.url.path] += 1
         if body.get("abort_all_requests"):
             await asyncio.wrap_future(sched.abort(None))
         try:
@@ -258,18 +259,27 @@ def build_app(engine: "EmbeddedRolloutEngine") -> FastAPI:
             return JSONResponse({"success": False, "message": str(exc),
                                  "error": {"message": str(exc), "field": exc.field}},
                                 status_code=400)
+        except (KeyError, ValueError) as exc:  # apply_weights refused the version
+            msg = exc.args[0] if exc.args else str(exc)
+            return JSONResponse({"success": False, "message": msg,
+                                 "error": {"message": msg, "field": "serialized_named_tensors"}},
+                                status_code=400)
+
+    @app.post("/update_weights_from_tensor")
+    async def update_weights_from_tensor(http: HTTPRequest):
+        return await weight_update(http, from_tensor)
 
     @app.post("/init_weights_update_group")
     async def init_weights_update_group(http: HTTPRequest):
-        return await distributed(http, updates.init_group)
+        return await weight_update(http, updates.init_group)
 
     @app.post("/update_weights_from_distributed")
     async def update_weights_from_distributed(http: HTTPRequest):
-        return await distributed(http, updates.update)
+        return await weight_update(http, updates.update)
 
     @app.post("/destroy_weights_update_group")
     async def destroy_weights_update_group(http: HTTPRequest):
-        return await distributed(http, updates.destroy)
+        return await weight_update(http, updates.destroy)
 
     @app.get("/get_model_info")
     async def get_model_info():
@@ -282,7 +292,7 @@ def build_app(engine: "EmbeddedRolloutEngine") -> FastAPI:
     @app.get("/get_server_info")
     async def get_server_info():
         return {"version": "loongsage-embedded", "max_running_requests": sched.max_running,
-                "paused": sched.paused, **sched.load()}
+                "paused": sched.paused, "weight_update_requests": dict(seen), **sched.load()}
 
     @app.get("/get_load")
     async def get_load():

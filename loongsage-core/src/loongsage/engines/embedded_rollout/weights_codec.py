@@ -1,13 +1,12 @@
-"""CPU wire encoding of named tensors for ``/update_weights_from_tensor``.
+"""Inline wire encoding of named tensors for ``/update_weights_from_tensor``.
 
-SGLang's ``serialized_named_tensors`` entries are base64 strings of a pickled list of
-``(name, tensor)`` where the tensors are CUDA IPC handles: only metadata crosses HTTP. A CPU
-engine has no such handle, so the embedded engine uses ``load_format="loongsage_torch_b64"``:
-each entry is ``base64(torch.save(list[(name, tensor)]))`` with the tensor data inline.
-Several entries (SGLang sends one per TP rank; here, buckets) are applied together.
-Decoding uses ``torch.load(weights_only=True)``, so a payload can carry only tensors.
-This path is for tests and small models; the shared-memory path of TransferMesh calls
-``EmbeddedRolloutEngine.apply_weights`` directly and avoids the copies.
+SGLang's own ``serialized_named_tensors`` entries carry handles to the sender's memory (CUDA
+IPC, or shared memory on CPU: ``transfer.sglang_tensor``), which only a process on the
+sender's host can map. ``load_format="loongsage_torch_b64"`` carries the bytes instead: each
+entry is ``base64(torch.save(list[(name, tensor)]))``, so any client anywhere can send weights
+(``EngineClient.update_weights_from_tensor(named_tensors)``). Several entries are applied
+together. Decoding uses ``torch.load(weights_only=True)``, so a payload can carry only tensors.
+This path is for tests and small models; runs use TransferMesh or the handle path.
 """
 
 from __future__ import annotations
