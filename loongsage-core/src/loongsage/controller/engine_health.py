@@ -65,7 +65,10 @@ class EngineMonitor:
         self.misses = [0] * len(pool)
         self.restarts = 0
         self._restarts_since: list[float] = []  # seconds each restart took, since metrics()
-        self._lock = threading.Lock()  # one restart at a time, and metrics() beside it
+        # One look or restart at a time (the monitor thread and ``heal`` both check), and
+        # metrics() beside them: a check that ran during a restart would probe the old client
+        # of a seat that already holds the new actor and restart it a second time.
+        self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True, name="engine-monitor")
 
@@ -93,6 +96,10 @@ class EngineMonitor:
     def check(self, idx: int, misses_allowed: int | None = None) -> bool:
         """Look at replica ``idx`` once; restart it when it is dead or hung. False when it
         is down and stays down (out of restarts)."""
+        with self._lock:
+            return self._check(idx, misses_allowed)
+
+    def _check(self, idx: int, misses_allowed: int | None) -> bool:
         actor = self.run.rollout_actors[idx]
         state = process_state(self.pids[idx]) if self.local else "running"
         if state == "running" and self.pool.clients[idx].health():
