@@ -141,3 +141,15 @@ def spawn_engine(engine_cls: Any, cfg: dict, seat: Any, placement: Any = None) -
         "num_cpus": seat.num_cpus, "num_gpus": seat.num_gpus}
     actor = ray.remote(EngineHost).options(max_concurrency=4, **options)
     return actor.remote(engine_cls, cfg, seat.threads, list(seat.cores) if seat.cores else None)
+
+
+def engine_values(actors: Sequence[Any], fn: Callable[[Any], Any]) -> list[Any]:
+    """``fn(engine)`` run in each engine actor; None for an actor that died (the engine
+    monitor restarts it; a weight sync then reports it as not holding the version)."""
+    values = []
+    for ref in [actor.run.remote(fn) for actor in actors]:
+        try:
+            values.append(ray.get(ref))
+        except ray.exceptions.RayActorError:
+            values.append(None)
+    return values

@@ -18,6 +18,7 @@ from typing import Any
 
 import ray
 
+from loongsage.controller.actors import engine_values
 from loongsage.transfer import TransferConfig, WeightSyncError
 
 _SENDER: dict[str, Any] = {}
@@ -88,7 +89,7 @@ class DistributedWeightSync:
         return version
 
     def versions(self) -> list[int | str | None]:
-        return ray.get([actor.run.remote(lambda engine: engine.weight_version) for actor in self.rollout_actors])
+        return engine_values(self.rollout_actors, lambda engine: engine.weight_version)
 
     def metrics(self) -> dict[str, float]:
         return {"perf/weight_sync_gb": self.last[0]["bytes"] / 1e9 if self.last else 0.0,

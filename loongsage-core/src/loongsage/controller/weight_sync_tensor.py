@@ -19,6 +19,7 @@ from typing import Any
 
 import ray
 
+from loongsage.controller.actors import engine_values
 from loongsage.errors import ConfigError
 from loongsage.transfer import TransferConfig, WeightSyncError
 
@@ -64,8 +65,10 @@ class TensorWeightSync:
         self.last: list[dict[str, Any]] = []
 
     def _send(self, version: int, targets: set[int]) -> None:
-        servers = ray.get([actor.run.remote(lambda engine: (engine.url, engine.tp_size))
-                           for actor in self.rollout_actors])
+        servers = engine_values(self.rollout_actors, lambda engine: (engine.url, engine.tp_size))
+        dead = sorted(i for i in targets if servers[i] is None)
+        if dead:
+            raise WeightSyncError(version, None, f"the actors of engines {dead} died")
         refs = [actor.run.remote(actor_push, version, servers[rank][0] if rank in targets else None,
                                  servers[rank][1] if rank in targets else 1, self.config.bucket_bytes,
                                  self.config.timeout_s)
@@ -90,7 +93,7 @@ class TensorWeightSync:
         return version
 
     def versions(self) -> list[int | str | None]:
-        return ray.get([actor.run.remote(lambda engine: engine.weight_version) for actor in self.rollout_actors])
+        return engine_values(self.rollout_actors, lambda engine: engine.weight_version)
 
     def metrics(self) -> dict[str, float]:
         return {"perf/weight_sync_gb": sum(r["bytes"] for r in self.last) / 1e9,
