@@ -71,8 +71,9 @@ def _label(pid: int, roles: dict[int, str]) -> str:
     return " ".join(w.decode(errors="replace") for w in words if w)[:60] or str(pid)
 
 
-def measure(command: str, interval: float, echo: bool) -> Peaks:
-    """Run ``command`` to the end, sampling its process tree; return its peaks."""
+def measure(command: str, interval: float, echo: bool, min_rss: float = 0.1 * GB) -> Peaks:
+    """Run ``command`` to the end, sampling its process tree; return its peaks (per process:
+    those whose RSS reached ``min_rss`` bytes)."""
     peaks = Peaks(command)
     roles: dict[int, str] = {}
     by_pid: dict[int, dict] = {}
@@ -99,7 +100,7 @@ def measure(command: str, interval: float, echo: bool) -> Peaks:
             cpu.update({pid: max(cpu.get(pid, 0.0), cpu_seconds(pid)) for pid in tree})
             pss, rss = sum(p for _, p in sample.values()), sum(r for r, _ in sample.values())
             for pid, (r, p) in sample.items():
-                if r >= 0.1 * GB:  # Ray renames its workers as they take tasks: keep the latest name
+                if r >= min_rss:  # Ray renames its workers as they take tasks: keep the latest name
                     entry = by_pid.setdefault(pid, {"rss": 0, "pss": 0})
                     entry["rss"], entry["pss"] = max(entry["rss"], r), max(entry["pss"], p)
                     entry["label"] = _label(pid, roles)
@@ -141,8 +142,10 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quiet", action="store_true", help="do not echo the commands' output")
+    parser.add_argument("--min-rss-gb", type=float, default=0.1, help="list processes whose RSS reached this")
     args = parser.parse_args()
-    results = [measure(command, args.interval, echo=not (args.quiet or args.json)) for command in args.run]
+    results = [measure(command, args.interval, echo=not (args.quiet or args.json), min_rss=args.min_rss_gb * GB)
+               for command in args.run]
     if args.json:
         print(json.dumps({"runs": [r.__dict__ for r in results],
                           "peak_pss_ratio": [r.pss / (results[0].pss or 1) for r in results]}))

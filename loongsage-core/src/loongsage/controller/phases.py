@@ -3,7 +3,9 @@
 Colocated (``placement.mode=colocated``): a train rank and an engine share each bundle's
 device and take turns. Before training, generation stops (partial rollout: in-flight
 requests are aborted and resumed later) and the engines release their weights and KV cache;
-the train ranks bring their state back from host memory. Before the weight update the engines
+the train ranks bring their state back from host memory; the engines also hand what their
+generation freed back to the OS (on a CPU device, where nothing moves, this is what keeps
+the engines' KV cache and activations out of the train phase's peak). Before the weight update the engines
 take their weights back; after it the train ranks move parameters, gradients and optimizer
 state to host memory while the engines generate. A critic (``controller.critic``) shares train
 rank 0's device and moves with the train ranks. On CPU devices the moves are no-ops, the
@@ -23,7 +25,16 @@ import ray
 def call_engines(engines: Sequence[Any], method: str) -> None:
     """``method`` on every engine; one whose actor died is skipped: the engine monitor
     (``engine_health``) restarts it, and without the monitor the weight sync names it."""
-    for ref in [engine.call.remote(method) for engine in engines]:
+    _wait_all([engine.call.remote(method) for engine in engines])
+
+
+def release_engine_memory(engines: Sequence[Any]) -> None:
+    """Every engine hands its freed heap memory back to the OS (``EngineHost.release_memory``)."""
+    _wait_all([engine.release_memory.remote() for engine in engines])
+
+
+def _wait_all(refs: Sequence[Any]) -> None:
+    for ref in refs:
         try:
             ray.get(ref)
         except ray.exceptions.RayActorError:
@@ -39,6 +50,7 @@ class ColocatedPhases:
     def to_train(self) -> None:
         self.scheduler.pause()
         call_engines(self.engines, "offload")
+        release_engine_memory(self.engines)
         for holder in self.holders:
             holder.call("onload")
 
