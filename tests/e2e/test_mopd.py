@@ -23,8 +23,8 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-SFT_STEPS = 25
-STEPS = 10
+SFT_STEPS = 15
+STEPS = 8
 WINDOW = 3
 FALL = 0.8  # last WINDOW steps' KL at most 80 % of the first WINDOW steps'
 SOURCES = ("add", "sub")
