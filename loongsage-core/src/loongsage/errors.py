@@ -13,7 +13,23 @@ from loongsage.catalogue import install_hint
 
 
 class LoongSageError(Exception):
-    """Base class of every error LoongSage raises on purpose."""
+    """Base class of every error LoongSage raises on purpose.
+
+    Picklable whatever a subclass's constructor takes: Ray sends an error raised in an actor
+    to the caller by pickling it, and the default reduction calls the constructor with the
+    formatted message alone, which fails for ``ConfigError(key, problem)`` and the like (the
+    caller then gets Ray's ``UnserializableException`` instead of the error).
+    """
+
+    def __reduce__(self):
+        return _rebuild_error, (type(self), self.args, self.__dict__)
+
+
+def _rebuild_error(cls: type, args: tuple, state: dict) -> LoongSageError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class ConfigError(LoongSageError, ValueError):
