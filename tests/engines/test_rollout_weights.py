@@ -14,7 +14,6 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from loongsage.engines.client import EngineClient, EngineError
-from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
 
 PROMPT = [5, 17, 42, 99, 7, 300]
 
@@ -33,14 +32,6 @@ def forward_logprobs(model, prompt, output) -> torch.Tensor:
     with torch.no_grad():
         lp = model(torch.tensor([prompt + output])).logits.float().log_softmax(-1)[0]
     return torch.stack([lp[len(prompt) - 1 + i, t] for i, t in enumerate(output)])
-
-
-@pytest.fixture
-def engine(tiny_model_dir):
-    eng = EmbeddedRolloutEngine(str(tiny_model_dir), seed=3, num_threads=1)
-    eng.start()
-    yield eng
-    eng.stop()
 
 
 @pytest.fixture

@@ -25,7 +25,6 @@ import httpx
 import pytest
 import torch
 
-from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
 from loongsage.transfer.sglang_tensor import serialize_named_tensors, shared_bucket, tensor_request
 
 CHILD = r"""
@@ -43,14 +42,6 @@ sys.stdin.readline()
 del views
 keep.clear()  # as the sender does once answered; a process that exits holding them leaves them to torch's shm manager
 """
-
-
-@pytest.fixture
-def engine(tiny_model_dir):
-    eng = EmbeddedRolloutEngine(str(tiny_model_dir), seed=3, num_threads=1)
-    eng.start()
-    yield eng
-    eng.stop()
 
 
 def noisy(engine, seed: int) -> list[tuple[str, torch.Tensor]]:
