@@ -20,8 +20,11 @@ import pytest
 pytestmark = pytest.mark.slow
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--window-size=1500,1100"]
+# --disable-dev-shm-usage: a container's /dev/shm may be small or filled by earlier tests (Ray's
+# object store, torch's shared-memory tensors); a renderer that cannot map it hangs the page load.
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--window-size=1500,1100"]
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +45,9 @@ def browser():
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
+    # get() returns at DOMContentLoaded; the test waits for what it reads (rows, the curves image)
+    # itself, each with its own deadline, so one slow resource is a named failure, not a client timeout
+    options.page_load_strategy = "eager"
     for flag in FLAGS:
         options.add_argument(flag)
     driver = webdriver.Chrome(options=options, service=Service(executable_path=DRIVER))
@@ -54,14 +60,14 @@ def saved_rows(run_dir: Path) -> list[dict]:
             for line in p.read_text().splitlines()]
 
 
-def wait_until(predicate, timeout: float = 30.0):
+def wait_until(predicate, what: str, timeout: float = 60.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(0.1)
-    raise AssertionError("the page did not get there in time")
+    raise AssertionError(f"the page did not get there in {timeout:.0f} s: {what}")
 
 
 def rows_shown(driver) -> list:
@@ -75,10 +81,11 @@ def test_page_lists_filters_and_shows_a_trajectory_as_the_files_say(tiny_run, vi
 
     saved = saved_rows(tiny_run)
     browser.get(viewer)
-    wait_until(lambda: len(rows_shown(browser)) == len(saved))
+    wait_until(lambda: len(rows_shown(browser)) == len(saved), f"{len(saved)} sample rows listed")
     assert browser.find_element(By.ID, "run-path").text == str(tiny_run.resolve())
     assert wait_until(lambda: browser.execute_script(
-        "const i = document.getElementById('curves'); return i.complete && i.naturalWidth > 0;"))
+        "const i = document.getElementById('curves'); return i.complete && i.naturalWidth > 0;"),
+        "the curves image loaded", timeout=120)
 
     # filters: length >= the median response length, then a reward ceiling below every reward
     lengths = sorted(len(r["response_ids"]) for r in saved)
@@ -86,11 +93,12 @@ def test_page_lists_filters_and_shows_a_trajectory_as_the_files_say(tiny_run, vi
     browser.find_element(By.ID, "min-length").send_keys(str(floor))
     browser.find_element(By.ID, "apply").click()
     wanted = sum(len(r["response_ids"]) >= floor for r in saved)
-    wait_until(lambda: len(rows_shown(browser)) == wanted)
+    wait_until(lambda: len(rows_shown(browser)) == wanted, f"{wanted} rows at length >= {floor}")
     browser.find_element(By.ID, "min-length").clear()
     browser.find_element(By.ID, "max-reward").send_keys(str(min(r["reward"] for r in saved) - 1))
     browser.find_element(By.ID, "apply").click()
-    wait_until(lambda: browser.find_element(By.ID, "sample-count").text == "0 trajectories")
+    wait_until(lambda: browser.find_element(By.ID, "sample-count").text == "0 trajectories",
+               "no rows under the reward ceiling")
     browser.find_element(By.ID, "max-reward").clear()
     source = saved[0]["source"]
     from selenium.webdriver.support.ui import Select
@@ -100,13 +108,15 @@ def test_page_lists_filters_and_shows_a_trajectory_as_the_files_say(tiny_run, vi
     browser.find_element(By.ID, "apply").click()
     step1 = [r for r in saved if r["step"] == 1 and r["source"] == source]
     wait_until(lambda: len(rows_shown(browser)) == len(step1) and
-               all(row.get_attribute("data-step") == "1" for row in rows_shown(browser)))
+               all(row.get_attribute("data-step") == "1" for row in rows_shown(browser)),
+               f"the {len(step1)} step-1 rows of {source}")
 
     # click through to the longest trajectory of step 1
     index = max(range(len(step1)), key=lambda i: len(step1[i]["response_ids"]))
     sample = step1[index]
     browser.find_element(By.CSS_SELECTOR, f'#samples tr.sample-row[data-index="{index}"]').click()
-    wait_until(lambda: browser.find_element(By.ID, "token-count").text == str(len(sample["response_ids"])))
+    wait_until(lambda: browser.find_element(By.ID, "token-count").text == str(len(sample["response_ids"])),
+               "the clicked trajectory's token count")
     assert browser.find_element(By.ID, "masked-count").text == str(sum(sample["loss_mask"]))
     tokens = browser.find_elements(By.CSS_SELECTOR, "#tokens .tok")
     assert len(tokens) == len(sample["response_ids"])
