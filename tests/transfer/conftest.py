@@ -198,6 +198,24 @@ class RolloutHost:
     def weight_bytes(self) -> dict[str, bytes]:
         return {name: as_bytes(t) for name, t in self.engine.model.state_dict().items()}
 
+    def tensor_bytes_outside_model(self) -> int:
+        """Bytes of every live CPU tensor storage in this process that is neither the model's
+        nor the shared-memory ring's: what a weight update left behind (a staging copy)."""
+        import gc
+
+        model = self.engine.model
+        model = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
+        seen, total = set(), 0
+        for obj in gc.get_objects():
+            if not isinstance(obj, torch.Tensor) or obj.device.type != "cpu":
+                continue
+            storage = obj.untyped_storage()
+            if storage.data_ptr() in model or storage.data_ptr() in seen or storage.filename:
+                continue
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+        return total
+
     def stop(self) -> None:
         if self.receiver is not None:
             self.receiver.close()

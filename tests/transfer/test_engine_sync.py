@@ -2,7 +2,8 @@
 server running): engine weights end bitwise equal to the trainer's, the engine reports the
 new version over HTTP, and a failed version leaves it serving the previous one. The receiver
 runs zero-copy (the ring holds a version), so version 1 is copied and version 3 applied from
-views of the shared segment."""
+views of the shared segment; the staging copy of version 1 does not outlive its apply (no
+tensor outside the model is left in the engine's process)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,11 @@ def test_engine_weights_bitwise_equal_and_failed_version_keeps_serving(ray_sessi
             got = ray.get(host.weight_bytes.remote())
             assert set(got) == set(weights)
             assert all(got[name] == as_bytes(t) for name, t in weights.items())
+            # the staging copy version 1 went through was freed once applied: version 2 comes
+            # as views, so the engine holds no second copy of the weights until then
+            weight_total = sum(t.numel() * t.element_size() for t in weights.values())
+            held = ray.get(host.tensor_bytes_outside_model.remote())
+            assert held < 0.05 * weight_total, (held, weight_total)
             info = httpx.get(f"{url}/get_model_info", timeout=30).json()
             assert info["weight_version"] == "1"
             before = generate(url)

@@ -14,9 +14,15 @@ staging buffers, reused by the next version: an engine copies them into its para
 `zero_copy=True` (same-host shared-memory senders only): once a full version is known to fit
 in the sender's ring, later full versions are not copied into staging; `apply` gets views of
 the shared segment (`views.py`), so the receiver makes no copy of its own before the engine's.
-The first version, delta versions and versions that outgrow the ring are copied as above; once
-a version arrived as views the staging tensors are freed (they no longer mirror the weights,
-and keeping them cost a second model-sized copy in every engine: 538 MB for SmolLM2).
+The first version, delta versions and versions that outgrow the ring are copied as above.
+Staging is freed as soon as it is of no further use: after a version arrived as views, and
+right after applying a copied full version that fitted every sender's ring (the next full
+version comes as views, so nothing would read the copy again). Keeping it had cost a second
+model-sized copy in every engine, 538 MB for SmolLM2, from the first sync until the second.
+Such a receiver then reports no mirror, so senders send it full versions, never deltas: a
+delta would have saved a same-host receiver nothing (the engine copies every tensor anyway)
+and needed the model-sized mirror. Staging is kept where a sender's ring is too small for a
+version, or without `zero_copy`: there it is reused by the next version and patched by deltas.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ class _Pending:
         self.errors: list[str] = []
         self.views: dict[str, torch.Tensor] = {}
         self.done: set[int] = set()
+        self.mirror_needed = False  # a sender's next full version would be copied again
         self.finished = False
         self.ok = False
 
@@ -121,6 +128,7 @@ class WeightReceiver:
         if self.zero_copy and arena is not None and channel.setup["slot_bytes"] % ALIGN == 0:
             viewer = ArenaAssembler(arena, channel.setup["num_slots"])
         fits = False  # whether the last full version fitted in the ring
+        ring = viewer.num_slots if viewer is not None else 0
         while not self._closed:
             try:
                 message = conn.recv()
@@ -131,15 +139,17 @@ class WeightReceiver:
             if isinstance(message, Begin):
                 full = message.base_version is None
                 assembler = viewer if viewer is not None and fits and full else copier
-                alive, num_buckets = self._receive(rank, conn, channel, assembler, message)
+                alive, fitted = self._receive(rank, conn, channel, assembler, message, ring)
                 if not alive:
                     return
-                if full and num_buckets is not None:
-                    fits = viewer is not None and num_buckets <= viewer.num_slots
+                if fitted is not None:
+                    fits = fitted
 
     def _receive(self, rank: int, conn: Connection, channel: ReceiverChannel,
-                 assembler: Reassembler | ArenaAssembler, begin: Begin) -> tuple[bool, int | None]:
-        """One version's frames from one sender: (sender still alive, buckets it announced)."""
+                 assembler: Reassembler | ArenaAssembler, begin: Begin,
+                 ring_slots: int) -> tuple[bool, bool | None]:
+        """One version's frames from one sender: (sender still alive, whether this full version
+        fitted in a ring of `ring_slots` slots; None for a delta or an unannounced size)."""
         version, error, bucket, alive, names = begin.version, "", None, True, []
         num_buckets = None
         if begin.base_version is not None and begin.base_version != self.mirror_version:
@@ -173,23 +183,27 @@ class WeightReceiver:
             error = str(WeightSyncError(version, bucket, f"lost sender rank {rank} after "
                                         f"{'no bucket' if bucket is None else 'this bucket'}: "
                                         f"{type(exc).__name__}: {exc}"))
+        fitted = None
+        if begin.base_version is None and num_buckets is not None:
+            fitted = 0 < ring_slots and num_buckets <= ring_slots
         views = assembler.named_views() if isinstance(assembler, ArenaAssembler) and names else {}
-        pending = self._shard_done(version, rank, names, error, views)
+        pending = self._shard_done(version, rank, names, error, views, fitted is not True)
         self._wait(pending, version)
         if alive:
             try:
                 conn.send(Result(version, pending.ok, self.applied_version, self.mirror_version,
                                  "; ".join(pending.errors)))
             except (OSError, EOFError):
-                return False, num_buckets
-        return alive, num_buckets
+                return False, fitted
+        return alive, fitted
 
     def _shard_done(self, version: int, rank: int, names: list[str], error: str,
-                    views: dict[str, torch.Tensor]) -> _Pending:
+                    views: dict[str, torch.Tensor], mirror_needed: bool) -> _Pending:
         with self._cond:
             pending = self._pending.setdefault(version, _Pending())
             pending.names.update(names)
             pending.views.update(views)
+            pending.mirror_needed |= mirror_needed
             if error:
                 pending.errors.append(error)
             pending.done.add(rank)
@@ -213,11 +227,14 @@ class WeightReceiver:
             pending.ok = not error
             if pending.ok:
                 self.applied_version = version
-                # staging mirrors the weights only if every tensor went through it
-                self.mirror_version = None if pending.views else version
                 self.zero_copy_versions += bool(pending.views)
-                if pending.views:  # no longer a mirror: a model-sized copy nobody reads again
+                # staging mirrors the weights only if every tensor went through it, and is
+                # worth keeping only if some sender's next full version is copied into it
+                if pending.views or not pending.mirror_needed:
                     self.staging.clear()
+                    self.mirror_version = None
+                else:
+                    self.mirror_version = version
             else:
                 self.mirror_version = None
                 self.last_error = error
