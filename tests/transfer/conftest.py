@@ -182,11 +182,22 @@ class RolloutHost:
     def http_url(self) -> str:
         return self.url
 
-    def connect(self, senders: list, host_id: str, zero_copy: bool = False) -> str:
-        self.receiver = WeightReceiver(senders, self.engine.apply_weights,
+    def connect(self, senders: list, host_id: str, zero_copy: bool = False,
+                bind: bool = False) -> str:
+        engine = self.engine
+        self.receiver = WeightReceiver(senders, engine.apply_weights,
                                        receiver_id="rollout-engine", host_id=host_id,
-                                       timeout_s=20, zero_copy=zero_copy).start()
+                                       timeout_s=20, zero_copy=zero_copy,
+                                       bind=engine.bind_weights if bind else None,
+                                       lost=engine.weights_lost if bind else None).start()
         return self.url
+
+    def private_weight_bytes(self) -> int:
+        """Bytes of the model's parameters held in this process's own memory (not in a
+        shared-memory file such as the weight-sync ring)."""
+        storages = {p.untyped_storage().data_ptr(): p.untyped_storage()
+                    for p in self.engine.model.parameters()}
+        return sum(s.nbytes() for s in storages.values() if not s.filename)
 
     def state(self) -> dict:
         receiver = self.receiver

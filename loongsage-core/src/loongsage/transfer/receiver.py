@@ -23,6 +23,15 @@ Such a receiver then reports no mirror, so senders send it full versions, never 
 delta would have saved a same-host receiver nothing (the engine copies every tensor anyway)
 and needed the model-sized mirror. Staging is kept where a sender's ring is too small for a
 version, or without `zero_copy`: there it is reused by the next version and patched by deltas.
+
+`bind` (with `zero_copy`; colocated runs only): a version that arrived whole as views goes to
+`bind(named_views, version)` instead of `apply`, and the engine keeps the views as its weights
+(`EmbeddedRolloutEngine.bind_weights`): one copy of the weights per host, the sender's ring.
+The sender then overwrites the engine's weights as it writes the next version, which is safe
+only while the engine generates nothing (colocated runs pause it for the sync). A version that
+fails after that can have overwritten part of them: the previous version is gone, so the
+receiver calls `lost(reason)` (the engine refuses requests until a version is applied) and the
+error says so.
 """
 
 from __future__ import annotations
@@ -71,7 +80,8 @@ class WeightReceiver:
     def __init__(self, senders: Sequence[MeshAddress], apply: ApplyFn, *,
                  receiver_id: str | None = None, host_id: str | None = None,
                  device: str = "cpu", address: str = "127.0.0.1", timeout_s: float = 60.0,
-                 zero_copy: bool = False):
+                 zero_copy: bool = False, bind: ApplyFn | None = None,
+                 lost: Callable[[str], None] | None = None):
         if not senders:
             raise ValueError("WeightReceiver.senders: expected at least one MeshAddress")
         self.senders = list(senders)
@@ -80,6 +90,8 @@ class WeightReceiver:
                                  host_id or socket.gethostname(), device, address)
         self.timeout_s = timeout_s
         self.zero_copy = zero_copy
+        self.bind, self.lost = bind, lost
+        self.bound = False  # the engine's weights are views of a sender's ring
         self.zero_copy_versions = 0
         self.staging: dict[str, torch.Tensor] = {}
         self.applied_version: int | None = None
@@ -215,14 +227,19 @@ class WeightReceiver:
 
     def _finish(self, version: int, pending: _Pending) -> None:
         error = "; ".join(pending.errors)
+        bind = self.bind is not None and bool(pending.names) and set(pending.views) == pending.names
         if not error:
             try:
-                self.apply([(name, pending.views[name] if name in pending.views
-                             else self.staging[name]) for name in sorted(pending.names)], version)
+                (self.bind if bind else self.apply)(
+                    [(name, pending.views[name] if name in pending.views else self.staging[name])
+                     for name in sorted(pending.names)], version)
+                self.bound = self.bound or bind
             except Exception as exc:  # the engine refused: stay on the old version
                 error = str(WeightSyncError(version, None,
                                             f"apply failed: {type(exc).__name__}: {exc}"))
                 pending.errors.append(error)
+        if error:
+            error = self._lose_bound(version, pending.errors)
         with self._cond:
             pending.ok = not error
             if pending.ok:
@@ -249,8 +266,21 @@ class WeightReceiver:
                     pending.errors.append(f"weight version {version}: other sender ranks "
                                           f"never finished")
                     self.mirror_version = None
-                    self.last_error = pending.errors[-1]
+                    self.last_error = self._lose_bound(version, pending.errors)
                     pending.finished = True
+
+    def _lose_bound(self, version: int, errors: list[str]) -> str:
+        """After a failed version: if the engine's weights are ring views, some may have been
+        overwritten, so tell the engine (``lost``) and say so in the error; returns the error."""
+        if self.bound and self.lost is not None:
+            errors.append(f"the engine's weights are views of the sender's ring and version "
+                          f"{version} may have overwritten part of them: it refuses requests "
+                          f"until a version is applied")
+            try:
+                self.lost("; ".join(errors))
+            except Exception as exc:  # a stopped engine serves nothing anyway
+                errors.append(f"telling the engine failed: {type(exc).__name__}: {exc}")
+        return "; ".join(errors)
 
     def close(self) -> None:
         self._closed = True
