@@ -55,6 +55,25 @@ def test_views_once_the_version_fits_and_copies_otherwise(ray_session, engines):
         ray.get(a.disconnect.remote("zc-small"))
 
 
+def test_a_version_given_as_a_list_comes_as_views_from_the_first(ray_session, engines):
+    """A sender given a sequence announces the version's padded size in `Begin`: a receiver
+    whose ring holds it takes version 1 as views too, never allocating staging; one given an
+    iterator announces nothing (version 1 copied)."""
+    ray, (a, _) = ray_session, engines
+    weights = [make_weights(seed=s, tiny=300) for s in (40, 41)]
+    config = TransferConfig(bucket_bytes=SMALL_BUCKET, num_slots=ring_slots(weights[0]),
+                            timeout_s=20)
+    with TransferMesh(config, host_id="host-a") as mesh:
+        ray.get(a.connect.remote("zc-list", [mesh.address], "host-a", 20.0, True))
+        mesh.wait_for_receivers(1)
+        for version, w in enumerate(weights, start=1):
+            assert mesh.sync(list(w.items()), version).applied == ["zc-list"]
+            expect_equal(ray, a, "zc-list", w)
+            state = ray.get(a.state.remote("zc-list"))
+            assert state["zero_copy_versions"] == version and state["staging_bytes"] == 0
+        ray.get(a.disconnect.remote("zc-list"))
+
+
 def test_a_zero_copy_receiver_keeps_no_mirror_so_delta_senders_send_views(ray_session, engines):
     """A receiver that views the ring holds no copy of the weights for deltas to patch: a delta
     sender gives it full versions, applied from views, and their bytes are right."""

@@ -12,9 +12,11 @@ staging buffers, reused by the next version: an engine copies them into its para
 `load_state_dict` / SGLang's `load_weights` do) and must not keep references.
 
 `zero_copy=True` (same-host shared-memory senders only): once a full version is known to fit
-in the sender's ring, later full versions are not copied into staging; `apply` gets views of
+in the sender's ring (from an earlier version, or from the size the sender announced in
+`Begin`), full versions are not copied into staging; `apply` gets views of
 the shared segment (`views.py`), so the receiver makes no copy of its own before the engine's.
-The first version, delta versions and versions that outgrow the ring are copied as above.
+A first version of unannounced size, delta versions and versions that outgrow the ring are
+copied as above.
 Staging is freed as soon as it is of no further use: after a version arrived as views, and
 right after applying a copied full version that fitted every sender's ring (the next full
 version comes as views, so nothing would read the copy again). Keeping it had cost a second
@@ -150,7 +152,10 @@ class WeightReceiver:
                 continue
             if isinstance(message, Begin):
                 full = message.base_version is None
-                assembler = viewer if viewer is not None and fits and full else copier
+                announced = message.padded_bytes is not None and viewer is not None and \
+                    message.padded_bytes <= viewer.num_slots * channel.setup["slot_bytes"]
+                assembler = viewer if viewer is not None and (fits or announced) and full \
+                    else copier
                 alive, fitted = self._receive(rank, conn, channel, assembler, message, ring)
                 if not alive:
                     return
