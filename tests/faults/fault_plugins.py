@@ -3,9 +3,10 @@ plugin module (``plugins=[fault_plugins]``, this folder on ``PYTHONPATH``), regi
 the same hooks as any third-party code, so nothing test-only lives in the product.
 
 * ``sync_stopping_rollout``: the embedded rollout engine, except that the first time any engine
-  of the run is handed weight version ``SYNC_STOP_VERSION`` (every bucket has arrived through
-  TransferMesh, the trainer waits in ``TransferMesh.sync`` for this engine's result) it writes
-  its pid to ``<run_dir>/faults/sync`` and stops there until the test kills it.
+  of the run is handed weight version ``SYNC_STOP_VERSION``, to copy or to bind (every bucket
+  has arrived through TransferMesh, the trainer waits in ``TransferMesh.sync`` for this
+  engine's result) it writes its pid to ``<run_dir>/faults/sync`` and stops there until the
+  test kills it.
 * ``abort_stopping_rollout``: the embedded rollout engine, except that the first abort-all of a
   weight update that finds requests running or queued in it (``EnginePool.abort_for_update``
   with the pool holding new requests) writes its pid to ``<run_dir>/faults/abort`` and stops
@@ -68,6 +69,11 @@ class SyncStoppingRollout(_Stopping):
         if version == SYNC_STOP_VERSION and claim(self.run_dir, "sync"):
             time.sleep(HOLD_S)
         return super().apply_weights(named_tensors, version)
+
+    def bind_weights(self, named_views, version=None):  # colocated: views from version 2 on
+        if version == SYNC_STOP_VERSION and claim(self.run_dir, "sync"):
+            time.sleep(HOLD_S)
+        return super().bind_weights(named_views, version)
 
 
 class AbortStoppingRollout(_Stopping):

@@ -182,11 +182,22 @@ class RolloutHost:
     def http_url(self) -> str:
         return self.url
 
-    def connect(self, senders: list, host_id: str, zero_copy: bool = False) -> str:
-        self.receiver = WeightReceiver(senders, self.engine.apply_weights,
+    def connect(self, senders: list, host_id: str, zero_copy: bool = False,
+                bind: bool = False) -> str:
+        engine = self.engine
+        self.receiver = WeightReceiver(senders, engine.apply_weights,
                                        receiver_id="rollout-engine", host_id=host_id,
-                                       timeout_s=20, zero_copy=zero_copy).start()
+                                       timeout_s=20, zero_copy=zero_copy,
+                                       bind=engine.bind_weights if bind else None,
+                                       lost=engine.weights_lost if bind else None).start()
         return self.url
+
+    def private_weight_bytes(self) -> int:
+        """Bytes of the model's parameters held in this process's own memory (not in a
+        shared-memory file such as the weight-sync ring)."""
+        storages = {p.untyped_storage().data_ptr(): p.untyped_storage()
+                    for p in self.engine.model.parameters()}
+        return sum(s.nbytes() for s in storages.values() if not s.filename)
 
     def state(self) -> dict:
         receiver = self.receiver
@@ -197,6 +208,24 @@ class RolloutHost:
 
     def weight_bytes(self) -> dict[str, bytes]:
         return {name: as_bytes(t) for name, t in self.engine.model.state_dict().items()}
+
+    def tensor_bytes_outside_model(self) -> int:
+        """Bytes of every live CPU tensor storage in this process that is neither the model's
+        nor the shared-memory ring's: what a weight update left behind (a staging copy)."""
+        import gc
+
+        model = self.engine.model
+        model = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
+        seen, total = set(), 0
+        for obj in gc.get_objects():
+            if not isinstance(obj, torch.Tensor) or obj.device.type != "cpu":
+                continue
+            storage = obj.untyped_storage()
+            if storage.data_ptr() in model or storage.data_ptr() in seen or storage.filename:
+                continue
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+        return total
 
     def stop(self) -> None:
         if self.receiver is not None:

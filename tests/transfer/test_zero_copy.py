@@ -34,6 +34,8 @@ def test_views_once_the_version_fits_and_copies_otherwise(ray_session, engines):
             assert sorted(report.applied) == ["zc", "zc-off"]
             expect_equal(ray, a, "zc", w)
             expect_equal(ray, b, "zc-off", w)
+            # freed as soon as version 1 was applied: that version fitted, so nothing reads it
+            assert ray.get(a.state.remote("zc"))["staging_bytes"] == 0
         # version 1 taught the receiver that a version fits; 2 and 3 came as views, and the
         # staging copy version 1 needed was freed (the copying receiver keeps its mirror)
         zc, off = ray.get(a.state.remote("zc")), ray.get(b.state.remote("zc-off"))
@@ -51,6 +53,45 @@ def test_views_once_the_version_fits_and_copies_otherwise(ray_session, engines):
             expect_equal(ray, a, "zc-small", w)
         assert ray.get(a.state.remote("zc-small"))["zero_copy_versions"] == 0
         ray.get(a.disconnect.remote("zc-small"))
+
+
+def test_a_version_given_as_a_list_comes_as_views_from_the_first(ray_session, engines):
+    """A sender given a sequence announces the version's padded size in `Begin`: a receiver
+    whose ring holds it takes version 1 as views too, never allocating staging; one given an
+    iterator announces nothing (version 1 copied)."""
+    ray, (a, _) = ray_session, engines
+    weights = [make_weights(seed=s, tiny=300) for s in (40, 41)]
+    config = TransferConfig(bucket_bytes=SMALL_BUCKET, num_slots=ring_slots(weights[0]),
+                            timeout_s=20)
+    with TransferMesh(config, host_id="host-a") as mesh:
+        ray.get(a.connect.remote("zc-list", [mesh.address], "host-a", 20.0, True))
+        mesh.wait_for_receivers(1)
+        for version, w in enumerate(weights, start=1):
+            assert mesh.sync(list(w.items()), version).applied == ["zc-list"]
+            expect_equal(ray, a, "zc-list", w)
+            state = ray.get(a.state.remote("zc-list"))
+            assert state["zero_copy_versions"] == version and state["staging_bytes"] == 0
+        ray.get(a.disconnect.remote("zc-list"))
+
+
+def test_a_zero_copy_receiver_keeps_no_mirror_so_delta_senders_send_views(ray_session, engines):
+    """A receiver that views the ring holds no copy of the weights for deltas to patch: a delta
+    sender gives it full versions, applied from views, and their bytes are right."""
+    ray, (a, _) = ray_session, engines
+    weights = make_weights(seed=30, tiny=300)
+    config = TransferConfig(bucket_bytes=SMALL_BUCKET, num_slots=ring_slots(weights), delta=True,
+                            timeout_s=20)
+    with TransferMesh(config, host_id="host-a") as mesh:
+        ray.get(a.connect.remote("zc-delta", [mesh.address], "host-a", 20.0, True))
+        mesh.wait_for_receivers(1)
+        for version in (1, 2, 3):
+            weights["model.embed_tokens.weight"].view(-1)[:10] += 1
+            report = mesh.sync(iter(weights.items()), version)
+            assert report.applied == ["zc-delta"] and report.base_version is None
+            expect_equal(ray, a, "zc-delta", weights)
+        state = ray.get(a.state.remote("zc-delta"))
+        assert state["zero_copy_versions"] == 2 and state["staging_bytes"] == 0
+        ray.get(a.disconnect.remote("zc-delta"))
 
 
 def test_sender_death_mid_zero_copy_version_keeps_previous(ray_session, engines, sender_host):

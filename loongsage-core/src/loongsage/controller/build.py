@@ -175,7 +175,10 @@ def _start_rollout(run: Run, plain: dict) -> None:
     urls = ray.get([a.call.remote("start") for a in run.rollout_actors])
     transfer = TransferConfig(**plain["transfer"])
     sync = WEIGHT_SYNCS[weight_transport(spec.rollout_engine.obj, cfg)]
-    run.weight_sync = sync(run.trainers, run.rollout_actors, transfer)
+    # colocated engines are paused through every sync: they may keep the ring's views as weights
+    colocated = run.placement.plan.mode == "colocated"
+    views = {"bind_views": True} if sync is WeightSync and colocated else {}
+    run.weight_sync = sync(run.trainers, run.rollout_actors, transfer, **views)
     health = cfg.rollout.health
     routes = config_is_moe(cfg.model.path)  # MoE: generations return routes (R3, routing mismatch)
     # without the monitor nothing restarts a dead engine: a failed request fails at once

@@ -17,6 +17,10 @@ shared segment the size of the rank's part on the trainer's host. A GPU sender k
 configured number of device slots (``transfer.num_slots``), not a copy of its part. Transports are chosen by
 host and device; on a GPU the host id carries the physical GPU id, because every actor sees
 its own GPU as ``cuda:0`` and only a receiver on the sender's very GPU may take CUDA IPC.
+
+``bind_views`` (colocated runs, where engines are paused through every sync): a CPU engine
+that has ``bind_weights`` keeps the ring's views as its parameters instead of copying them
+(``WeightReceiver(bind=...)``): one copy of the weights per host instead of two.
 """
 
 from __future__ import annotations
@@ -80,13 +84,16 @@ def actor_start_sender(engine: Any, config: TransferConfig, rank: int,
     return mesh.address
 
 
-def actor_start_receiver(engine: Any, senders: list[MeshAddress], timeout_s: float) -> None:
+def actor_start_receiver(engine: Any, senders: list[MeshAddress], timeout_s: float,
+                         bind_views: bool = False) -> None:
     from loongsage.transfer import WeightReceiver
 
     host, device = mesh_place(engine.device)
+    bind = bind_views and device == "cpu" and hasattr(engine, "bind_weights")
     _ENDPOINT["receiver"] = WeightReceiver(
         senders, engine.apply_weights, host_id=host, device=device, timeout_s=timeout_s,
-        zero_copy=True).start()
+        zero_copy=True, bind=engine.bind_weights if bind else None,
+        lost=engine.weights_lost if bind else None).start()
 
 
 def actor_wait_for_receivers(engine: Any, count: int, timeout_s: float) -> list[str]:
@@ -117,15 +124,17 @@ def actor_close(engine: Any) -> None:
 class WeightSync:
     """Connects every train rank to every rollout actor once; ``push(version)`` per update."""
 
-    def __init__(self, trainers: Any, rollout_actors: list, config: TransferConfig) -> None:
+    def __init__(self, trainers: Any, rollout_actors: list, config: TransferConfig,
+                 bind_views: bool = False) -> None:
         self.trainers = trainers
         self.rollout_actors = rollout_actors
         self.config = config
+        self.bind_views = bind_views
         world = trainers.world_size
         self.addresses = ray.get([actor.run.remote(actor_start_sender, config, rank, world)
                                   for rank, actor in enumerate(trainers.actors)])
-        ray.get([actor.run.remote(actor_start_receiver, self.addresses, config.timeout_s)
-                 for actor in rollout_actors])
+        ray.get([actor.run.remote(actor_start_receiver, self.addresses, config.timeout_s,
+                                  bind_views) for actor in rollout_actors])
         trainers.run(actor_wait_for_receivers, len(rollout_actors), config.timeout_s)
         self.last: list[dict[str, Any]] = []
 
@@ -138,7 +147,8 @@ class WeightSync:
         engine reports; raises ``WeightSyncError`` when it did not apply ``version``.
         """
         self.rollout_actors[idx] = actor
-        ray.get(actor.run.remote(actor_start_receiver, self.addresses, self.config.timeout_s))
+        ray.get(actor.run.remote(actor_start_receiver, self.addresses, self.config.timeout_s,
+                                 self.bind_views))
         self.trainers.run(actor_wait_for_receivers, len(self.rollout_actors), self.config.timeout_s)
         self.last = self.trainers.run(actor_push, version)
         applied = ray.get(actor.run.remote(actor_applied_version))
@@ -156,7 +166,9 @@ class WeightSync:
                            for receiver, error in report["failed"].items()})
         if failed:
             raise WeightSyncError(version, None, f"not applied by {sorted(failed)}: {failed}; "
-                                  "those engines still serve their previous version")
+                                  "those engines still serve their previous version (or, where "
+                                  "their weights are views of the ring, refuse requests until "
+                                  "one is applied)")
         return self.metrics()
 
     def versions(self) -> list[int | None]:

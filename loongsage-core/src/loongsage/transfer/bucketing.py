@@ -186,7 +186,8 @@ class Reassembler:
     """Receiver-side assembly of one weight version into persistent staging tensors.
 
     `staging` outlives versions: after a full version it mirrors the applied weights, which is
-    what sparse deltas patch. Dense pieces are written straight into staging (a failed version
+    what sparse deltas patch (unless the receiver frees it: a zero-copy receiver does, see
+    `receiver.py`). Dense pieces are written straight into staging (a failed version
     therefore invalidates the mirror, and the receiver asks for a full version next); sparse
     blobs are buffered and patched in only once the whole version verified.
     """

@@ -148,8 +148,13 @@ class GroupSetup:
 
 @dataclass(frozen=True)
 class Begin:
+    """Opens a version. ``padded_bytes``: the payload with every tensor padded to ``ALIGN``,
+    when the sender knows it up front (a full version given as a sequence), so a zero-copy
+    receiver knows before the first bucket whether the version fits its ring."""
+
     version: int
     base_version: int | None
+    padded_bytes: int | None = None
 
 
 @dataclass(frozen=True)

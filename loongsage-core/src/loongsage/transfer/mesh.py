@@ -20,12 +20,12 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from multiprocessing.connection import Listener
 
 import torch
 
-from loongsage.transfer.bucketing import BucketPacker
+from loongsage.transfer.bucketing import ALIGN, BucketPacker
 from loongsage.transfer.channels import SenderChannel
 from loongsage.transfer.delta import DeltaShadow
 from loongsage.transfer.frames import (
@@ -174,8 +174,12 @@ class TransferMesh:
             except RuntimeError as exc:  # e.g. a gloo member never joined the new group
                 for peer in members:
                     peer.mark_dead(f"{name} group setup failed: {exc}")
+        padded = None
+        if base is None and isinstance(named_tensors, Sequence):
+            padded = sum(-(-t.numel() * t.element_size() // ALIGN) * ALIGN
+                         for _, t in named_tensors)
         for peer in peers:
-            peer.send(Begin(version, base))
+            peer.send(Begin(version, base, padded))
         deadline = time.monotonic() + self.config.timeout_s
         slots = self._ctx.slots
 

@@ -180,6 +180,38 @@ class EmbeddedRolloutEngine:
 
         return self.scheduler.swap_weights(write, new_version).result()
 
+    def bind_weights(self, named_views: Iterable[tuple[str, torch.Tensor]],
+                     version: int | None = None) -> int:
+        """Make the named parameters *be* ``named_views`` (no copy), between decode steps.
+
+        For colocated CPU runs, where the views are the weight-sync ring's and the sender
+        overwrites them with the next version only while generation is paused: the engine then
+        holds no private copy of the weights. Tied parameters stay tied (the shared
+        ``Parameter`` is rebound). A version this cannot take as it is (a dtype other than the
+        model's, another device, LoRA adapters to merge) is copied by :meth:`apply_weights`.
+        """
+        items = list(named_views)
+        for name, view in items:
+            target = self._params.get(name)
+            if (target is None or target.dtype != view.dtype or target.device != view.device
+                    or ".lora_" in name):
+                return self.apply_weights(items, version)
+            if tuple(target.shape) != tuple(view.shape):
+                raise ValueError(f"bind_weights: '{name}' has shape {tuple(view.shape)}, "
+                                 f"the model expects {tuple(target.shape)}")
+        new_version = self.scheduler.version + 1 if version is None else int(version)
+
+        def rebind() -> None:
+            for name, view in items:
+                self._params[name].data = view
+
+        return self.scheduler.swap_weights(rebind, new_version).result()
+
+    def weights_lost(self, reason: str) -> None:
+        """The bound weights were partly overwritten (a failed version): fail every request,
+        refuse new ones with ``reason`` until the next version is applied."""
+        self.scheduler.weights_lost(reason).result()
+
     def offload(self) -> bool:
         """Release the device while the trainer uses it: weights to host memory, KV cache freed
         (call with generation paused and nothing running). A no-op on CPU; True if moved."""

@@ -83,6 +83,7 @@ class Scheduler:
         self._settings: RowSettings | None = None
         self._paused = False
         self._stale = False
+        self._lost = ""  # why the weights cannot be used (``weights_lost``), until the next swap
         self._stopping = False
         self.stats = {"prefills": 0, "prefill_tokens": 0, "prefill_tokens_shared": 0, "decode_steps": 0,
                       "max_batch": 0}
@@ -129,10 +130,17 @@ class Scheduler:
         def _swap() -> int:
             apply()
             self.head.refresh()
-            self.version = version
+            self.version, self._lost = version, ""
             self._stale = self._stale or bool(self._rows)
             return version
         return self.call(_swap)
+
+    def weights_lost(self, reason: str) -> Future:
+        """Abort everything and refuse new requests with ``reason`` until the next swap."""
+        def _lose() -> None:
+            self._lost = reason
+            self._fail_all(reason)
+        return self.call(_lose)
 
     def load(self) -> dict[str, int]:
         return {"running": len(self._rows), "waiting": len(self._waiting), **self.stats}
@@ -183,7 +191,9 @@ class Scheduler:
                 return
 
     def _admit_later(self, req: Request) -> None:
-        if req.params.max_new_tokens == 0:
+        if self._lost:
+            self._finish(req, {"type": "abort", "message": self._lost})
+        elif req.params.max_new_tokens == 0:
             self._finish(req, {"type": "length", "length": 0})
         else:
             self._waiting.append(req)
