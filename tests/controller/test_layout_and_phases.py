@@ -66,6 +66,10 @@ class SpyRollout(Noting, EmbeddedRolloutEngine):
         self.note("apply_weights")
         return super().apply_weights(*args, **kwargs)
 
+    def bind_weights(self, *args, **kwargs):
+        self.note("bind_weights")
+        return super().bind_weights(*args, **kwargs)
+
 
 @hookimpl
 def loongsage_register_engines(register):
@@ -143,11 +147,12 @@ def test_colocated_ranks_and_engines_share_bundles_and_take_turns(spec_for, tmp_
     first_offload = order.index("train.offload")
     step = order[first_offload + 2:]  # both ranks offloaded before the first rollout
     assert order[:first_offload + 2] == ["train.offload"] * 2
+    # colocated CPU engines keep the weight-sync ring's views as their weights: bound, not copied
     phases = ["rollout.generate", "rollout.offload", "train.onload", "train.train_step",
-              "rollout.onload", "rollout.apply_weights", "train.offload"]
+              "rollout.onload", "rollout.bind_weights", "train.offload"]
     collapsed = [e for i, e in enumerate(step) if i == 0 or e != step[i - 1]]
     assert collapsed == phases, order
-    assert step.count("train.train_step") == 2 and step.count("rollout.apply_weights") == 2
+    assert step.count("train.train_step") == 2 and step.count("rollout.bind_weights") == 2
     assert metrics["rollout/engine_requests/0"] > 0 and metrics["rollout/engine_requests/1"] > 0
     assert metrics["perf/weight_sync_senders"] == 2
 
