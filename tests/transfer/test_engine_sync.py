@@ -17,6 +17,14 @@ from .conftest import RolloutHost, as_bytes, generate, trainer_weights
 pytestmark = pytest.mark.timeout(180)
 
 
+def lost_after(weights: dict, count: int):
+    """The trainer's tensors, its rank lost after ``count`` of them (a version failing midway)."""
+    for i, item in enumerate(weights.items()):
+        if i == count:
+            raise RuntimeError("trainer rank lost")
+        yield item
+
+
 def test_engine_weights_bitwise_equal_and_failed_version_keeps_serving(ray_session,
                                                                        tiny_model_dir):
     ray = ray_session
@@ -45,14 +53,8 @@ def test_engine_weights_bitwise_equal_and_failed_version_keeps_serving(ray_sessi
             before = generate(url)
             assert before["meta_info"]["completion_tokens"] == 4
 
-            def fails_midway():
-                for i, item in enumerate(trainer_weights(tiny_model_dir, seed=2).items()):
-                    if i == 5:
-                        raise RuntimeError("trainer rank lost")
-                    yield item
-
             with pytest.raises(WeightSyncError, match="weight version 2 failed at bucket"):
-                mesh.sync(fails_midway(), version=2)
+                mesh.sync(lost_after(trainer_weights(tiny_model_dir, seed=2), 5), version=2)
             state = ray.get(host.state.remote())
             assert state["engine_version"] == 1 and "weight version 2" in state["error"]
             assert ray.get(host.weight_bytes.remote()) == got
@@ -96,14 +98,8 @@ def test_bound_engine_keeps_the_ring_as_its_weights(ray_session, tiny_model_dir)
             assert mesh.sync(iter(first.items()), version=3).applied == ["rollout-engine"]
             assert generate(url)["output_ids"] == copied
 
-            def fails_midway():
-                for i, item in enumerate(second.items()):
-                    if i == 5:
-                        raise RuntimeError("trainer rank lost")
-                    yield item
-
             with pytest.raises(WeightSyncError, match="weight version 4 failed at bucket"):
-                mesh.sync(fails_midway(), version=4)
+                mesh.sync(lost_after(second, 5), version=4)
             state = ray.get(host.state.remote())
             assert state["engine_version"] == 3 and "may have overwritten" in state["error"]
             refused = generate(url)["meta_info"]["finish_reason"]
