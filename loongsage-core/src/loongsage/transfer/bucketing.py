@@ -37,6 +37,11 @@ _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 SPARSE_INDEX = {ENCODING_SPARSE32: torch.int32, ENCODING_SPARSE64: torch.int64}
 
 
+def aligned(nbytes: int) -> int:
+    """``nbytes`` rounded up to the next multiple of ``ALIGN`` (where a bucket's next piece starts)."""
+    return -(-nbytes // ALIGN) * ALIGN
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -132,7 +137,7 @@ class BucketPacker:
                                         item.nbytes, pos, used, n, item.count))
                 pos += n
                 end = used + n
-                used = min(-(-end // ALIGN) * ALIGN, self.bucket_bytes)
+                used = min(aligned(end), self.bucket_bytes)
                 if pos >= item.nbytes:
                     break
         if specs:

@@ -25,7 +25,7 @@ from multiprocessing.connection import Listener
 
 import torch
 
-from loongsage.transfer.bucketing import ALIGN, BucketPacker
+from loongsage.transfer.bucketing import BucketPacker, aligned
 from loongsage.transfer.channels import SenderChannel
 from loongsage.transfer.delta import DeltaShadow
 from loongsage.transfer.frames import (
@@ -176,8 +176,7 @@ class TransferMesh:
                     peer.mark_dead(f"{name} group setup failed: {exc}")
         padded = None
         if base is None and isinstance(named_tensors, Sequence):
-            padded = sum(-(-t.numel() * t.element_size() // ALIGN) * ALIGN
-                         for _, t in named_tensors)
+            padded = sum(aligned(t.numel() * t.element_size()) for _, t in named_tensors)
         for peer in peers:
             peer.send(Begin(version, base, padded))
         deadline = time.monotonic() + self.config.timeout_s
