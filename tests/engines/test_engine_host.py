@@ -59,9 +59,13 @@ def test_every_call_runs_on_one_compute_thread(host):
 def test_memory_answers_during_a_call_and_sees_its_peak(host):
     ray, actor = host
     before = ray.get(actor.memory.remote())
-    running = actor.run.remote(hold_memory, 300, 2.0)
-    time.sleep(0.5)
-    during = ray.get(actor.memory.remote(), timeout=1.0)  # the call is still holding its block
+    running = actor.run.remote(hold_memory, 300, 4.0)
+    deadline = time.monotonic() + 2.5  # the call may take a moment to start and fill its block
+    while True:
+        during = ray.get(actor.memory.remote(), timeout=1.0)  # answered while the call holds its block
+        if during["rss"] >= before["rss"] + 250 * MB or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert not ray.wait([running], timeout=0)[0]
     ray.get(running)
     after = ray.get(actor.memory.remote())
