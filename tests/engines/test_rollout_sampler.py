@@ -3,6 +3,8 @@ top-p, min-p, temperature) and the reported logprob is always the raw model dist
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from loongsage.engines.embedded_rollout.sampler import RowSettings, draw, sample
@@ -14,8 +16,8 @@ RAW = LOGITS.log_softmax(-1)
 def draws(settings: RowSettings, n: int = 400) -> torch.Tensor:
     """``n`` draws per row in one batched call: returns [n, B]."""
     s = settings
-    many = RowSettings(s.temperature.repeat(n), s.top_p.repeat(n), s.top_k.repeat(n),
-                       s.min_p.repeat(n), s.all_greedy, s.any_top_p, s.any_top_k, s.any_min_p)
+    many = replace(s, temperature=s.temperature.repeat(n), top_p=s.top_p.repeat(n),
+                   top_k=s.top_k.repeat(n), min_p=s.min_p.repeat(n))
     gen = torch.Generator().manual_seed(0)
     return sample(LOGITS.repeat(n, 1), many, gen)[0].view(n, -1)
 

@@ -32,7 +32,7 @@ class RowSettings:
     any_top_p: bool
     any_top_k: bool
     any_min_p: bool
-    any_greedy: bool = True  # some row has temperature 0 (its token is the argmax)
+    any_greedy: bool  # some row has temperature 0 (its token is the argmax)
 
     @classmethod
     def build(cls, temperature: list[float], top_p: list[float], top_k: list[int],
@@ -78,7 +78,7 @@ def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch
     uniform per row against the row's cumulative sum, taken in float64 so a 49k-entry sum keeps
     its precision. Draws the same distribution as ``torch.multinomial(probs, 1)``, which costs
     about 1 ms a row on CPU for a 49k vocabulary (it was a sixth of a SmolLM2 decode step at
-    batch 32); this costs a few microseconds a row. A token of probability 0 is never drawn:
+    batch 32); this costs tens of microseconds a row. A token of probability 0 is never drawn:
     ``right=True`` picks the first index whose cumulative sum exceeds the uniform, and a uniform
     that rounds up to the total is held to the last token of positive probability."""
     cdf = probs.cumsum(dim=-1, dtype=torch.float64)
