@@ -72,3 +72,14 @@ def test_memory_answers_during_a_call_and_sees_its_peak(host):
     assert before["pid"] == during["pid"] == after["pid"] != os.getpid()
     assert during["rss"] >= before["rss"] + 250 * MB
     assert max(during["peak_rss"], after["peak_rss"]) >= before["rss"] + 250 * MB
+
+
+def denormals_left(engine) -> int:
+    return int((torch.full((1 << 16,), 1e-39) * 1.0).count_nonzero())
+
+
+def test_the_compute_thread_flushes_denormals(host):
+    """A trained model's backward pass makes denormals, which x86 computes slowly; the compute
+    thread treats them as zero (``engines.cpu_threads``)."""
+    ray, actor = host
+    assert ray.get(actor.run.remote(denormals_left)) == 0

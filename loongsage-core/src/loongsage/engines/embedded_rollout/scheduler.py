@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 import torch
 
+from loongsage.engines.cpu_threads import prepare_compute_thread
 from loongsage.engines.embedded_rollout.kv_batch import KVBatch, LogitsHead
 from loongsage.engines.embedded_rollout.params import SamplingParams
 from loongsage.engines.embedded_rollout.sampler import RowSettings, sample
@@ -160,8 +161,7 @@ class Scheduler:
 
     # ---- decode thread -------------------------------------------------------------------
     def _run(self) -> None:
-        if self.num_threads > 0:
-            torch.set_num_threads(self.num_threads)
+        prepare_compute_thread(self.num_threads)
         while not self._stopping:
             idle = self._paused or (not self._rows and not self._waiting)
             self._drain(block=idle)

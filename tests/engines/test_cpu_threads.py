@@ -1,0 +1,41 @@
+"""``prepare_compute_thread``: a thread that calls it, and the OpenMP pool it starts afterwards,
+read and write denormal floats as zero; a thread that does not keeps them (the control that
+shows the check can fail). Each check runs on a fresh thread, because the setting is per thread."""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from loongsage.engines.cpu_threads import prepare_compute_thread
+
+DENORMAL = 1e-39  # below fp32's smallest normal (about 1.18e-38)
+
+
+def surviving_denormals(prepare: bool, threads: int) -> int:
+    """Nonzero elements of a large denormal tensor scaled by one, computed on a fresh thread."""
+    out: list[int] = []
+
+    def work() -> None:
+        if prepare:
+            prepare_compute_thread(threads)
+        else:
+            torch.set_num_threads(threads)
+        values = torch.full((1 << 20,), DENORMAL) * 1.0  # big enough for every pool thread to take a share
+        out.append(int(values.count_nonzero()))
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    return out[0]
+
+
+def test_a_prepared_thread_and_its_pool_flush_denormals():
+    before = torch.get_num_threads()
+    try:
+        assert surviving_denormals(prepare=False, threads=2) == 1 << 20
+        assert surviving_denormals(prepare=True, threads=2) == 0
+        assert surviving_denormals(prepare=True, threads=1) == 0
+    finally:
+        torch.set_num_threads(before)
