@@ -3,8 +3,10 @@ asynchronous: GRPO steps whose rollouts are ``tool_loop`` conversations (openai 
 run's router -> embedded engine) whose tool calls run in the task's bubblewrap sandbox, and
 whose answer is ``solution.py`` as the sandbox holds it afterwards, scored by the task's
 hidden tests in a fresh sandbox. Both runs start from one warm start on the tasks' bash
-demonstrations (``loongsage sft`` on the same recipe, once per module: it is the slow part,
-and the tiny model needs about a hundred steps before it writes a tool call).
+demonstrations (``loongsage sft`` on the same recipe, once per module: it is the slow part).
+The tiny model needs about two hundred steps before its greedy turns are well-formed tool calls:
+after a hundred (loss 1.5) it wrote ``"command": "cat sol</tool_call>`` and at temperature 1
+it called a tool in 2 of 20 samples, so a short run could see none.
 
 Checks: every trajectory is persisted and the trained samples are its tokens exactly, with
 the rollout logprobs the train engine computes for them (synchronous run: same weights);
@@ -33,7 +35,7 @@ SHRUNK = (f"trainer.steps={STEPS}", f"rollout.prompts_per_step={PROMPTS}",
           f"rollout.n_samples_per_prompt={SAMPLES}", f"trainer.eval_interval={STEPS}",
           f"trainer.eval_prompts={EVAL_PROMPTS}", "trainer.sft.steps=0",
           f"rollout.max_new_tokens={MAX_NEW_TOKENS}")
-WARM_START = ("trainer.sft.steps=100", "trainer.sft.batch_size=2", "trainer.sft.lr=3.0e-3",
+WARM_START = ("trainer.sft.steps=200", "trainer.sft.batch_size=2", "trainer.sft.lr=3.0e-3",
               "trainer.sft.examples=200")
 
 
