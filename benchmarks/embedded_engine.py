@@ -18,6 +18,8 @@ Reported: useful output tokens per wall-clock second (median over ``--rounds``, 
 interleaved) and their ratio; the embedded figure includes HTTP and JSON overhead, the
 baseline has none. Also tokens per CPU-second of this process (all its threads): on a
 shared, oversubscribed machine wall-clock swings with other people's load, CPU time much less.
+Both sides run with OpenMP's threads sleeping when idle (``OMP_WAIT_POLICY=PASSIVE``, what
+``loongsage train`` sets); with the default spinning, CPU time also counts the spin.
 
     .venv/bin/python benchmarks/embedded_engine.py [--model tiny|smollm2] [--requests 32]
         [--group-size 8] [--rounds 3] [--threads N] [--json]
@@ -31,11 +33,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import sys
 import threading
 import time
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `loongsage train` sets it; read when torch loads
 
 import torch
 
