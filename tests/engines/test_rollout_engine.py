@@ -85,6 +85,13 @@ def test_concurrent_batched_requests_equal_sequential(client, engine):
                               atol=1e-5, rtol=0)
 
 
+def test_the_decode_thread_flushes_denormals(engine):
+    """The decode loop's thread treats denormal floats as zero (``engines.cpu_threads``), as the
+    train engine's thread does, so both compute a token's logprob the same way."""
+    survivors = engine.scheduler.call(lambda: int((torch.full((1 << 16,), 1e-39) * 1.0).count_nonzero()))
+    assert survivors.result(timeout=30) == 0
+
+
 def test_a_group_of_identical_prompts_is_prefilled_once(client, engine, hf):
     """Eight samples of one prompt admitted together: one prompt's tokens prefilled, seven shared;
     each sample's logprobs still equal a plain HF forward of its own tokens."""
