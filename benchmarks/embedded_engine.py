@@ -40,9 +40,9 @@ import sys
 import threading
 import time
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `loongsage train` sets it; read when torch loads
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `loongsage train`; read at torch import
 
-import torch
+import torch  # noqa: E402
 
 
 def workload(n: int, seed: int, vocab: int, group: int = 1) -> tuple[list[list[int]], list[int]]:

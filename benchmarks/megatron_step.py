@@ -22,9 +22,9 @@ import statistics
 import sys
 import time
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read once, when torch loads its OpenMP runtime
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read once, when torch loads OpenMP
 
-import torch
+import torch  # noqa: E402
 
 
 def make_batch(rows: int, length: int, vocab: int, seed: int = 0):

@@ -1,6 +1,8 @@
 """``prepare_compute_thread``: a thread that calls it, and the OpenMP pool it starts afterwards,
 read and write denormal floats as zero; a thread that does not keeps them (the control that
-shows the check can fail). Each check runs on a fresh thread, because the setting is per thread."""
+shows the check can fail). Each check runs on a fresh thread whose inherited setting is first
+turned off: the setting is per thread, and a new thread copies its creator's (pytest's main
+thread flushes once an earlier test built a train engine on it)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import torch
 from loongsage.engines.cpu_threads import prepare_compute_thread
 
 DENORMAL = 1e-39  # below fp32's smallest normal (about 1.18e-38)
+ELEMENTS = 1 << 20  # big enough for every pool thread to take a share
 
 
 def surviving_denormals(prepare: bool, threads: int) -> int:
@@ -18,12 +21,12 @@ def surviving_denormals(prepare: bool, threads: int) -> int:
     out: list[int] = []
 
     def work() -> None:
+        torch.set_flush_denormal(False)
         if prepare:
             prepare_compute_thread(threads)
         else:
             torch.set_num_threads(threads)
-        values = torch.full((1 << 20,), DENORMAL) * 1.0  # big enough for every pool thread to take a share
-        out.append(int(values.count_nonzero()))
+        out.append(int((torch.full((ELEMENTS,), DENORMAL) * 1.0).count_nonzero()))
 
     thread = threading.Thread(target=work)
     thread.start()
@@ -34,7 +37,7 @@ def surviving_denormals(prepare: bool, threads: int) -> int:
 def test_a_prepared_thread_and_its_pool_flush_denormals():
     before = torch.get_num_threads()
     try:
-        assert surviving_denormals(prepare=False, threads=2) == 1 << 20
+        assert surviving_denormals(prepare=False, threads=2) == ELEMENTS
         assert surviving_denormals(prepare=True, threads=2) == 0
         assert surviving_denormals(prepare=True, threads=1) == 0
     finally:

@@ -5,6 +5,7 @@ change results, and abort / pause / continue / stop tokens / weight swaps behave
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import httpx
@@ -85,11 +86,30 @@ def test_concurrent_batched_requests_equal_sequential(client, engine):
                               atol=1e-5, rtol=0)
 
 
-def test_the_decode_thread_flushes_denormals(engine):
-    """The decode loop's thread treats denormal floats as zero (``engines.cpu_threads``), as the
-    train engine's thread does, so both compute a token's logprob the same way."""
-    survivors = engine.scheduler.call(lambda: int((torch.full((1 << 16,), 1e-39) * 1.0).count_nonzero()))
-    assert survivors.result(timeout=30) == 0
+def test_the_decode_thread_flushes_denormals(tiny_model_dir):
+    """The decode loop's thread and its pool treat denormal floats as zero
+    (``engines.cpu_threads``), as the train engine's thread does. The engine is started from a
+    fresh thread that keeps denormals, since a new thread copies its creator's setting (and
+    pytest's own thread flushes once a test built a train engine on it)."""
+    own = EmbeddedRolloutEngine(str(tiny_model_dir), max_running_requests=2, seed=1, num_threads=2)
+    kept: list[int] = []
+
+    def denormals_left() -> int:
+        return int((torch.full((1 << 20,), 1e-39) * 1.0).count_nonzero())
+
+    def start_keeping_denormals() -> None:
+        torch.set_flush_denormal(False)
+        kept.append(denormals_left())
+        own.start()
+
+    starter = threading.Thread(target=start_keeping_denormals)
+    starter.start()
+    starter.join()
+    try:
+        assert kept == [1 << 20]  # the starting thread keeps them
+        assert own.scheduler.call(denormals_left).result(timeout=30) == 0
+    finally:
+        own.stop()
 
 
 def test_a_group_of_identical_prompts_is_prefilled_once(client, engine, hf):
