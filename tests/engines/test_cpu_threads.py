@@ -1,8 +1,7 @@
 """``prepare_compute_thread``: a thread that calls it, and the OpenMP pool it starts afterwards,
 read and write denormal floats as zero; a thread that does not keeps them (the control that
 shows the check can fail). Each check runs on a fresh thread whose inherited setting is first
-turned off: the setting is per thread, and a new thread copies its creator's (pytest's main
-thread flushes once an earlier test built a train engine on it)."""
+turned off: the setting is per thread, and a new thread copies its creator's."""
 
 from __future__ import annotations
 
@@ -42,3 +41,22 @@ def test_a_prepared_thread_and_its_pool_flush_denormals():
         assert surviving_denormals(prepare=True, threads=1) == 0
     finally:
         torch.set_num_threads(before)
+
+
+def test_an_in_process_train_engine_leaves_the_callers_thread_alone(tiny_model_dir):
+    """Built on the caller's thread, the train engine does not make it flush: the caller's own
+    code sees the setting (hypothesis refuses to draw floats on a flushing thread)."""
+    from loongsage.engines.embedded_train import EmbeddedTrainEngine
+    from loongsage.schema import ModelConfig, TrainConfig
+
+    out: list[int] = []
+
+    def build() -> None:
+        torch.set_flush_denormal(False)
+        EmbeddedTrainEngine(ModelConfig(path=str(tiny_model_dir)), TrainConfig(micro_batch_size=2))
+        out.append(int((torch.full((ELEMENTS,), DENORMAL) * 1.0).count_nonzero()))
+
+    thread = threading.Thread(target=build)
+    thread.start()
+    thread.join()
+    assert out == [ELEMENTS]

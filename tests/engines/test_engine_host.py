@@ -78,9 +78,9 @@ def denormals_left(engine) -> int:
     return int((torch.full((1 << 16,), 1e-39) * 1.0).count_nonzero())
 
 
-def test_the_train_engine_flushes_denormals_on_the_compute_thread(host):
-    """A trained model's backward pass makes denormals, which x86 computes slowly; the train
-    engine, built on the host's compute thread, makes that thread treat them as zero
-    (``engines.cpu_threads``; nothing else in the actor process sets it)."""
+def test_the_compute_thread_flushes_denormals(host):
+    """A trained model's backward pass makes denormals, which x86 computes slowly; the host's
+    compute thread treats them as zero (``engines.cpu_threads``; the train engine itself leaves
+    the thread it is built on alone)."""
     ray, actor = host
     assert ray.get(actor.run.remote(denormals_left)) == 0

@@ -99,9 +99,9 @@ class EngineHost:
 
     @staticmethod
     def _build(engine_cls: Any, cfg: Any, threads: int, device: str) -> Any:
-        import torch
+        from loongsage.engines.cpu_threads import prepare_compute_thread
 
-        torch.set_num_threads(threads)
+        prepare_compute_thread(threads)
         return engine_cls.from_config(cfg, device=device)
 
     def _on_compute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -9,9 +9,13 @@ they are created, so it must be applied on the thread that computes *before* tha
 runs its first parallel kernel (which creates its OpenMP pool): set later, it covers the
 calling thread only. It concerns CPU arithmetic only (CUDA kernels keep their own modes).
 Values that small are far below what a loss, a gradient step or a logprob resolves (the
-warm start above ended at the same loss, 0.998, with and without); the CPU engines (the
-embedded and Megatron train engines, the embedded rollout engine's decode loop) all flush,
-so a token's train and rollout logprobs are computed the same way.
+warm start above ended at the same loss, 0.998, with and without).
+
+Only threads the framework owns are prepared: the engine host's compute thread (every engine
+in a Ray actor runs there, train and rollout alike) and the embedded rollout engine's decode
+loop. An engine built in-process on a caller's thread leaves that thread's setting alone: it
+is visible to the caller's own code (hypothesis, for one, refuses to draw floats on a thread
+that flushes subnormals).
 """
 
 from __future__ import annotations

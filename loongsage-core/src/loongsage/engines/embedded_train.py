@@ -35,7 +35,6 @@ from torch import nn
 
 from loongsage.schema import LoraSettings, MegatronSettings, ModelConfig, TrainConfig
 from loongsage.engines.batch import LogitTerm, LossContext, TrainBatch
-from loongsage.engines.cpu_threads import prepare_compute_thread
 from loongsage.engines.distributed import SingleProcess
 from loongsage.engines.embedded_train_logprobs import TokenScores
 from loongsage.engines.embedded_train_state import restore_train_state, save_train_state, storage_ptr
@@ -125,7 +124,8 @@ class EmbeddedTrainEngine:
         self.model_cfg, self.train_cfg = model, train
         self.parallel = SingleProcess()  # data-parallel ranks: engines.distributed.join_group
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        prepare_compute_thread(train.num_threads)
+        if train.num_threads > 0:
+            torch.set_num_threads(train.num_threads)
         torch.manual_seed(seed)
         self.model = load_causal_lm(model.path, model.dtype, model.trust_remote_code)
         self.model.to(self.device)

@@ -34,7 +34,6 @@ import numpy as np
 import torch
 
 from loongsage.engines.batch import LogitTerm, LossContext, TrainBatch
-from loongsage.engines.cpu_threads import prepare_compute_thread
 from loongsage.engines.embedded_train import _section, train_section
 from loongsage.engines.megatron import cpu_shims
 from loongsage.engines.megatron.bridge import build_with_bridge, export_with_bridge, uses_bridge
@@ -73,7 +72,8 @@ class MegatronTrainEngine:
         self.model_cfg, self.train_cfg, self.seed = model, train, seed
         self.layout = layout_of(train)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        prepare_compute_thread(train.num_threads)
+        if train.num_threads > 0:
+            torch.set_num_threads(train.num_threads)
         torch.manual_seed(seed)
         from transformers import AutoConfig
 
