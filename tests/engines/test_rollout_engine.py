@@ -88,7 +88,7 @@ def test_concurrent_batched_requests_equal_sequential(client, engine):
 
 def test_the_decode_thread_flushes_denormals(tiny_model_dir):
     """The decode loop's thread and its pool treat denormal floats as zero
-    (``engines.cpu_threads``), as the train engine's thread does. The engine is started from a
+    (``engines.cpu_threads``), as a Ray engine host's compute thread does. The engine is started from a
     fresh thread that keeps denormals, since a new thread copies its creator's setting."""
     own = EmbeddedRolloutEngine(str(tiny_model_dir), max_running_requests=2, seed=1, num_threads=2)
     kept: list[int] = []

@@ -1,4 +1,4 @@
-"""Settings every computing thread applies before its first kernel: denormals and threads.
+"""What a thread LoongSage owns sets before its first kernel: denormals flushed, thread count.
 
 Denormal floats (magnitudes under about 1.2e-38 in fp32) are flushed to zero. A model that
 has trained for a while on CPU produces them in its backward pass, and x86 cores handle each
@@ -7,7 +7,8 @@ train step took 1.6x as long as with flushing (docs/benchmarks.md, "Denormal flo
 setting lives in the thread's floating-point control register and threads inherit it when
 they are created, so it must be applied on the thread that computes *before* that thread
 runs its first parallel kernel (which creates its OpenMP pool): set later, it covers the
-calling thread only. It concerns CPU arithmetic only (CUDA kernels keep their own modes).
+calling thread only. It concerns CPU arithmetic only (CUDA kernels keep their own modes),
+and on a CPU without the flags torch ignores the request (it returns False; nothing fails).
 Values that small are far below what a loss, a gradient step or a logprob resolves (the
 warm start above ended at the same loss, 0.998, with and without).
 
