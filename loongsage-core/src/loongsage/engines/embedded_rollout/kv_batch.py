@@ -12,7 +12,9 @@ plain ``generate`` step and pays for batch changes only when they happen:
   that are padding in every remaining row are sliced off, so a long finished request does not
   leave its width behind;
 * **decode**: one token per row, ``position_ids`` = the row's count of real tokens, the 2-D
-  attention mask marks the padding, exactly as ``generate`` does for a left-padded batch.
+  attention mask marks the padding, exactly as ``generate`` does for a left-padded batch; the
+  new key/value column is written in place into the cache's spare columns (``slack_cache``),
+  where ``generate``'s cache copies itself at every token.
 
 Padded key/value slots are zeroed after prefill so no value computed for a padding position
 can reach a real row. Logits are computed for the last position only, in fp32 (either
@@ -24,7 +26,9 @@ from __future__ import annotations
 import inspect
 
 import torch
-from transformers import DynamicCache
+from transformers.cache_utils import Cache
+
+from loongsage.engines.embedded_rollout.slack_cache import concat_rows, slack_cache
 
 
 class LogitsHead:
@@ -58,14 +62,10 @@ class LogitsHead:
         return torch.nn.functional.linear(out.last_hidden_state[:, -1].float(), *self._w32)
 
 
-def _layers(cache: DynamicCache):
-    return cache.layers
-
-
 class KVBatch:
     """KV cache + attention mask of the running rows; row order matches ``rows``."""
 
-    def __init__(self, cache: DynamicCache, mask: torch.Tensor):
+    def __init__(self, cache: Cache, mask: torch.Tensor):
         self.cache = cache
         self.mask = mask  # [B, W] long, 1 = real token
         self.lengths = mask.sum(dim=-1)  # [B] real tokens per row
@@ -89,9 +89,8 @@ class KVBatch:
         if len(distinct) == len(prompts):
             return batch, logits
         index = torch.tensor(rows, dtype=torch.long, device=batch.mask.device)
-        for layer in _layers(batch.cache):
-            layer.keys = layer.keys.index_select(0, index)
-            layer.values = layer.values.index_select(0, index)
+        for layer in batch.cache.layers:
+            layer.keep(index, 0)
         repeated = cls(batch.cache, batch.mask.index_select(0, index))
         repeated.shared_tokens, repeated.prefill_rows = batch.shared_tokens, index
         return repeated, logits.index_select(0, index)
@@ -107,11 +106,11 @@ class KVBatch:
             mask[i, width - len(p):] = 1
         ids, mask = ids.to(device), mask.to(device)
         positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
-        cache = DynamicCache()
+        cache = slack_cache()
         logits = head(ids, mask, positions, cache)
         if not bool(mask.all()):
             pad = (mask == 0)[:, None, :, None]
-            for layer in _layers(cache):
+            for layer in cache.layers:
                 layer.keys.masked_fill_(pad, 0)
                 layer.values.masked_fill_(pad, 0)
         return cls(cache, mask), logits
@@ -127,20 +126,11 @@ class KVBatch:
         """Rows of ``self`` followed by rows of ``other``, left-padded to a common width."""
         width = max(self.mask.shape[1], other.mask.shape[1])
 
-        def pad(t: torch.Tensor, dim: int) -> torch.Tensor:
-            missing = width - t.shape[dim]
-            if missing == 0:
-                return t
-            shape = list(t.shape)
-            shape[dim] = missing
-            return torch.cat([t.new_zeros(shape), t], dim=dim)
+        def pad(mask: torch.Tensor) -> torch.Tensor:
+            return torch.cat([mask.new_zeros(mask.shape[0], width - mask.shape[1]), mask], dim=1)
 
-        layers = [
-            (torch.cat([pad(a.keys, 2), pad(b.keys, 2)]), torch.cat([pad(a.values, 2), pad(b.values, 2)]))
-            for a, b in zip(_layers(self.cache), _layers(other.cache))
-        ]
-        mask = torch.cat([pad(self.mask, 1), pad(other.mask, 1)])
-        return KVBatch(DynamicCache(ddp_cache_data=layers), mask)
+        mask = torch.cat([pad(self.mask), pad(other.mask)])
+        return KVBatch(concat_rows(self.cache, other.cache, width), mask)
 
     def select(self, keep: list[int]) -> "KVBatch | None":
         """Keep only rows ``keep`` (in that order) and trim all-padding leading columns."""
@@ -150,9 +140,8 @@ class KVBatch:
         mask = self.mask.index_select(0, index)
         start = int((mask.sum(dim=0) > 0).long().argmax())
         mask = mask[:, start:]
-        for layer in _layers(self.cache):
-            layer.keys = layer.keys.index_select(0, index)[:, :, start:]
-            layer.values = layer.values.index_select(0, index)[:, :, start:]
+        for layer in self.cache.layers:
+            layer.keep(index, start)
         self.mask = mask
         self.lengths = self.lengths.index_select(0, index)
         return self
