@@ -1,7 +1,8 @@
 """The rollout engine's KV cache with spare columns (``slack_cache``): the tiny model decodes a
 left-padded batch to bitwise the logits of transformers' ``DynamicCache``; a decode step
 writes in place (one reallocation per ``SLACK`` steps, where ``DynamicCache`` copies at every
-step); evicting rows and merging batches keep the right numbers, zero padding and spare room."""
+step); evicting rows moves only the rows that fill finished slots; merging batches keeps the
+right numbers, zero padding and spare room."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
-from loongsage.engines.embedded_rollout.slack_cache import SLACK, SlackLayer, concat_rows, slack_cache
+from loongsage.engines.embedded_rollout.slack_cache import (
+    SLACK, SlackLayer, compacting_order, concat_rows, slack_cache)
 
 
 @pytest.fixture(scope="module")
@@ -66,16 +68,30 @@ def filled_layer(rows: int, length: int, spare: int) -> SlackLayer:
     return layer
 
 
-def test_keeping_rows_selects_them_trims_columns_and_keeps_the_spare_room():
+def test_keeping_rows_moves_only_those_that_change_place_and_keeps_the_spare_room():
     layer = filled_layer(rows=4, length=6, spare=5)
-    before = layer.keys.clone()
+    before, storage = layer.keys.clone(), layer._k.untyped_storage().data_ptr()
     layer.keep(torch.tensor([3, 1]), start=2)
     assert torch.equal(layer.keys, before[[3, 1], :, 2:])
     assert torch.equal(layer.values, -before[[3, 1], :, 2:])
     assert (layer.length, layer.capacity) == (4, 9)
+    assert layer._k.untyped_storage().data_ptr() == storage  # row 3 moved into slot 0, no new buffer
     pointer = layer._k.data_ptr()
     layer.update(torch.ones(2, 2, 1, 4), torch.ones(2, 2, 1, 4))
     assert layer._k.data_ptr() == pointer and layer.length == 5
+    assert torch.equal(layer.keys[:, :, -1], torch.ones(2, 2, 4))
+
+
+@pytest.mark.parametrize("alive, order", [
+    ([True, False, True, False, True, True], [0, 4, 2, 5]),  # two holes, filled from the end
+    ([True, True, False], [0, 1]),  # the last row finished: nothing moves
+    ([False, False, True], [2]),
+    ([True, True], [0, 1]),
+])
+def test_a_compacting_order_fills_each_finished_slot_from_the_end(alive, order):
+    assert compacting_order(alive) == order
+    moved = [i for i, row in enumerate(order) if row != i]
+    assert len(moved) == sum(not a for a in alive[:len(order)])  # one copy per hole, no more
 
 
 def test_merging_batches_left_pads_with_zeros_and_leaves_slack():

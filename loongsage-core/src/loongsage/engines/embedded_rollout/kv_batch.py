@@ -8,9 +8,10 @@ plain ``generate`` step and pays for batch changes only when they happen:
   prompts, the samples of one group, once, their cache rows repeated: SGLang's radix cache
   shares such a prefix too), and their cache is merged into the running one by left-padding the narrower cache to the common
   width and concatenating along the batch dimension;
-* **evict**: finished or aborted rows are dropped with an index-select, then leading columns
-  that are padding in every remaining row are sliced off, so a long finished request does not
-  leave its width behind;
+* **evict**: finished or aborted rows are dropped in place: each one's slot is taken by a
+  live row from the end (``compacting_order``; row order is not kept), then leading columns
+  that are padding in every remaining row are sliced off (a view), so a long finished
+  request does not leave its width behind;
 * **decode**: one token per row, ``position_ids`` = the row's count of real tokens, the 2-D
   attention mask marks the padding, exactly as ``generate`` does for a left-padded batch; the
   new key/value column is written in place into the cache's spare columns (``slack_cache``),
@@ -89,8 +90,7 @@ class KVBatch:
         if len(distinct) == len(prompts):
             return batch, logits
         index = torch.tensor(rows, dtype=torch.long, device=batch.mask.device)
-        for layer in batch.cache.layers:
-            layer.keep(index, 0)
+        batch.cache.batch_select_indices(index)
         repeated = cls(batch.cache, batch.mask.index_select(0, index))
         repeated.shared_tokens, repeated.prefill_rows = batch.shared_tokens, index
         return repeated, logits.index_select(0, index)

@@ -37,6 +37,7 @@ from loongsage.engines.cpu_threads import prepare_compute_thread
 from loongsage.engines.embedded_rollout.kv_batch import KVBatch, LogitsHead
 from loongsage.engines.embedded_rollout.params import SamplingParams
 from loongsage.engines.embedded_rollout.sampler import RowSettings, sample
+from loongsage.engines.embedded_rollout.slack_cache import compacting_order
 from loongsage.engines.routing import MoeRouters, RoutingPass
 
 log = logging.getLogger(__name__)
@@ -301,9 +302,10 @@ class Scheduler:
                 r.finish = {"type": "length", "length": len(r.output_ids)}
 
     def _evict_finished(self) -> None:
-        keep = [i for i, r in enumerate(self._rows) if r.finish is None]
-        if len(keep) == len(self._rows):
+        alive = [r.finish is None for r in self._rows]
+        if all(alive):
             return
+        keep = compacting_order(alive)
         done = [r for r in self._rows if r.finish is not None]
         self._rows = [self._rows[i] for i in keep]
         self._batch = self._batch.select(keep) if self._batch is not None else None

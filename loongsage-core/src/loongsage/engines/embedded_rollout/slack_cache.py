@@ -6,7 +6,8 @@ a sizeable share of the weights' 540 MB that the step has to read anyway). A ``S
 keeps its keys and values in a buffer with ``SLACK`` unused columns at the end: a step writes
 its column in place, and attention reads a view of the filled columns (SDPA takes strided
 keys, so nothing is copied). The buffer is reallocated, with fresh slack, only when it is
-full, i.e. once every ``SLACK`` steps. SGLang and vLLM avoid the copy the same way, with a
+full, i.e. once every ``SLACK`` steps. Dropping finished rows moves only the rows that fill
+their slots, in the same buffer. SGLang and vLLM avoid the copy the same way, with a
 paged pool instead of one buffer per layer.
 
 Logits are bitwise the same as with ``DynamicLayer`` (the attention reads the same numbers in
@@ -80,12 +81,26 @@ class SlackLayer(DynamicLayer):
         return self.length if self.is_initialized else 0
 
     def keep(self, rows: torch.Tensor, start: int) -> None:
-        """Keep batch rows ``rows`` and columns from ``start`` on, with the spare columns: one
-        copy, and the next steps still write in place."""
-        length = self.length - start
-        self._k = self._k[:, :, start:].index_select(0, rows)
-        self._v = self._v[:, :, start:].index_select(0, rows)
-        self.length = length
+        """Row ``i`` becomes row ``rows[i]`` (at most as many rows as now), columns from ``start``
+        on. Only rows that change place are copied; the rest, the trim and the spare columns are
+        a view of the same buffer, so a compacting ``rows`` (``compacting_order``) copies one row
+        per finished row and the next steps still write in place."""
+        moved = (rows != torch.arange(len(rows), device=rows.device)).nonzero().squeeze(-1)
+        if len(moved):
+            sources = rows.index_select(0, moved)
+            self._k.index_copy_(0, moved, self._k.index_select(0, sources))
+            self._v.index_copy_(0, moved, self._v.index_select(0, sources))
+        self._k, self._v = self._k[:len(rows), :, start:], self._v[:len(rows), :, start:]
+        self.length -= start
+
+
+def compacting_order(alive: list[bool]) -> list[int]:
+    """The rows to ``keep`` when only the ``alive`` ones go on: each finished row's slot is
+    taken by a live row from past the new end, so the fewest rows move (order is not kept)."""
+    count = sum(alive)
+    tail = [i for i in range(count, len(alive)) if alive[i]]
+    holes = iter(tail)
+    return [i if alive[i] else next(holes) for i in range(count)]
 
 
 def slack_cache() -> Cache:
