@@ -13,7 +13,8 @@ paged pool instead of one buffer per layer.
 Logits are bitwise the same as with ``DynamicLayer`` (the attention reads the same numbers in
 the same order; ``tests/engines/test_slack_cache.py`` checks it). The cost is memory: up to
 ``SLACK`` spare columns per row (SmolLM2: 46 KB per row and column, so 32 columns x 64 rows
-is ~94 MB at most).
+is ~94 MB at most), and the rows and columns an eviction drops stay allocated until the
+buffer is next reallocated or merged (at most ``SLACK`` steps later).
 """
 
 from __future__ import annotations
