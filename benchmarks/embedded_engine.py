@@ -18,8 +18,8 @@ Reported: useful output tokens per wall-clock second (median over ``--rounds``, 
 interleaved) and their ratio; the embedded figure includes HTTP and JSON overhead, the
 baseline has none. Also tokens per CPU-second of this process (all its threads): on a
 shared, oversubscribed machine wall-clock swings with other people's load, CPU time much less.
-Both sides run with OpenMP's threads sleeping when idle (``OMP_WAIT_POLICY=PASSIVE``, what
-``loongsage train`` sets); with the default spinning, CPU time also counts the spin.
+Both sides wait on OpenMP as ``loongsage train`` does (``loongsage.engines.openmp_wait``: a
+short spin, unless ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is set); CPU time counts the spin.
 
     .venv/bin/python benchmarks/embedded_engine.py [--model tiny|smollm2] [--requests 32]
         [--group-size 8] [--rounds 3] [--threads N] [--json]
@@ -40,7 +40,9 @@ import sys
 import threading
 import time
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `loongsage train`; read at torch import
+from loongsage.engines.openmp_wait import openmp_wait_env  # torch-free: set before torch loads
+
+os.environ.update(openmp_wait_env(os.environ))  # as `loongsage train` does; read at torch import
 
 import torch  # noqa: E402
 

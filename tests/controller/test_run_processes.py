@@ -9,6 +9,7 @@ drives are stand-ins too, since only the engines' side of the phase change is un
 * Ray prestarts one worker per CPU for the first driver; a run's actors carry the job's
   runtime env, so those workers never took one and sat idle for the whole run (about 45 MB
   PSS each). ``start_ray`` turns the prestart off.
+* Every actor's OpenMP threads wait as the driver's environment chose (``openmp_wait``).
 * glibc keeps what a thread freed in its heap while a live block sits above it, so a
   colocated engine kept its generation's KV cache and activations through the train phase,
   on top of the trainer's peak; ``ColocatedPhases.to_train`` now has it hand them back.
@@ -48,6 +49,9 @@ class HeapEngine:
     def pid(self) -> int:
         return os.getpid()
 
+    def openmp_wait(self) -> dict[str, str]:
+        return {name: os.environ[name] for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if name in os.environ}
+
 
 def cmdline(pid: int) -> str:
     try:
@@ -81,6 +85,17 @@ def test_a_local_cluster_keeps_no_idle_workers(engine_host):
     workers = {pid: cmdline(pid) for pid in process_tree(os.getpid())
                if cmdline(pid).startswith("ray::") and "Agent" not in cmdline(pid)}
     assert list(workers) == [engine_pid], workers
+
+
+def test_actors_wait_on_openmp_as_the_driver_was_told(engine_host):
+    import ray
+
+    from loongsage.engines.openmp_wait import openmp_wait_env
+
+    host, _ = engine_host
+    # tests run with OMP_WAIT_POLICY=PASSIVE (tests/conftest.py): kept, and no spin count beside it
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert ray.get(host.call.remote("openmp_wait")) == openmp_wait_env(os.environ) == {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def test_to_train_hands_the_engines_freed_memory_back(engine_host):

@@ -20,6 +20,7 @@ from typing import Sequence
 
 from loongsage import __version__
 from loongsage.catalogue import install_hint
+from loongsage.engines.openmp_wait import openmp_wait_env
 from loongsage.errors import LoongSageError
 from loongsage.logs import configure_logging
 from loongsage.plugins import get_registries
@@ -220,7 +221,7 @@ def run_command(name: str, argv: list[str], registries: Registries, verbosity: i
 
 def main(argv: Sequence[str] | None = None, registries: Registries | None = None) -> int:
     """``loongsage ARGS``; ``registries`` defaults to the process's (embedding callers pass theirs)."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads; see controller.actors
+    os.environ.update(openmp_wait_env(os.environ))  # before torch loads its OpenMP runtime
     argv = list(sys.argv[1:] if argv is None else argv)
     verbosity, rest = _verbosity(argv)
     configure_logging(verbosity)

@@ -23,16 +23,14 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import ray
 
 from loongsage.controller.memory import PeakSampler, release_free_memory, rss_bytes
+from loongsage.engines.openmp_wait import openmp_wait_env
 
 
-# OpenMP threads that spin while waiting starve colocated actors sharing the same cores
-# (measured: 15 tiny SFT steps took 49 s spinning vs 2.4 s passive on 2 busy cores).
-ACTOR_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 # A local cluster starts no idle workers ahead of time: Ray prestarts one per CPU for the
 # first driver, but a run's actors carry the job's runtime env, which those workers were not
@@ -46,7 +44,7 @@ def start_ray(placement: Any) -> None:
         return
     address = placement.ray_address or os.environ.get("RAY_ADDRESS")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    runtime_env = {"env_vars": {k: os.environ.get(k, v) for k, v in ACTOR_ENV.items()}}
+    runtime_env = actor_runtime_env(os.environ)
     if address:
         ray.init(address=address, ignore_reinit_error=True, runtime_env=runtime_env)
         return
@@ -59,6 +57,12 @@ def start_ray(placement: Any) -> None:
         runtime_env=runtime_env,
         _system_config=LOCAL_SYSTEM_CONFIG,
     )
+
+
+def actor_runtime_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The job's runtime env: every actor's OpenMP threads wait as the driver's were told to
+    (``engines.openmp_wait``: a short spin unless the environment chose otherwise)."""
+    return {"env_vars": openmp_wait_env(environ)}
 
 
 def pin_process(cpus: Sequence[int]) -> None:
