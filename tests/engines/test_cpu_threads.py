@@ -9,9 +9,8 @@ import threading
 
 import torch
 
-from loongsage.engines.cpu_threads import prepare_compute_thread
+from loongsage.engines.cpu_threads import denormals_kept, prepare_compute_thread
 
-DENORMAL = 1e-39  # below fp32's smallest normal (about 1.18e-38)
 ELEMENTS = 1 << 20  # big enough for every pool thread to take a share
 
 
@@ -25,7 +24,7 @@ def surviving_denormals(prepare: bool, threads: int) -> int:
             prepare_compute_thread(threads)
         else:
             torch.set_num_threads(threads)
-        out.append(int((torch.full((ELEMENTS,), DENORMAL) * 1.0).count_nonzero()))
+        out.append(denormals_kept(ELEMENTS))
 
     thread = threading.Thread(target=work)
     thread.start()
@@ -54,7 +53,7 @@ def test_an_in_process_train_engine_leaves_the_callers_thread_alone(tiny_model_d
     def build() -> None:
         torch.set_flush_denormal(False)
         EmbeddedTrainEngine(ModelConfig(path=str(tiny_model_dir)), TrainConfig(micro_batch_size=2))
-        out.append(int((torch.full((ELEMENTS,), DENORMAL) * 1.0).count_nonzero()))
+        out.append(denormals_kept(ELEMENTS))
 
     thread = threading.Thread(target=build)
     thread.start()

@@ -14,6 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from loongsage.engines.client import EngineClient
+from loongsage.engines.cpu_threads import denormals_kept
 from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
 
 PROMPTS = [[5, 17, 42, 99, 7], [300, 12], [8, 8, 9, 10, 11, 12, 13, 14, 15, 200, 201], [450]]
@@ -93,12 +94,9 @@ def test_the_decode_thread_flushes_denormals(tiny_model_dir):
     own = EmbeddedRolloutEngine(str(tiny_model_dir), max_running_requests=2, seed=1, num_threads=2)
     kept: list[int] = []
 
-    def denormals_left() -> int:
-        return int((torch.full((1 << 20,), 1e-39) * 1.0).count_nonzero())
-
     def start_keeping_denormals() -> None:
         torch.set_flush_denormal(False)
-        kept.append(denormals_left())
+        kept.append(denormals_kept())
         own.start()
 
     starter = threading.Thread(target=start_keeping_denormals)
@@ -106,7 +104,7 @@ def test_the_decode_thread_flushes_denormals(tiny_model_dir):
     starter.join()
     try:
         assert kept == [1 << 20]  # the starting thread keeps them
-        assert own.scheduler.call(denormals_left).result(timeout=30) == 0
+        assert own.scheduler.call(denormals_kept).result(timeout=30) == 0
     finally:
         own.stop()
 

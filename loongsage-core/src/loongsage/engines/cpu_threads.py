@@ -29,3 +29,10 @@ def prepare_compute_thread(num_threads: int = 0) -> None:
     torch.set_flush_denormal(True)
     if num_threads > 0:
         torch.set_num_threads(num_threads)
+
+
+def denormals_kept(elements: int = 1 << 20) -> int:
+    """How many of ``elements`` denormal floats survive a multiply by one on this thread (and
+    its OpenMP pool: the tensor is big enough for every pool thread to take a share); 0 when
+    the thread flushes them, ``elements`` when it keeps them."""
+    return int((torch.full((elements,), 1e-39) * 1.0).count_nonzero())
