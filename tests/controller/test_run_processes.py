@@ -50,7 +50,9 @@ class HeapEngine:
         return os.getpid()
 
     def openmp_wait(self) -> dict[str, str]:
-        return {name: os.environ[name] for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if name in os.environ}
+        from loongsage.engines.openmp_wait import OPENMP_WAIT_VARIABLES
+
+        return {name: os.environ[name] for name in OPENMP_WAIT_VARIABLES if name in os.environ}
 
 
 def cmdline(pid: int) -> str:

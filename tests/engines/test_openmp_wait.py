@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from loongsage.controller.actors import actor_runtime_env
-from loongsage.engines.openmp_wait import SHORT_SPIN, openmp_wait_env
+from loongsage.engines.openmp_wait import OPENMP_WAIT_VARIABLES, SHORT_SPIN, openmp_wait_env
 
 
 def test_an_environment_without_a_choice_gets_the_short_spin():
@@ -35,7 +35,7 @@ def test_the_actors_runtime_env_carries_the_choice():
 @pytest.mark.parametrize("given, expected", [({}, f"None {SHORT_SPIN}"),
                                               ({"OMP_WAIT_POLICY": "PASSIVE"}, "PASSIVE None")])
 def test_the_cli_sets_it_before_anything_reads_it(given, expected):
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env = {k: v for k, v in os.environ.items() if k not in OPENMP_WAIT_VARIABLES}
     code = ("import os, sys\nfrom loongsage.cli import main\ntry:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
             "sys.stderr.write(f\"{os.environ.get('OMP_WAIT_POLICY')} {os.environ.get('GOMP_SPINCOUNT')}\")")
     done = subprocess.run([sys.executable, "-c", code], env={**env, **given}, capture_output=True, text=True,

@@ -30,8 +30,6 @@ import ray
 from loongsage.controller.memory import PeakSampler, release_free_memory, rss_bytes
 from loongsage.engines.openmp_wait import openmp_wait_env
 
-
-
 # A local cluster starts no idle workers ahead of time: Ray prestarts one per CPU for the
 # first driver, but a run's actors carry the job's runtime env, which those workers were not
 # started with, so they sat idle for the whole run (about 45 MB of PSS each).
