@@ -65,13 +65,28 @@ def test_refuses_warns_or_passes_against_the_room():
 
 def test_estimate_grows_with_the_settings_it_names(tiny_model_dir):
     shape = ModelShape.from_folder(str(tiny_model_dir))
-    base = estimate_run(tiny_cfg(tiny_model_dir), shape, 100)
-    bigger_micro = estimate_run(tiny_cfg(tiny_model_dir, "train.micro_batch_size=64"), shape, 100)
+    base = estimate_run(tiny_cfg(tiny_model_dir, "train.share_prompt=false"), shape, 100)
+    bigger_micro = estimate_run(tiny_cfg(tiny_model_dir, "train.share_prompt=false", "train.micro_batch_size=64"), shape, 100)
     checkpointed = estimate_run(tiny_cfg(tiny_model_dir, "train.gradient_checkpointing=true"), shape, 100)
     assert bigger_micro.parts["train actor"] > base.parts["train actor"] > checkpointed.parts["train actor"]
     more_requests = estimate_run(tiny_cfg(tiny_model_dir, "rollout.n_samples_per_prompt=32",
                                           "rollout.max_running_requests=256"), shape, 100)
     assert more_requests.parts["rollout engines"] > base.parts["rollout engines"]
+
+
+def test_a_shared_prompt_counts_once_per_micro_batch_of_one_group(tiny_model_dir):
+    """RL micro-batches hold one group at most with train.share_prompt; SFT rows stay whole."""
+    shape = ModelShape.from_folder(str(tiny_model_dir))
+    rl = ("trainer.sft.steps=0", "train.micro_batch_size=64")  # 8 groups of 8: a micro-batch is one group
+    shared = estimate_run(tiny_cfg(tiny_model_dir, *rl), shape, 100, prompt_tokens=60)
+    whole = estimate_run(tiny_cfg(tiny_model_dir, *rl, "train.share_prompt=false"), shape, 100, prompt_tokens=60)
+    per_token = shape.layers * (10 * shape.hidden + 4 * shape.intermediate) * 4 * 1.5
+    gap = whole.parts["train actor"] - shared.parts["train actor"]
+    assert gap == pytest.approx((64 * 100 - (60 + 8 * 40)) * per_token * 1.5, rel=0.02)  # slack: half again
+    assert "8 rows x 40 reply tokens on one 60-token prompt" in shared.detail["train actor"]
+    assert "64 rows x 100 tokens" in whole.detail["train actor"]
+    with_sft = estimate_run(tiny_cfg(tiny_model_dir, "train.micro_batch_size=64"), shape, 100, prompt_tokens=60)
+    assert "32 rows x 100 tokens (SFT)" in with_sft.detail["train actor"]  # tiny/grpo's warm start: 32 rows
 
 
 def test_data_parallel_ranks_each_count_and_fsdp2_shards_the_model_state(tiny_model_dir):
@@ -105,11 +120,11 @@ def test_teacher_slots_count_their_weights_host_copies_and_prefetch_buffer(tiny_
     teachers = [f"opd.teachers.{i}.path={tiny_model_dir}" for i in range(2)]
     cfg = load_config("tiny/mopd", [f"model.path={tiny_model_dir}", *teachers]).cfg
     without = estimate_run(cfg, shape, 100)
-    shared = estimate_run(cfg, shape, 100, [shape, shape])
+    shared = estimate_run(cfg, shape, 100, teachers=[shape, shape])
     cfg.opd.teacher_slots = 0
-    resident = estimate_run(cfg, shape, 100, [shape, shape])
+    resident = estimate_run(cfg, shape, 100, teachers=[shape, shape])
     cfg.opd.teacher_slots, cfg.opd.prefetch = 1, False
-    no_prefetch = estimate_run(cfg, shape, 100, [shape, shape])
+    no_prefetch = estimate_run(cfg, shape, 100, teachers=[shape, shape])
     weights = shape.parameters * 4
     assert "teacher slots" not in without.parts
     assert resident.parts["teacher slots"] - shared.parts["teacher slots"] == pytest.approx(

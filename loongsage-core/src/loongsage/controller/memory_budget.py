@@ -25,7 +25,9 @@ machine passes ``RAY_memory_usage_threshold``, 0.95 by default, of its memory):
 
 A row is a prompt (the longest of a sample of each data source's rendered prompts, at most
 ``rollout.max_prompt_tokens``) plus ``max_turns`` replies of ``rollout.max_new_tokens``; the
-SFT warm start's rows are taken to be as long. The estimate is of the expected peak, not a
+SFT warm start's rows are taken to be as long. With ``train.share_prompt`` an RL micro-batch
+holds one group's rows at most and runs their prompt once (``engines.micro_batches``), so its
+activations are one prompt plus each row's replies. The estimate is of the expected peak, not a
 bound: it leaves out allocator slack and the Python objects of the run.
 """
 
@@ -102,8 +104,9 @@ class Estimate:
         return f"{self.total / GB:.1f} GB: {shown}"
 
 
-def row_tokens(cfg: Any, sources: dict, tokenizer: Any) -> int:
-    """Tokens of one training row: the longest sampled prompt plus the replies (module docstring)."""
+def row_tokens(cfg: Any, sources: dict, tokenizer: Any) -> tuple[int, int]:
+    """``(row, prompt)`` tokens of one training row: the longest sampled prompt plus the
+    replies, and that prompt alone (module docstring)."""
     longest = 0
     for source in sources.values():
         size = source.size()
@@ -115,7 +118,7 @@ def row_tokens(cfg: Any, sources: dict, tokenizer: Any) -> int:
     turns = max([int(getattr(s.spec.agent.params, "max_turns", 1) or 1) for s in sources.values()]
                 or [1])
     prompt = min(longest, cfg.rollout.max_prompt_tokens)
-    return prompt + turns * cfg.rollout.max_new_tokens + (turns - 1) * TOOL_RESULT_TOKENS
+    return prompt + turns * cfg.rollout.max_new_tokens + (turns - 1) * TOOL_RESULT_TOKENS, prompt
 
 
 def slot_sizes(teachers: int, slots: int) -> list[int]:
@@ -141,18 +144,30 @@ def _teacher_parts(cfg: Any, teachers: list[ModelShape], batch_tokens: int) -> t
     return slots, heads + batch_tokens * max(t.hidden for t in teachers) * 4
 
 
-def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int,
+def micro_batch_tokens(cfg: Any, tokens_per_row: int, prompt_tokens: int) -> tuple[int, str]:
+    """Positions of the largest micro-batch, RL's or the SFT warm start's, and how it is made up."""
+    t, r, sft = cfg.train, cfg.rollout, cfg.trainer.sft
+    shared = t.share_prompt and not t.gradient_checkpointing
+    rl_rows = min(t.micro_batch_size, r.n_samples_per_prompt if shared else
+                  (r.prompts_per_step + r.oversample_groups) * r.n_samples_per_prompt)
+    sft_rows = min(t.micro_batch_size, sft.batch_size) if sft.steps else 0
+    replies = tokens_per_row - prompt_tokens if shared else tokens_per_row
+    rl = (rl_rows * replies + tokens_per_row - replies,
+          f"{rl_rows} rows x {replies} reply tokens on one {prompt_tokens}-token prompt" if shared
+          else f"{rl_rows} rows x {tokens_per_row} tokens")
+    return max(rl, (sft_rows * tokens_per_row, f"{sft_rows} rows x {tokens_per_row} tokens (SFT)"))
+
+
+def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int, prompt_tokens: int = 0,
                  teachers: list[ModelShape] | None = None) -> Estimate:
     """The expected peak memory of every process of ``cfg``'s run (see the module docstring);
-    ``teachers``: the shapes of ``opd.teachers``, in order."""
+    ``prompt_tokens``: the part of a row that a group's rows share; ``teachers``: the shapes of
+    ``opd.teachers``, in order."""
     b = _DTYPE_BYTES.get(cfg.model.dtype, 4)
     weights = shape.parameters * b
     t = cfg.train
-    r, sft = cfg.rollout, cfg.trainer.sft
-    batch_rows = max((r.prompts_per_step + r.oversample_groups) * r.n_samples_per_prompt,
-                     sft.batch_size if sft.steps else 0)
-    rows = min(t.micro_batch_size, batch_rows)
-    micro_tokens = rows * tokens_per_row
+    r = cfg.rollout
+    micro_tokens, micro_batch = micro_batch_tokens(cfg, tokens_per_row, prompt_tokens)
     per_token = 10 * shape.hidden + 4 * shape.intermediate
     if t.gradient_checkpointing:  # only each layer's input is kept, one layer is rebuilt at a time
         per_token_layers = shape.hidden * shape.layers + per_token
@@ -172,7 +187,7 @@ def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int,
     rank = PROCESS_BYTES + model_state // shard + activations + logits + slack
     est.parts["train actor"] = ranks * rank
     est.detail["train actor"] = (f"{ranks} x (weights, gradients and AdamW {4 * weights / shard / GB:.1f} GB, "
-                                 f"activations {activations / GB:.1f} GB for {rows} rows x {tokens_per_row} tokens, "
+                                 f"activations {activations / GB:.1f} GB for {micro_batch}, "
                                  f"allocator slack {slack / GB:.1f} GB)")
     requests = min(r.max_running_requests, (r.prompts_per_step + r.oversample_groups) * r.n_samples_per_prompt)
     kv = requests * tokens_per_row * shape.layers * 2 * shape.kv_heads * shape.head_dim * b
@@ -225,8 +240,8 @@ def check_run_memory(cfg: Any, sources: dict, tokenizer: Any) -> str | None:
         raise ConfigError("placement.memory_check", f"expected one of {list(CHECK_MODES)}, got {mode!r}")
     if mode == "off" or cfg.placement.ray_address or os.environ.get("RAY_ADDRESS"):
         return None
-    est = estimate_run(cfg, ModelShape.from_folder(cfg.model.path), row_tokens(cfg, sources, tokenizer),
-                       [_teacher_shape(cfg, i) for i in range(len(cfg.opd.teachers))])
+    est = estimate_run(cfg, ModelShape.from_folder(cfg.model.path), *row_tokens(cfg, sources, tokenizer),
+                       teachers=[_teacher_shape(cfg, i) for i in range(len(cfg.opd.teachers))])
     return check_estimate(est, mode, *room_bytes())
 
 
