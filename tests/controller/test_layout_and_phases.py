@@ -56,9 +56,9 @@ class SpyRollout(Noting, EmbeddedRolloutEngine):
         super().__init__(*args, **kwargs)
         submit = self.scheduler.submit
 
-        def noted(request):
+        def noted(*requests):
             self.note("generate")
-            return submit(request)
+            return submit(*requests)
 
         self.scheduler.submit = noted
 

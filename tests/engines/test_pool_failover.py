@@ -60,6 +60,25 @@ def test_a_dead_replica_is_marked_down_and_its_requests_retried_on_a_live_one(en
     assert pool.pick("s") == 1 and pool.sessions == [0, 1]
 
 
+def test_a_batch_goes_to_one_replica_as_one_request_and_fails_over_whole(engine_url, dead_url):
+    """A group's prompts in one request: the dead replica's failure sends the whole batch to the
+    live one (one retry recorded, naming the batch), outputs in the order of the rids; the load
+    and the served counts are in prompts; a batch held for an update comes back aborted, each."""
+    pool = EnginePool([EngineClient(dead_url), EngineClient(engine_url)])
+    rids = ["g-0", "g-1", "g-2"]
+    outs = asyncio.run(pool.agenerate_batch([[1, 2, 3], [1, 2, 3], [4, 5]], SAMPLING, rids=rids))
+    assert [o.rid for o in outs] == rids and [o.prompt_tokens for o in outs] == [3, 3, 2]
+    assert all(len(o.output_ids) == 4 and o.meta_info["attempt"] == 2 for o in outs)
+    assert outs[0].output_ids == outs[1].output_ids  # greedy: the same prompt, the same tokens
+    assert [(r.rid, r.attempt, r.replica) for r in pool.take_retries()] == [("g-0 (+2 more)", 1, 0)]
+    assert pool.take_served() == [3, 3] and pool.inflight == [0, 0]
+    pool.held = True
+    held = asyncio.run(pool.agenerate_batch([[1, 2], [1, 2]], SAMPLING, rids=["h-0", "h-1"]))
+    assert [(o.rid, o.finish_reason, o.output_ids, o.prompt_tokens) for o in held] == [
+        ("h-0", "abort", [], 2), ("h-1", "abort", [], 2)]
+    assert pool.take_served() == [0, 0]
+
+
 def test_a_hung_replica_marked_down_from_another_thread_loses_no_request(engine_url, hung_url):
     """The monitor's thread marks the hung replica down; the waiting request goes elsewhere."""
     pool = EnginePool([EngineClient(hung_url, timeout=120), EngineClient(engine_url)])

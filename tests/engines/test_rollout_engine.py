@@ -135,6 +135,49 @@ def test_a_group_of_identical_prompts_is_prefilled_once(client, engine, hf):
         assert torch.allclose(torch.tensor(out.output_logprobs), ref, atol=1e-5, rtol=0)
 
 
+def test_a_batched_request_of_one_prompt_is_prefilled_once_and_answered_in_order(client, engine, hf):
+    """A group sent as one batched ``/generate`` (what the single-turn agent sends) reaches the
+    queue whole: one prefill with no pause to line the requests up, each answer under its rid."""
+    prompt = PROMPTS[0]
+    stats = engine.scheduler.stats
+    before = (stats["prefills"], stats["prefill_tokens_shared"])
+    rids = [f"batch-{i}" for i in range(6)]
+    outs = asyncio.run(client.agenerate_batch([prompt] * 6, {"max_new_tokens": 6, "temperature": 1.0,
+                                                             "ignore_eos": True}, rids=rids))
+    assert (stats["prefills"] - before[0], stats["prefill_tokens_shared"] - before[1]) == (1, 5 * len(prompt))
+    assert [o.rid for o in outs] == rids and all(len(o.output_ids) == 6 for o in outs)
+    for out in outs:
+        ref = hf_logprobs(hf, prompt, out.output_ids)
+        assert torch.allclose(torch.tensor(out.output_logprobs), ref, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="2 prompts but 1 rids"):
+        asyncio.run(client.agenerate_batch([prompt, prompt], {}, rids=["x"]))
+
+
+def test_a_batched_request_whose_client_goes_away_is_aborted_whole(client, engine):
+    """The engine notices the closed connection within its 1 s poll and aborts every request of
+    the body at once, not one per poll (a cancelled group of 8 would hold slots for 8 s)."""
+    engine.scheduler.pause("in_place").result()
+    load = engine.scheduler.load
+
+    async def cancelled() -> list[int]:
+        task = asyncio.create_task(client.agenerate_batch([PROMPTS[1]] * 4, {"max_new_tokens": 8},
+                                                          rids=[f"gone-{i}" for i in range(4)]))
+        while load()["waiting"] < 4:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        seen = []
+        while load()["waiting"] and len(seen) < 3000:
+            seen.append(load()["waiting"])
+            await asyncio.sleep(0.005)
+        return seen
+
+    try:
+        seen = asyncio.run(cancelled())
+    finally:
+        engine.scheduler.resume().result()
+    assert load()["waiting"] == 0 and set(seen) == {4}  # from 4 waiting straight to none
+
+
 def test_stop_token_ids_and_max_new_tokens(client, hf):
     prompt = PROMPTS[0]
     ref = hf_greedy(hf, prompt, 12)

@@ -2,15 +2,18 @@
 
 For a prompt group it renders the prompt's chat messages once with the tokenizer's chat
 template (``add_generation_prompt=True``), encodes that text without adding special tokens
-again (the template already holds them, as in verl and slime), sends ``n`` generate
-requests concurrently through the engine client, and returns one ``Sample`` per completion:
+again (the template already holds them, as in verl and slime), sends the ``n`` copies of
+the prompt to the engine as one batched generate request (so the engine admits them together
+and prefills the shared prompt once, instead of as many HTTP requests arriving a few at a
+time), and returns one ``Sample`` per completion:
 every response token was sampled by the model, so the loss mask is all ones, and every
 token carries the weight version that sampled it (the engine's per-token versions when it
 reports them, as the embedded engine does for partial rollouts, else the response's one
 ``weight_version``).
 
-The client is anything with ``async agenerate(input_ids, sampling_params, rid=None)``
-returning an object with ``output_ids``, ``output_logprobs``, ``finish_reason``,
+The client is anything with ``async agenerate_batch(prompts, sampling_params, rids=None)``
+(one output per prompt, in order) and, to continue a sample, ``async agenerate(input_ids,
+sampling_params, rid=None)``, each output an object with ``output_ids``, ``output_logprobs``, ``finish_reason``,
 ``weight_version`` and optionally ``output_weight_versions`` and ``routed_experts``
 (``loongsage.engines.client.GenerateOutput``; MoE routes of prompt + output, kept on the sample
 for router replay; a continued sample takes the continuation's, which cover all its tokens). Rewards are not computed
@@ -19,14 +22,12 @@ here: the controller scores samples with the data source's reward.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
 from loongsage.data.types import Prompt, Sample
 
 from loongsage_agents.agents.params import SingleTurnParams
-from loongsage_agents.agents.tasks import gather_all
 
 
 class SingleTurnAgent:
@@ -72,20 +73,13 @@ class SingleTurnAgent:
     async def run_group(
         self, prompt: Prompt, n: int, client: Any, sampling_params: dict[str, Any]
     ) -> list[Sample]:
-        """Generate ``n`` completions of ``prompt`` concurrently; cancel the rest if one fails."""
+        """Generate ``n`` completions of ``prompt`` in one batched request."""
         if n < 1:
             raise ValueError(f"single_turn: n must be >= 1, got {n}")
         prompt_ids = self.prompt_ids(prompt)
         group = uuid.uuid4().hex[:8]
-        tasks = [
-            asyncio.ensure_future(
-                client.agenerate(
-                    prompt_ids, dict(sampling_params), rid=f"{prompt.source}-{prompt.index}-{group}-{i}"
-                )
-            )
-            for i in range(n)
-        ]
-        outputs = await gather_all(tasks)
+        rids = [f"{prompt.source}-{prompt.index}-{group}-{i}" for i in range(n)]
+        outputs = await client.agenerate_batch([prompt_ids] * n, dict(sampling_params), rids=rids)
         return [self._sample(prompt_ids, out) for out in outputs]
 
     async def continue_sample(self, sample: Sample, client: Any, sampling_params: dict[str, Any]) -> Sample:

@@ -267,6 +267,24 @@ class EngineClient:
         body = self._generate_body(input_ids, sampling_params, return_logprob, rid, False)
         return _output(await self._acall("POST", "/generate", body), body["rid"])
 
+    async def agenerate_batch(self, prompts: Sequence[Sequence[int]],
+                              sampling_params: dict[str, Any] | None = None, *,
+                              return_logprob: bool = True,
+                              rids: Sequence[str] | None = None) -> list[GenerateOutput]:
+        """One ``/generate`` for several prompts (a list of ``input_ids``; SGLang's batch form),
+        one output per prompt in order: the engine admits them together, so a group's copies
+        of one prompt share a prefill."""
+        rids = list(rids) if rids is not None else [uuid.uuid4().hex for _ in prompts]
+        if len(rids) != len(prompts):
+            raise ValueError(f"agenerate_batch: {len(prompts)} prompts but {len(rids)} rids")
+        body = self._generate_body([], sampling_params, return_logprob, None, False)
+        body.update(input_ids=[list(p) for p in prompts], rid=rids)
+        outs = await self._acall("POST", "/generate", body)
+        if not isinstance(outs, list) or len(outs) != len(prompts):
+            raise EngineError("/generate", f"a batch of {len(prompts)} prompts came back as "
+                              f"{type(outs).__name__} of {len(outs) if isinstance(outs, list) else 1}", 200)
+        return [_output(out, rid) for out, rid in zip(outs, rids)]
+
     async def astream_generate(self, input_ids: Sequence[int],
                                sampling_params: dict[str, Any] | None = None, *,
                                return_logprob: bool = True,

@@ -6,10 +6,11 @@ with the fewest in-flight requests, ties broken by the fewest sticky sessions, t
 index. At most ``max_inflight`` requests per replica are sent at once; the rest wait here
 (cheap) rather than piling connections onto a busy engine.
 
-The pool is itself an engine client (``agenerate``, ``astream_generate``, ``aabort``), so a
-white-box agent given the pool and the AgentFlow router built over the same pool share one
-set of in-flight counts: a run balances its engines in one place. ``take_served`` reports
-how many requests each replica got since it was last asked (a step's
+The pool is itself an engine client (``agenerate``, ``agenerate_batch``, ``astream_generate``,
+``aabort``), so a white-box agent given the pool and the AgentFlow router built over the same
+pool share one set of in-flight counts: a run balances its engines in one place. A batch (a
+group's samples) goes to one replica as one request and counts as its prompts in the load.
+``take_served`` reports how many prompts each replica got since it was last asked (a step's
 ``rollout/engine_requests/<i>``).
 
 Failover: a replica is *down* from the moment a request to it cannot reach it (or the
@@ -197,14 +198,16 @@ class EnginePool:
             await items.aclose()
 
     @asynccontextmanager
-    async def slot(self, idx: int, leave_on_hold: bool = False) -> AsyncIterator["Slot"]:
-        """Count a request against replica ``idx``, wait for one of its send slots (and while the
-        pool holds); yields a ``Slot``: the client and the ``update_aborts`` count when the
-        request passed the hold (an abort for an update after that one aborted this request).
-        ``leave_on_hold``: raise ``HeldForUpdate`` instead of waiting while the pool holds."""
+    async def slot(self, idx: int, leave_on_hold: bool = False, prompts: int = 1) -> AsyncIterator["Slot"]:
+        """Count a request of ``prompts`` prompts against replica ``idx``, wait for one of its
+        send slots (and while the pool holds); yields a ``Slot``: the client and the
+        ``update_aborts`` count when the request passed the hold (an abort for an update after
+        that one aborted this request). ``leave_on_hold``: raise ``HeldForUpdate`` instead of
+        waiting while the pool holds. A batched request takes one send slot (it is one HTTP
+        request) and counts each of its prompts in the replica's load."""
         if self._gates is None:
             self._gates = [asyncio.Semaphore(self.max_inflight) for _ in self.clients]
-        self.inflight[idx] += 1
+        self.inflight[idx] += prompts
         try:
             async with self._gates[idx]:
                 while True:
@@ -212,7 +215,7 @@ class EnginePool:
                         if not self.held:
                             self._sending += 1
                             slot = Slot(self.clients[idx], self.update_aborts)
-                            self.served[idx] += 1
+                            self.served[idx] += prompts
                             break
                     if leave_on_hold:
                         raise HeldForUpdate()
@@ -223,7 +226,7 @@ class EnginePool:
                     with self._sending_lock:
                         self._sending -= 1
         finally:
-            self.inflight[idx] -= 1
+            self.inflight[idx] -= prompts
 
     # ---- partial rollout -------------------------------------------------------------------
     async def abort_for_update(self) -> None:
@@ -271,28 +274,46 @@ class EnginePool:
         """``/generate`` on the least-loaded live replica, sent again elsewhere when that
         replica dies or hangs, returned aborted when held for a weight update (module
         docstring); ``meta_info["attempt"]`` says which send produced the output."""
-        rid, attempt = rid or uuid.uuid4().hex, 0
+        [out] = await self.agenerate_batch([input_ids], sampling_params, rids=[rid or uuid.uuid4().hex])
+        return out
+
+    async def agenerate_batch(self, prompts: Sequence[Sequence[int]],
+                              sampling_params: dict[str, Any] | None = None,
+                              rids: Sequence[str] | None = None) -> list[Any]:
+        """``agenerate`` for several prompts in one request to one replica (a group's samples,
+        which then share a prefill there): failed over, retried and held as one."""
+        rids = list(rids) if rids is not None else [uuid.uuid4().hex for _ in prompts]
+        label, attempt = rids[0] if len(rids) == 1 else f"{rids[0]} (+{len(rids) - 1} more)", 0
         try:
             while True:
                 attempt += 1
                 idx = await self.live_replica(leave_on_hold=True)
                 try:
-                    async with self.slot(idx, leave_on_hold=True) as slot:
-                        out = await self.unless_down(idx, slot.client.agenerate(input_ids, sampling_params, rid=rid))
+                    async with self.slot(idx, leave_on_hold=True, prompts=len(prompts)) as slot:
+                        outs = await self.unless_down(idx, self._send(slot.client, prompts, sampling_params, rids))
                 except (EngineError, ReplicaDown) as err:
                     if isinstance(err, EngineError) and err.status is not None:
                         raise  # the engine answered: a refusal, not a failure of the replica
                     reason = str(err)
                     if attempt == self.max_attempts:
                         self.mark_down(idx, reason)
-                        raise EngineError("/generate", f"request {rid} failed on {attempt} replicas, "
+                        raise EngineError("/generate", f"request {label} failed on {attempt} replicas, "
                                           f"the last: {reason}") from err
-                    self.replica_failed(idx, rid, attempt, reason)
+                    self.replica_failed(idx, label, attempt, reason)
                     continue
-                out.meta_info["attempt"] = attempt
-                return out
+                for out in outs:
+                    out.meta_info["attempt"] = attempt
+                return outs
         except HeldForUpdate:
-            return held_output(rid, len(input_ids), attempt)
+            return [held_output(rid, len(ids), attempt) for rid, ids in zip(rids, prompts)]
+
+    @staticmethod
+    async def _send(client: Any, prompts: Sequence[Sequence[int]], sampling_params: dict[str, Any] | None,
+                    rids: list[str]) -> list[Any]:
+        """One prompt as a plain ``agenerate`` (what every engine client has), several batched."""
+        if len(prompts) == 1:
+            return [await client.agenerate(prompts[0], sampling_params, rid=rids[0])]
+        return await client.agenerate_batch(prompts, sampling_params, rids=rids)
 
     async def aabort(self, rid: str | None = None, *, abort_all: bool = False) -> None:
         """Abort ``rid`` (or everything) on every replica: the pool does not track which one runs it."""

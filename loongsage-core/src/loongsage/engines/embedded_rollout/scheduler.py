@@ -110,8 +110,10 @@ class Scheduler:
         self._cmds.put((fn, fut))
         return fut
 
-    def submit(self, req: Request) -> None:
-        self.call(lambda: self._admit_later(req))
+    def submit(self, *reqs: Request) -> None:
+        """Queue ``reqs`` as one command: the batch of one ``/generate`` reaches the waiting
+        queue whole, so the next admission prefills it together (a group's shared prompt once)."""
+        self.call(lambda: [self._admit_later(req) for req in reqs])
 
     def abort(self, rid: str | None) -> Future:
         """Abort one request (``rid``) or all (None); the future gives how many were aborted."""

@@ -135,14 +135,17 @@ def build_app(engine: "EmbeddedRolloutEngine") -> FastAPI:
         )
         return req, event
 
-    async def wait_done(http: HTTPRequest, req: Request, event: asyncio.Event) -> None:
-        while not req.done:
-            try:
-                await asyncio.wait_for(event.wait(), timeout=1.0)
-            except asyncio.TimeoutError:
-                if await http.is_disconnected():
-                    await asyncio.wrap_future(sched.abort(req.rid))
-            event.clear()
+    async def wait_done(http: HTTPRequest, tracked: list[tuple[Request, asyncio.Event]]) -> None:
+        """Until every request of the body is done; a client gone aborts all that still run."""
+        for req, event in tracked:
+            while not req.done:
+                try:
+                    await asyncio.wait_for(event.wait(), timeout=1.0)
+                except asyncio.TimeoutError:
+                    if await http.is_disconnected():
+                        await asyncio.gather(*(asyncio.wrap_future(sched.abort(other.rid))
+                                               for other, _ in tracked if not other.done))
+                event.clear()
 
     @app.api_route("/generate", methods=["POST", "PUT"])
     async def generate(http: HTTPRequest):
@@ -158,15 +161,13 @@ def build_app(engine: "EmbeddedRolloutEngine") -> FastAPI:
                                    f"model's context is {engine.max_len}")
         loop = asyncio.get_running_loop()
         tracked = [track(p, loop) for p in parsed]
-        for req, _ in tracked:
-            sched.submit(req)
+        sched.submit(*(req for req, _ in tracked))
         if parsed[0].stream:
             req, event = tracked[0]
             return StreamingResponse(stream(req, event, parsed[0].return_logprob,
                                             parsed[0].return_routed_experts),
                                      media_type="text/event-stream")
-        for req, event in tracked:
-            await wait_done(http, req, event)
+        await wait_done(http, tracked)
         outs = [render(req, p.return_logprob, p.return_routed_experts)
                 for (req, _), p in zip(tracked, parsed)]
         return outs if batched else outs[0]
