@@ -240,8 +240,9 @@ class EngineClient:
         await self.aclose()
 
     # ---- generation ----------------------------------------------------------------------
-    def _generate_body(self, input_ids: Sequence[int], sampling_params: dict[str, Any] | None,
-                       return_logprob: bool, rid: str | None, stream: bool) -> dict[str, Any]:
+    def _generate_body(self, input_ids: Sequence[int] | list[list[int]], sampling_params: dict[str, Any] | None,
+                       return_logprob: bool, rid: str | list[str] | None, stream: bool) -> dict[str, Any]:
+        """A ``/generate`` body: one prompt and its rid, or (a batch) a list of each."""
         body = {
             "input_ids": list(input_ids),
             "sampling_params": dict(sampling_params or {}),
@@ -277,8 +278,9 @@ class EngineClient:
         rids = list(rids) if rids is not None else [uuid.uuid4().hex for _ in prompts]
         if len(rids) != len(prompts):
             raise ValueError(f"agenerate_batch: {len(prompts)} prompts but {len(rids)} rids")
-        body = self._generate_body([], sampling_params, return_logprob, None, False)
-        body.update(input_ids=[list(p) for p in prompts], rid=rids)
+        if not prompts:
+            return []
+        body = self._generate_body([list(p) for p in prompts], sampling_params, return_logprob, rids, False)
         outs = await self._acall("POST", "/generate", body)
         if not isinstance(outs, list) or len(outs) != len(prompts):
             raise EngineError("/generate", f"a batch of {len(prompts)} prompts came back as "
