@@ -70,13 +70,37 @@ def test_a_batch_goes_to_one_replica_as_one_request_and_fails_over_whole(engine_
     assert [o.rid for o in outs] == rids and [o.prompt_tokens for o in outs] == [3, 3, 2]
     assert all(len(o.output_ids) == 4 and o.meta_info["attempt"] == 2 for o in outs)
     assert outs[0].output_ids == outs[1].output_ids  # greedy: the same prompt, the same tokens
-    assert [(r.rid, r.attempt, r.replica) for r in pool.take_retries()] == [("g-0 (+2 more)", 1, 0)]
+    assert [(r.rid, r.attempt, r.replica) for r in pool.take_retries()] == [(rid, 1, 0) for rid in rids]
     assert pool.take_served() == [3, 3] and pool.inflight == [0, 0]
     pool.held = True
     held = asyncio.run(pool.agenerate_batch([[1, 2], [1, 2]], SAMPLING, rids=["h-0", "h-1"]))
     assert [(o.rid, o.finish_reason, o.output_ids, o.prompt_tokens) for o in held] == [
         ("h-0", "abort", [], 2), ("h-1", "abort", [], 2)]
     assert pool.take_served() == [0, 0]
+    assert asyncio.run(pool.agenerate_batch([], SAMPLING)) == []
+    with pytest.raises(ValueError, match="2 prompts but 1 rids"):
+        asyncio.run(pool.agenerate_batch([[1], [2]], SAMPLING, rids=["x"]))
+
+
+def test_a_batch_counts_each_prompt_against_max_inflight(engine_url):
+    """Two batches of 3 on a replica that takes 4 prompts at once: the second waits for the
+    first (it cannot take its 3 units while 3 of 4 are held), and neither holds part of its
+    units while waiting; a batch larger than the limit takes all of it and still goes."""
+    pool = EnginePool([EngineClient(engine_url)], max_inflight=4)
+    order: list[str] = []
+
+    async def batch(name: str, size: int) -> None:
+        async with pool.slot(0, prompts=size):
+            order.append(f"{name} in")
+            await asyncio.sleep(0.2)
+            order.append(f"{name} out")
+
+    async def run() -> None:
+        await asyncio.gather(batch("a", 3), batch("b", 3), batch("big", 9))
+
+    asyncio.run(run())
+    assert order == ["a in", "a out", "b in", "b out", "big in", "big out"]
+    assert pool.inflight == [0]
 
 
 def test_a_hung_replica_marked_down_from_another_thread_loses_no_request(engine_url, hung_url):

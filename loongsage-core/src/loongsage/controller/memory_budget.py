@@ -39,6 +39,7 @@ from typing import Any
 
 from loongsage.controller.memory import GB, machine_memory
 from loongsage.controller.placement import train_ranks
+from loongsage.engines.routing import config_is_moe
 from loongsage.errors import ConfigError
 
 PROCESS_BYTES = int(0.5 * GB)  # a worker with torch + transformers + Ray imported (measured 0.41-0.48 GB)
@@ -62,6 +63,7 @@ class ModelShape:
     kv_heads: int
     head_dim: int
     vocab: int
+    moe: bool = False  # top-k routed experts: the train engine shares no prompt there
 
     @classmethod
     def from_folder(cls, path: str) -> "ModelShape":
@@ -82,6 +84,7 @@ class ModelShape:
             kv_heads=getattr(config, "num_key_value_heads", None) or heads,
             head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
             vocab=config.vocab_size,
+            moe=config_is_moe(path),
         )
 
 
@@ -144,10 +147,14 @@ def _teacher_parts(cfg: Any, teachers: list[ModelShape], batch_tokens: int) -> t
     return slots, heads + batch_tokens * max(t.hidden for t in teachers) * 4
 
 
-def micro_batch_tokens(cfg: Any, tokens_per_row: int, prompt_tokens: int) -> tuple[int, str]:
-    """Positions of the largest micro-batch, RL's or the SFT warm start's, and how it is made up."""
+def micro_batch_tokens(cfg: Any, shape: ModelShape, tokens_per_row: int, prompt_tokens: int) -> tuple[int, str]:
+    """Positions of the largest micro-batch, RL's or the SFT warm start's, and how it is made up.
+    A group's prompt counts once where the embedded train engine shares it: ``share_prompt`` on,
+    no gradient checkpointing, a dense model and groups of several samples (rows of one sample
+    each are planned together, whole)."""
     t, r, sft = cfg.train, cfg.rollout, cfg.trainer.sft
-    shared = t.share_prompt and not t.gradient_checkpointing
+    shared = (t.share_prompt and not t.gradient_checkpointing and not shape.moe
+              and t.backend == "embedded_train" and r.n_samples_per_prompt > 1)
     rl_rows = min(t.micro_batch_size, r.n_samples_per_prompt if shared else
                   (r.prompts_per_step + r.oversample_groups) * r.n_samples_per_prompt)
     sft_rows = min(t.micro_batch_size, sft.batch_size) if sft.steps else 0
@@ -167,7 +174,7 @@ def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int, prompt_tokens
     weights = shape.parameters * b
     t = cfg.train
     r = cfg.rollout
-    micro_tokens, micro_batch = micro_batch_tokens(cfg, tokens_per_row, prompt_tokens)
+    micro_tokens, micro_batch = micro_batch_tokens(cfg, shape, tokens_per_row, prompt_tokens)
     per_token = 10 * shape.hidden + 4 * shape.intermediate
     if t.gradient_checkpointing:  # only each layer's input is kept, one layer is rebuilt at a time
         per_token_layers = shape.hidden * shape.layers + per_token

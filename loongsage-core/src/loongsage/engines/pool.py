@@ -9,9 +9,9 @@ index. At most ``max_inflight`` requests per replica are sent at once; the rest 
 The pool is itself an engine client (``agenerate``, ``agenerate_batch``, ``astream_generate``,
 ``aabort``), so a white-box agent given the pool and the AgentFlow router built over the same
 pool share one set of in-flight counts: a run balances its engines in one place. A batch (a
-group's samples) goes to one replica as one request and counts as its prompts in the load.
-``take_served`` reports how many prompts each replica got since it was last asked (a step's
-``rollout/engine_requests/<i>``).
+group's samples) goes to one replica as one HTTP request and counts as its prompts: each is a
+generation request in the load, against ``max_inflight`` and in ``take_served``, which reports
+how many each replica got since it was last asked (a step's ``rollout/engine_requests/<i>``).
 
 Failover: a replica is *down* from the moment a request to it cannot reach it (or the
 engine monitor, ``controller.engine_health``, declares it dead or hung) until the monitor
@@ -92,6 +92,30 @@ def held_output(rid: str, prompt_tokens: int, attempt: int) -> GenerateOutput:
                           meta_info={"attempt": attempt, "held_for_update": True})
 
 
+class SendGate:
+    """At most ``size`` prompts in flight to one replica. A batch takes one unit per prompt (at
+    most ``size``), and one caller takes its units at a time, so two batches never each hold
+    part of what both need and wait for the rest."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._units = asyncio.Semaphore(size)
+        self._taking = asyncio.Lock()
+
+    @asynccontextmanager
+    async def held(self, prompts: int) -> AsyncIterator[None]:
+        units, taken = min(prompts, self.size), 0
+        try:
+            async with self._taking:
+                while taken < units:
+                    await self._units.acquire()
+                    taken += 1
+            yield
+        finally:
+            for _ in range(taken):
+                self._units.release()
+
+
 class EnginePool:
     def __init__(self, clients: Sequence[Any], max_inflight: int = 64, *, max_attempts: int = 3,
                  wait_s: float = 300.0) -> None:
@@ -105,7 +129,7 @@ class EnginePool:
         self.wait_s = wait_s
         self.down: dict[int, str] = {}  # replica -> why it is down
         self._retries: list[Retry] = []
-        self._gates: list[asyncio.Semaphore] | None = None  # made in the serving loop
+        self._gates: list[SendGate] | None = None  # made in the serving loop
         self.inflight = [0] * len(self.clients)
         self.sessions = [0] * len(self.clients)
         self.served = [0] * len(self.clients)
@@ -203,13 +227,13 @@ class EnginePool:
         send slots (and while the pool holds); yields a ``Slot``: the client and the
         ``update_aborts`` count when the request passed the hold (an abort for an update after
         that one aborted this request). ``leave_on_hold``: raise ``HeldForUpdate`` instead of
-        waiting while the pool holds. A batched request takes one send slot (it is one HTTP
-        request) and counts each of its prompts in the replica's load."""
+        waiting while the pool holds. A batched request counts each of its prompts, in the
+        replica's load and against ``max_inflight`` (``SendGate``)."""
         if self._gates is None:
-            self._gates = [asyncio.Semaphore(self.max_inflight) for _ in self.clients]
+            self._gates = [SendGate(self.max_inflight) for _ in self.clients]
         self.inflight[idx] += prompts
         try:
-            async with self._gates[idx]:
+            async with self._gates[idx].held(prompts):
                 while True:
                     with self._sending_lock:
                         if not self.held:
@@ -281,8 +305,14 @@ class EnginePool:
                               sampling_params: dict[str, Any] | None = None,
                               rids: Sequence[str] | None = None) -> list[Any]:
         """``agenerate`` for several prompts in one request to one replica (a group's samples,
-        which then share a prefill there): failed over, retried and held as one."""
+        which then share a prefill there): failed over, retried and held as one. A batch whose
+        replica fails is sent again whole, its samples that had finished there included (the
+        engine answers a batch only once all of it is done); each rid's retry is recorded."""
         rids = list(rids) if rids is not None else [uuid.uuid4().hex for _ in prompts]
+        if len(rids) != len(prompts):
+            raise ValueError(f"agenerate_batch: {len(prompts)} prompts but {len(rids)} rids")
+        if not prompts:
+            return []
         label, attempt = rids[0] if len(rids) == 1 else f"{rids[0]} (+{len(rids) - 1} more)", 0
         try:
             while True:
@@ -299,7 +329,8 @@ class EnginePool:
                         self.mark_down(idx, reason)
                         raise EngineError("/generate", f"request {label} failed on {attempt} replicas, "
                                           f"the last: {reason}") from err
-                    self.replica_failed(idx, label, attempt, reason)
+                    for rid in rids:
+                        self.replica_failed(idx, rid, attempt, reason)
                     continue
                 for out in outs:
                     out.meta_info["attempt"] = attempt
