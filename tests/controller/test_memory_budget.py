@@ -90,7 +90,7 @@ def test_a_shared_prompt_counts_once_per_micro_batch_of_one_group(tiny_model_dir
     with_sft = estimate_run(tiny_cfg(tiny_model_dir, "train.micro_batch_size=64"), shape, 100, prompt_tokens=60)
     assert "32 rows x 100 tokens (SFT)" in with_sft.detail["train actor"]  # tiny/grpo's warm start: 32 rows
     megatron = estimate_run(tiny_cfg(tiny_model_dir, *rl, "train.backend=megatron"), shape, 100, prompt_tokens=60)
-    one_sample = load_config("tiny/sao", [f"model.path={tiny_model_dir}", *rl]).cfg  # rows planned whole
+    one_sample = load_config("tiny/sao", [f"model.path={tiny_model_dir}", *rl]).cfg  # nothing to share: rows counted whole
     sao = estimate_run(one_sample, shape, 100, prompt_tokens=60)
     rows = min(64, one_sample.rollout.prompts_per_step + one_sample.rollout.oversample_groups)
     assert "64 rows x 100 tokens" in megatron.detail["train actor"]

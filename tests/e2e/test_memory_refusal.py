@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import subprocess
 
-HUGE_BATCH = ("rollout.prompts_per_step=4096", "rollout.n_samples_per_prompt=64", "train.micro_batch_size=100000")
+# share_prompt off: with it a micro-batch holds one group at most (64 rows), which would fit
+HUGE_BATCH = ("rollout.prompts_per_step=4096", "rollout.n_samples_per_prompt=64", "train.micro_batch_size=100000",
+              "train.share_prompt=false")
 
 
 def test_a_run_that_cannot_fit_is_refused_naming_the_settings(tmp_path, runs):

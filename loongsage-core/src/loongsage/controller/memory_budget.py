@@ -150,8 +150,8 @@ def _teacher_parts(cfg: Any, teachers: list[ModelShape], batch_tokens: int) -> t
 def micro_batch_tokens(cfg: Any, shape: ModelShape, tokens_per_row: int, prompt_tokens: int) -> tuple[int, str]:
     """Positions of the largest micro-batch, RL's or the SFT warm start's, and how it is made up.
     A group's prompt counts once where the embedded train engine shares it: ``share_prompt`` on,
-    no gradient checkpointing, a dense model and groups of several samples (rows of one sample
-    each are planned together, whole)."""
+    no gradient checkpointing, a dense model and groups of several samples (with one sample per
+    prompt there is nothing to share, and rows are counted whole)."""
     t, r, sft = cfg.train, cfg.rollout, cfg.trainer.sft
     shared = (t.share_prompt and not t.gradient_checkpointing and not shape.moe
               and t.backend == "embedded_train" and r.n_samples_per_prompt > 1)
