@@ -158,10 +158,9 @@ def micro_batch_tokens(cfg: Any, shape: ModelShape, tokens_per_row: int, prompt_
     rl_rows = min(t.micro_batch_size, r.n_samples_per_prompt if shared else
                   (r.prompts_per_step + r.oversample_groups) * r.n_samples_per_prompt)
     sft_rows = min(t.micro_batch_size, sft.batch_size) if sft.steps else 0
-    replies = tokens_per_row - prompt_tokens if shared else tokens_per_row
-    rl = (rl_rows * replies + tokens_per_row - replies,
-          f"{rl_rows} rows x {replies} reply tokens on one {prompt_tokens}-token prompt" if shared
-          else f"{rl_rows} rows x {tokens_per_row} tokens")
+    replies = tokens_per_row - prompt_tokens
+    rl = ((prompt_tokens + rl_rows * replies, f"{rl_rows} rows x {replies} reply tokens on one {prompt_tokens}-token prompt")
+          if shared else (rl_rows * tokens_per_row, f"{rl_rows} rows x {tokens_per_row} tokens"))
     return max(rl, (sft_rows * tokens_per_row, f"{sft_rows} rows x {tokens_per_row} tokens (SFT)"))
 
 

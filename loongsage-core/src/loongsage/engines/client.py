@@ -154,6 +154,14 @@ def _output(out: dict[str, Any], rid: str) -> GenerateOutput:
     )
 
 
+def batch_rids(prompts: Sequence[Sequence[int]], rids: Sequence[str] | None) -> list[str]:
+    """One rid per prompt of a batch: the caller's (as many as the prompts) or fresh ones."""
+    rids = list(rids) if rids is not None else [uuid.uuid4().hex for _ in prompts]
+    if len(rids) != len(prompts):
+        raise ValueError(f"agenerate_batch: {len(prompts)} prompts but {len(rids)} rids")
+    return rids
+
+
 def _raise_for(resp: httpx.Response, endpoint: str) -> None:
     if resp.is_success:
         return
@@ -275,9 +283,7 @@ class EngineClient:
         """One ``/generate`` for several prompts (a list of ``input_ids``; SGLang's batch form),
         one output per prompt in order: the engine admits them together, so a group's copies
         of one prompt share a prefill."""
-        rids = list(rids) if rids is not None else [uuid.uuid4().hex for _ in prompts]
-        if len(rids) != len(prompts):
-            raise ValueError(f"agenerate_batch: {len(prompts)} prompts but {len(rids)} rids")
+        rids = batch_rids(prompts, rids)
         if not prompts:
             return []
         body = self._generate_body([list(p) for p in prompts], sampling_params, return_logprob, rids, False)

@@ -52,7 +52,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, AsyncGenerator, AsyncIterator, Hashable, Sequence
 
-from loongsage.engines.client import EngineError, GenerateOutput
+from loongsage.engines.client import EngineError, GenerateOutput, batch_rids
 
 DOWN_POLL_S = 0.2  # how often a waiting request looks whether its replica went down
 HOLD_POLL_S = 0.02  # how often a held request (or abort_for_update) looks again
@@ -308,9 +308,7 @@ class EnginePool:
         which then share a prefill there): failed over, retried and held as one. A batch whose
         replica fails is sent again whole, its samples that had finished there included (the
         engine answers a batch only once all of it is done); each rid's retry is recorded."""
-        rids = list(rids) if rids is not None else [uuid.uuid4().hex for _ in prompts]
-        if len(rids) != len(prompts):
-            raise ValueError(f"agenerate_batch: {len(prompts)} prompts but {len(rids)} rids")
+        rids = batch_rids(prompts, rids)
         if not prompts:
             return []
         label, attempt = rids[0] if len(rids) == 1 else f"{rids[0]} (+{len(rids) - 1} more)", 0
