@@ -117,6 +117,35 @@ def test_the_samples_of_a_group_are_planned_together_and_share_their_prompt():
     assert shared_prefix_length(batch.rows(torch.tensor([0]))) == 0  # one row: nothing to share
 
 
+def test_rows_whose_prompt_no_other_row_holds_are_planned_together():
+    keys = ["a", "b", "a", "c", "d", "a"]
+    plans = plan_micro_batches(torch.tensor([9, 8, 7, 6, 5, 4]), 2, 0, keys)
+    assert [p.tolist() for p in plans] == [[0, 2], [5], [1, 3], [4]]
+    sft = grouped(groups=6, samples=1)  # an SFT batch: every row its own prompt
+    plans = plan_micro_batches(row_lengths(sft), 4, 0, prompt_keys(sft))
+    assert [p.tolist() for p in plans] == [[0, 1, 2, 3], [4, 5]]
+
+
+def test_rows_of_different_prompts_share_only_the_opening_they_hold_alike(tiny_model_dir):
+    batch = grouped(groups=6, samples=1)
+    batch.input_ids[:, :5] = batch.input_ids[0, :5]  # a chat template's opening, the rest differs
+    calls: list[tuple[int, ...]] = []
+
+    def logprobs(share: bool) -> torch.Tensor:
+        eng = EmbeddedTrainEngine(ModelConfig(path=str(tiny_model_dir)),
+                                  TrainConfig(micro_batch_size=4, share_prompt=share), device="cpu")
+        eng.model.base_model.register_forward_pre_hook(
+            lambda module, args, kwargs: calls.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+        return eng.compute_logprobs(batch)["logprobs"]
+
+    alone = logprobs(False)
+    calls.clear()
+    shared = logprobs(True)
+    longest = int(row_lengths(batch)[:4].max())
+    assert calls == [(1, 5), (4, longest - 5), (1, 5), (2, int(row_lengths(batch)[4:].max()) - 5)]
+    torch.testing.assert_close(shared, alone, atol=1e-5, rtol=0)
+
+
 def test_a_prompt_computed_once_gives_the_logprobs_and_gradients_of_every_row_alone(tiny_model_dir):
     batch = grouped()
     calls: list[tuple[int, ...]] = []

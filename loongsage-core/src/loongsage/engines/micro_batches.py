@@ -18,7 +18,9 @@ split of the rows changes the loss or the gradient beyond float summation order.
   prompt, so micro-batches are planned group by group and each runs the prompt through the
   decoder once, then the responses of every row on top of its cache (``shared_prefix_length``;
   ``engines.embedded_train_logprobs.final_hidden``). Gradients reach the prompt's positions
-  through the cache, summed over the rows, as they would be row by row.
+  through the cache, summed over the rows, as they would be row by row. Rows whose prompt no
+  other row holds (an SFT batch) are planned together instead; such a micro-batch computes
+  once only the opening its rows hold alike (a chat template's system turn).
 
 Sorted buckets rather than one packed varlen sequence: on CPU the attention kernels of
 transformers take a padded ``[rows, length]`` batch; a packed row needs a block-diagonal mask
@@ -53,13 +55,17 @@ def plan_micro_batches(lengths: torch.Tensor, rows_per_micro_batch: int, token_b
     """Row indices of each micro-batch: consecutive ``rows_per_micro_batch`` rows, or (with a
     ``token_budget`` > 0) rows sorted longest first, packed while ``rows x longest <= budget``
     (a row longer than the budget goes alone). With ``keys`` (``prompt_keys``), rows of one key
-    are planned together and never share a micro-batch with another key's."""
+    are planned together and never share a micro-batch with another key's; rows whose key no
+    other row has (an SFT batch's, each with its own prompt) are planned together as one pool,
+    else each would run as a micro-batch of one row."""
     if keys is not None:
         by_key: dict = {}
         for row, key in enumerate(keys):
             by_key.setdefault(key, []).append(row)
+        groups = [rows for rows in by_key.values() if len(rows) > 1]
+        alone = [rows[0] for rows in by_key.values() if len(rows) == 1]
         plans = []
-        for rows in by_key.values():
+        for rows in groups + ([alone] if alone else []):
             index = torch.tensor(rows)
             plans.extend(index[plan] for plan in plan_micro_batches(lengths[index], rows_per_micro_batch, token_budget))
         return plans
