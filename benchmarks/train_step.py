@@ -12,8 +12,13 @@ the variants interleaved round by round on fresh copies of the same weights:
 * ``pi_old fused``: π_old taken detached from the loss forward (one optimizer step).
 * ``+ cropped, head on response``: also micro-batches cut to their longest row and the LM head
   over loss-mask positions only (the engine's default now).
-* ``+ shared prompt``: also each group's prompt computed once per micro-batch, its KV cache
-  repeated over the group's rows (``train.share_prompt``, the engine's default now).
+* ``+ shared prompt, replies padded``: also each group's prompt computed once per micro-batch,
+  its KV cache repeated over the group's rows and the replies run padded to the longest
+  (``train.share_prompt`` as it was first built; the engine's padded path, chosen here by
+  swapping its ``packing_pays`` rule for one that never packs).
+* ``+ shared prompt``: the same with the replies packed into one sequence on the prompt's
+  cache where that costs fewer FLOPs, so no padding runs through the layers (the engine's
+  default now).
 * ``+ token budget``: all of the above with length-sorted micro-batches packed by
   ``train.max_tokens_per_micro_batch`` (``--token-budget``) within each group.
 
@@ -26,10 +31,11 @@ difference against ``before``). Seconds are wall time of the whole phase, median
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -38,6 +44,7 @@ from loongsage.controller.trainer_ops import train_on_rollout
 from loongsage.engines.batch import TrainBatch
 from loongsage.engines.distributed import RankShards
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
+from loongsage.engines import embedded_train_logprobs
 from loongsage.engines.embedded_train_logprobs import TokenScores
 from loongsage.models.resolve import resolve_model_path
 from loongsage.plugins import get_registries
@@ -55,6 +62,23 @@ class BeforeEngine(EmbeddedTrainEngine):
         return self.parallel.token_scores(model, batch.input_ids, batch.attention_mask,
                                           fp32_lm_head=self.model_cfg.fp32_lm_head, with_entropy=with_entropy,
                                           chunk_tokens=self.train_cfg.logprob_chunk_tokens)
+
+
+PACKING_PAYS = embedded_train_logprobs.packing_pays
+
+
+def never_pack(*_: Any) -> bool:
+    return False
+
+
+@contextlib.contextmanager
+def packing(rule: Any) -> Iterator[None]:
+    """The engine's choice between packed and padded replies made by ``rule`` inside the block."""
+    embedded_train_logprobs.packing_pays = rule
+    try:
+        yield
+    finally:
+        embedded_train_logprobs.packing_pays = PACKING_PAYS
 
 
 class RecomputedObjective(Objective):
@@ -81,12 +105,13 @@ def main_job_batch(groups: int, samples: int, prompt: int, max_response: int, vo
     return TrainBatch(ids, attn, mask, {"rollout_logprobs": roll}), rewards, groups_index
 
 
-VARIANTS = {  # name: (engine, objective, token budget (None: --token-budget), share_prompt)
-    "before": (BeforeEngine, RecomputedObjective, 0, False),
-    "pi_old fused": (BeforeEngine, Objective, 0, False),
-    "+ cropped, head on response": (EmbeddedTrainEngine, Objective, 0, False),
-    "+ shared prompt": (EmbeddedTrainEngine, Objective, 0, True),
-    "+ token budget": (EmbeddedTrainEngine, Objective, None, True),
+VARIANTS = {  # name: (engine, objective, token budget (None: --token-budget), share_prompt, packing rule)
+    "before": (BeforeEngine, RecomputedObjective, 0, False, PACKING_PAYS),
+    "pi_old fused": (BeforeEngine, Objective, 0, False, PACKING_PAYS),
+    "+ cropped, head on response": (EmbeddedTrainEngine, Objective, 0, False, PACKING_PAYS),
+    "+ shared prompt, replies padded": (EmbeddedTrainEngine, Objective, 0, True, never_pack),
+    "+ shared prompt": (EmbeddedTrainEngine, Objective, 0, True, PACKING_PAYS),
+    "+ token budget": (EmbeddedTrainEngine, Objective, None, True, PACKING_PAYS),
 }
 
 
@@ -103,7 +128,7 @@ def run(args: argparse.Namespace) -> dict:
     drift: dict[str, float] = {}
     for _ in range(args.rounds):
         reference = None
-        for name, (engine_cls, objective_cls, budget, share) in VARIANTS.items():
+        for name, (engine_cls, objective_cls, budget, share, packing_rule) in VARIANTS.items():
             train = TrainConfig(lr=1e-5, micro_batch_size=args.micro_batch, num_threads=args.threads, share_prompt=share,
                                 max_tokens_per_micro_batch=args.token_budget if budget is None else budget)
             engine = engine_cls(ModelConfig(path=path), train, device="cpu")
@@ -112,7 +137,8 @@ def run(args: argparse.Namespace) -> dict:
                                                     args.max_response, vocab)
             shards = RankShards([torch.arange(len(batch))], [torch.zeros(len(batch), dtype=torch.bool)], 1)
             start = time.perf_counter()
-            train_on_rollout(engine, (batch, rewards, groups), shards, objective_cls(spec))
+            with packing(packing_rule):
+                train_on_rollout(engine, (batch, rewards, groups), shards, objective_cls(spec))
             seconds[name].append(time.perf_counter() - start)
             state = engine.model.state_dict()
             if reference is None:

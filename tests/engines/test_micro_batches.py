@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from loongsage.engines.batch import TrainBatch
+from loongsage.engines import embedded_train_logprobs
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
+from loongsage.engines.embedded_train_logprobs import packing_pays
 from loongsage.engines.micro_batches import (
     cropped, micro_batches, plan_micro_batches, prompt_keys, row_lengths, scatter_rows, shared_prefix_length,
     split_to,
@@ -141,8 +143,8 @@ def test_rows_of_different_prompts_share_only_the_opening_they_hold_alike(tiny_m
     alone = logprobs(False)
     calls.clear()
     shared = logprobs(True)
-    longest = int(row_lengths(batch)[:4].max())
-    assert calls == [(1, 5), (4, longest - 5), (1, 5), (2, int(row_lengths(batch)[4:].max()) - 5)]
+    tails = (row_lengths(batch) - 5).tolist()  # each row's tokens after the opening, none of its padding
+    assert calls == [(1, 5), (1, sum(tails[:4])), (1, 5), (1, sum(tails[4:]))]
     torch.testing.assert_close(shared, alone, atol=1e-5, rtol=0)
 
 
@@ -160,8 +162,9 @@ def test_a_prompt_computed_once_gives_the_logprobs_and_gradients_of_every_row_al
     shared.model.base_model.register_forward_pre_hook(
         lambda module, args, kwargs: calls.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
     a, b = alone.compute_logprobs(batch, with_entropy=True), shared.compute_logprobs(batch, with_entropy=True)
-    longest = int(row_lengths(batch)[[0, 3, 6, 9]].max())  # the first micro-batch: group 0's samples
-    assert calls[:2] == [(1, 11), (4, longest - 11)]  # its prompt once, then its four responses on its cache
+    replies = int((row_lengths(batch)[[0, 3, 6, 9]] - 11).sum())  # the first micro-batch: group 0's samples
+    assert len(set(row_lengths(batch)[[0, 3, 6, 9]].tolist())) > 1  # of unequal lengths: padded, they would pad
+    assert calls[:2] == [(1, 11), (1, replies)]  # its prompt once, then its four responses packed on its cache
     for key in ("logprobs", "entropy"):
         torch.testing.assert_close(b[key], a[key], atol=1e-5, rtol=0)
     assert int((a["logprobs"] != 0).sum()) == int(batch.loss_mask.sum())  # every loss token scored, nothing else
@@ -171,3 +174,32 @@ def test_a_prompt_computed_once_gives_the_logprobs_and_gradients_of_every_row_al
     after_alone = alone.model.state_dict()
     for name, tensor in shared.model.state_dict().items():
         torch.testing.assert_close(tensor, after_alone[name], atol=1e-5, rtol=1e-4)
+
+
+def test_replies_are_packed_where_that_costs_fewer_flops():
+    def real(lengths: list[int], width: int) -> torch.Tensor:
+        return torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]
+
+    main_job = real([48, 20, 30, 41, 25, 38, 33, 35], 48)  # 270 real of 384 padded reply tokens
+    assert packing_pays(main_job, 60, 576)
+    assert not packing_pays(real([48] * 8, 48), 60, 576)  # no padding to save
+    agentic = real([2000, 1200, 1500, 1800, 900, 1600, 1400, 1700], 2000)  # long rows: packed attention outgrows it
+    assert not packing_pays(agentic, 500, 576)
+    assert packing_pays(agentic[:2], 500, 576)
+
+
+def test_replies_padded_on_the_repeated_cache_give_the_logprobs_of_every_row_alone(tiny_model_dir, monkeypatch):
+    batch = grouped()
+    alone = EmbeddedTrainEngine(ModelConfig(path=str(tiny_model_dir)),
+                                TrainConfig(micro_batch_size=4, share_prompt=False), device="cpu")
+    shared = EmbeddedTrainEngine(ModelConfig(path=str(tiny_model_dir)),
+                                 TrainConfig(micro_batch_size=4, share_prompt=True), device="cpu")
+    calls: list[tuple[int, ...]] = []
+    shared.model.base_model.register_forward_pre_hook(
+        lambda module, args, kwargs: calls.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    monkeypatch.setattr(embedded_train_logprobs, "packing_pays", lambda *_: False)
+    a, b = alone.compute_logprobs(batch, with_entropy=True), shared.compute_logprobs(batch, with_entropy=True)
+    longest = int(row_lengths(batch)[[0, 3, 6, 9]].max())
+    assert calls[:2] == [(1, 11), (4, longest - 11)]  # the prompt once, then four padded replies on its cache
+    for key in ("logprobs", "entropy"):
+        torch.testing.assert_close(b[key], a[key], atol=1e-5, rtol=0)

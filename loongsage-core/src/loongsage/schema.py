@@ -60,7 +60,7 @@ class TrainConfig:
     eps: float = 1e-8
     grad_clip: float = 1.0
     micro_batch_size: int = 8  # sequences per forward/backward
-    share_prompt: bool = True  # a group's shared prompt runs once per micro-batch (KV cache repeated over its rows)
+    share_prompt: bool = True  # a group's prompt runs once per micro-batch, replies on its KV cache
     max_tokens_per_micro_batch: int = 0  # > 0: length-sorted micro-batches of rows x longest <= this (overrides micro_batch_size)
     mini_batches_per_step: int = 1  # optimizer steps per rollout batch
     num_threads: int = 0  # torch threads per train rank (0 = the cores its placement gives it)

@@ -58,10 +58,14 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 def body_hidden(
     model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix_len: int = 0
 ) -> torch.Tensor:
-    """The decoder body's last hidden states [N, L, H]. With ``prefix_len`` > 0 (every row
-    holds the same first ``prefix_len`` tokens, all real), that prefix runs once, its KV cache
-    is repeated over the rows and the rest of every row runs on top of it: the same values
-    (attention reads the same keys and values), the prefix's FLOPs paid once instead of N times."""
+    """The decoder body's last hidden states [N, L, H].
+
+    With ``prefix_len`` > 0 (every row holds the same first ``prefix_len`` tokens, all real),
+    that prefix runs once and the rest of every row runs on top of its cache: attention reads
+    the same keys and values as row by row, so the values are the same, and the prefix's FLOPs
+    are paid once instead of N times. The rows' rest then runs packed (``packed_tail``: no
+    padding through the layers) where ``packing_pays``, else padded on the cache repeated over
+    the rows."""
     positions = position_ids_from_mask(attention_mask)
     if prefix_len <= 0:
         out = model.base_model(input_ids=input_ids, attention_mask=attention_mask,
@@ -70,11 +74,62 @@ def body_hidden(
     n = input_ids.shape[0]
     head = model.base_model(input_ids=input_ids[:1, :prefix_len], position_ids=positions[:1, :prefix_len],
                             use_cache=True)
-    head.cache.batch_repeat_interleave(n)
-    tail = model.base_model(input_ids=input_ids[:, prefix_len:], attention_mask=attention_mask,
-                            position_ids=positions[:, prefix_len:], cache=head.cache, use_cache=True)
     shared = head.last_hidden_state.expand(n, -1, -1)
-    return torch.cat([shared, tail.last_hidden_state], dim=1)
+    tail_real = attention_mask[:, prefix_len:].bool()
+    if packing_pays(tail_real, prefix_len, shared.shape[-1]):
+        tail = packed_tail(model, input_ids[:, prefix_len:], tail_real, positions[:, prefix_len:], head.cache)
+    else:
+        head.cache.batch_repeat_interleave(n)
+        tail = model.base_model(input_ids=input_ids[:, prefix_len:], attention_mask=attention_mask,
+                                position_ids=positions[:, prefix_len:], cache=head.cache,
+                                use_cache=True).last_hidden_state
+    return torch.cat([shared, tail], dim=1)
+
+
+def packing_pays(tail_real: torch.Tensor, prefix_len: int, width: int) -> bool:
+    """Whether the rows' real tokens after the prefix (``tail_real`` [N, L]) cost fewer FLOPs
+    packed into one sequence than padded to the longest.
+
+    Per layer and token the projections and MLP cost about ``24 * width**2`` FLOPs (Llama-like
+    shapes: ``4 width**2`` of attention projections and ``8 width**2`` of gated MLP, times two),
+    and each query-key pair ``4 * width`` (scores and the weighted sum). Padded, ``N x L``
+    queries each read ``prefix + L`` keys; packed, ``T`` real queries each read ``prefix + T``
+    (the mask hides other rows' keys, but the kernel still computes them). So packing wins for
+    short replies of uneven length (the main job: 270 real of 384 padded reply tokens) and
+    loses for many long rows, where its quadratic attention outgrows the padding it saves.
+    """
+    rows, length = tail_real.shape
+    real = int(tail_real.sum())
+    return real * (6 * width + prefix_len + real) < rows * length * (6 * width + prefix_len + length)
+
+
+def packed_tail(model: nn.Module, input_ids: torch.Tensor, real: torch.Tensor, positions: torch.Tensor,
+                cache: object) -> torch.Tensor:
+    """Hidden states [N, L, H] (zeros at padding) of the rows' ``real`` tokens run as one sequence
+    on top of the prefix's ``cache`` (batch 1), each token seeing the prefix and its own row."""
+    rows, columns = real.nonzero(as_tuple=True)  # row-major: each row's tokens in order
+    width = model.config.hidden_size
+    if rows.numel() == 0:
+        return torch.zeros(*real.shape, width, dtype=model.dtype, device=input_ids.device)
+    packed_positions = positions[rows, columns]
+    mask = packed_tail_mask(rows, packed_positions, cache.get_seq_length(), model.dtype)
+    hidden = model.base_model(input_ids=input_ids[rows, columns][None], attention_mask=mask,
+                              position_ids=packed_positions[None], cache=cache, use_cache=True).last_hidden_state
+    return hidden.new_zeros(*real.shape, width).index_put((rows, columns), hidden[0])
+
+
+def packed_tail_mask(rows: torch.Tensor, positions: torch.Tensor, prefix_len: int,
+                     dtype: torch.dtype) -> torch.Tensor:
+    """Additive mask ``[1, 1, T, prefix_len + T]`` for a packed sequence of ``T`` tokens
+    (``rows[i]``: the row token ``i`` came from, ``positions[i]``: its position there) read on
+    top of a shared ``prefix_len``-token cache: token ``i`` sees the whole prefix and the
+    tokens of its own row at positions up to its own (0 where it may look, the dtype's
+    minimum elsewhere: the form both eager and SDPA attention take; SDPA's CPU kernel reads it
+    tile by tile, so only the mask itself is quadratic in memory)."""
+    sees = (rows[:, None] == rows[None, :]) & (positions[None, :] <= positions[:, None])
+    sees = torch.cat([sees.new_ones(len(rows), prefix_len), sees], dim=1)
+    additive = torch.zeros(sees.shape, dtype=dtype, device=sees.device)
+    return additive.masked_fill_(~sees, torch.finfo(dtype).min)[None, None]
 
 
 def final_hidden(

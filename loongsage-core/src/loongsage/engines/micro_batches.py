@@ -17,14 +17,16 @@ split of the rows changes the loss or the gradient beyond float summation order.
 - **a shared prompt computed once** (``train.share_prompt``): the samples of a group share their
   prompt, so micro-batches are planned group by group and each runs the prompt through the
   decoder once, then the responses of every row on top of its cache (``shared_prefix_length``;
-  ``engines.embedded_train_logprobs.final_hidden``). Gradients reach the prompt's positions
+  ``engines.embedded_train_logprobs.body_hidden``), packed into one sequence with no padding
+  where that costs fewer FLOPs (``packing_pays``). Gradients reach the prompt's positions
   through the cache, summed over the rows, as they would be row by row. Rows whose prompt no
   other row holds (an SFT batch) are planned together instead; such a micro-batch computes
   once only the opening its rows hold alike (a chat template's system turn).
 
-Sorted buckets rather than one packed varlen sequence: on CPU the attention kernels of
-transformers take a padded ``[rows, length]`` batch; a packed row needs a block-diagonal mask
-that costs the full ``length²`` it was meant to save.
+Otherwise sorted buckets rather than one packed varlen sequence: on CPU the attention
+kernels of transformers take a dense mask, so a packed row computes attention over the full
+``length²`` (block-diagonal, most of it masked), which for long rows costs more than the
+padding it saves; a group's short replies on its shared prompt are where packing pays.
 """
 
 from __future__ import annotations
