@@ -8,7 +8,8 @@ import torch
 from loongsage.engines.batch import TrainBatch
 from loongsage.engines import embedded_train_logprobs
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
-from loongsage.engines.embedded_train_logprobs import packing_pays
+from loongsage.engines.distributed import DDPRanks, FSDP2Ranks, SingleProcess
+from loongsage.engines.embedded_train_logprobs import body_hidden, packable, packing_pays
 from loongsage.engines.micro_batches import (
     cropped, micro_batches, plan_micro_batches, prompt_keys, row_lengths, scatter_rows, shared_prefix_length,
     split_to,
@@ -203,3 +204,46 @@ def test_replies_padded_on_the_repeated_cache_give_the_logprobs_of_every_row_alo
     assert calls[:2] == [(1, 11), (4, longest - 11)]  # the prompt once, then four padded replies on its cache
     for key in ("logprobs", "entropy"):
         torch.testing.assert_close(b[key], a[key], atol=1e-5, rtol=0)
+
+
+def _row_by_row(model, batch: TrainBatch) -> torch.Tensor:
+    lengths = row_lengths(batch).tolist()
+    out = torch.zeros(*batch.input_ids.shape, model.config.hidden_size)
+    for row, length in enumerate(lengths):
+        ids = batch.input_ids[row:row + 1, :length]
+        out[row, :length] = body_hidden(model, ids, torch.ones_like(ids), 0)[0]
+    return out
+
+
+def test_a_sliding_window_model_runs_its_replies_padded_and_keeps_its_window():
+    """Random-init tiny Mistral, window 4 < the 11-token prompt: a packed sequence's 4D mask
+    would be taken as it is (no window) and outrun the layer's 3-key cache."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    config = MistralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, vocab_size=500, sliding_window=4)
+    model = MistralForCausalLM(config).eval()
+    batch = grouped().rows(torch.tensor([0, 3, 6, 9]))  # group 0's samples: an 11-token prompt
+    batch = TrainBatch(batch.input_ids[:, :int(row_lengths(batch).max())],
+                       batch.attention_mask[:, :int(row_lengths(batch).max())], batch.loss_mask)
+    head = model.model(input_ids=batch.input_ids[:1, :11], use_cache=True)
+    assert not packable(model, head.cache)
+    with torch.no_grad():
+        shared = body_hidden(model, batch.input_ids, batch.attention_mask, 11)
+        alone = _row_by_row(model, batch)
+    real = batch.attention_mask.bool()
+    torch.testing.assert_close(shared[real], alone[real], atol=1e-5, rtol=0)
+
+
+def test_no_prompt_is_shared_where_every_layer_call_is_a_collective(tiny_model_dir):
+    eng = EmbeddedTrainEngine(ModelConfig(path=str(tiny_model_dir)), TrainConfig(share_prompt=True), device="cpu")
+    assert eng._share_prompt and packable(eng.model, eng.model.base_model(
+        input_ids=torch.tensor([[3, 4, 5]]), use_cache=True).cache)
+
+    class LayerCollectives(SingleProcess):
+        layer_calls_are_collective = True  # FSDP2: a rank that shares a prompt would call every layer once more
+
+    eng.parallel = LayerCollectives()
+    assert not eng._share_prompt
+    assert FSDP2Ranks.layer_calls_are_collective and not DDPRanks.layer_calls_are_collective

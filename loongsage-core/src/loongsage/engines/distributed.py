@@ -95,6 +95,9 @@ class SingleProcess:
     rank = 0
     world_size = 1
     strategy = "single"
+    # True where each decoder layer's call is a collective (FSDP2 gathers its shards), so every
+    # rank must call every layer as often as the others
+    layer_calls_are_collective = False
 
     def token_scores(self, model: nn.Module, input_ids: torch.Tensor,
                      attention_mask: torch.Tensor, **options: Any) -> TokenScores:
@@ -257,6 +260,7 @@ class FSDP2Ranks(DataParallelRanks):
     """``fully_shard`` per decoder layer and the root: sharded params, grads and optimizer."""
 
     strategy = "fsdp2"
+    layer_calls_are_collective = True
 
     def wrap(self, module: LogprobForward) -> nn.Module:
         from torch.distributed.device_mesh import init_device_mesh

@@ -186,10 +186,13 @@ class EmbeddedTrainEngine:
 
     @property
     def _share_prompt(self) -> bool:
-        """``train.share_prompt``, except under gradient checkpointing (HF runs no cache there)
-        and on MoE models (routes are recorded and replayed per row position)."""
+        """``train.share_prompt``, except under gradient checkpointing (HF runs no cache there),
+        on MoE models (routes are recorded and replayed per row position) and where each
+        decoder layer's call is a collective (FSDP2): a shared prompt is one more call of every
+        layer, made only by the ranks whose micro-batch shares one, so the ranks would part."""
         t = self.train_cfg
-        return t.share_prompt and not t.gradient_checkpointing and not self.routers.is_moe
+        return (t.share_prompt and not t.gradient_checkpointing and not self.routers.is_moe
+                and not self.parallel.layer_calls_are_collective)
 
     @property
     def needs_pi_old_forward(self) -> bool:

@@ -30,7 +30,7 @@ are built once per chunk and never for a whole micro-batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 from torch import nn
@@ -64,8 +64,8 @@ def body_hidden(
     that prefix runs once and the rest of every row runs on top of its cache: attention reads
     the same keys and values as row by row, so the values are the same, and the prefix's FLOPs
     are paid once instead of N times. The rows' rest then runs packed (``packed_tail``: no
-    padding through the layers) where ``packing_pays``, else padded on the cache repeated over
-    the rows."""
+    padding through the layers) where the model can take it (``packable``) and
+    ``packing_pays``, else padded on the cache repeated over the rows."""
     positions = position_ids_from_mask(attention_mask)
     if prefix_len <= 0:
         out = model.base_model(input_ids=input_ids, attention_mask=attention_mask,
@@ -76,14 +76,26 @@ def body_hidden(
                             use_cache=True)
     shared = head.last_hidden_state.expand(n, -1, -1)
     tail_real = attention_mask[:, prefix_len:].bool()
-    if packing_pays(tail_real, prefix_len, shared.shape[-1]):
-        tail = packed_tail(model, input_ids[:, prefix_len:], tail_real, positions[:, prefix_len:], head.cache)
+    if packable(model, head.cache) and packing_pays(tail_real, prefix_len, shared.shape[-1]):
+        tail = packed_tail(model, input_ids[:, prefix_len:], tail_real, positions[:, prefix_len:], head.cache,
+                           shared.dtype)
     else:
         head.cache.batch_repeat_interleave(n)
         tail = model.base_model(input_ids=input_ids[:, prefix_len:], attention_mask=attention_mask,
                                 position_ids=positions[:, prefix_len:], cache=head.cache,
                                 use_cache=True).last_hidden_state
     return torch.cat([shared, tail], dim=1)
+
+
+def packable(model: nn.Module, cache: Any) -> bool:
+    """Whether the model's attention reads a packed sequence's 4D mask as written: SDPA or
+    eager attention (flash kernels take a 2D padding mask) and every layer full attention
+    over a full cache. A sliding-window or chunked layer builds its window into the mask
+    transformers would make, and takes a given 4D mask as it is, so packed it would see past
+    its window (and its cache keeps fewer keys than the mask has columns); a linear-attention
+    or state-space layer ignores the mask and would carry one row's state into the next."""
+    return (model.config._attn_implementation in ("sdpa", "eager")
+            and not any(getattr(cache, "is_sliding", ())) and not any(getattr(cache, "is_linear", ())))
 
 
 def packing_pays(tail_real: torch.Tensor, prefix_len: int, width: int) -> bool:
@@ -104,15 +116,16 @@ def packing_pays(tail_real: torch.Tensor, prefix_len: int, width: int) -> bool:
 
 
 def packed_tail(model: nn.Module, input_ids: torch.Tensor, real: torch.Tensor, positions: torch.Tensor,
-                cache: object) -> torch.Tensor:
-    """Hidden states [N, L, H] (zeros at padding) of the rows' ``real`` tokens run as one sequence
-    on top of the prefix's ``cache`` (batch 1), each token seeing the prefix and its own row."""
+                cache: Any, dtype: torch.dtype) -> torch.Tensor:
+    """Hidden states [N, L, H] (``dtype``, zeros at padding) of the rows' ``real`` tokens run as
+    one sequence on top of the prefix's ``cache`` (batch 1), each token seeing the prefix and
+    its own row."""
     rows, columns = real.nonzero(as_tuple=True)  # row-major: each row's tokens in order
     width = model.config.hidden_size
     if rows.numel() == 0:
-        return torch.zeros(*real.shape, width, dtype=model.dtype, device=input_ids.device)
+        return torch.zeros(*real.shape, width, dtype=dtype, device=input_ids.device)
     packed_positions = positions[rows, columns]
-    mask = packed_tail_mask(rows, packed_positions, cache.get_seq_length(), model.dtype)
+    mask = packed_tail_mask(rows, packed_positions, cache.get_seq_length(), dtype)
     hidden = model.base_model(input_ids=input_ids[rows, columns][None], attention_mask=mask,
                               position_ids=packed_positions[None], cache=cache, use_cache=True).last_hidden_state
     return hidden.new_zeros(*real.shape, width).index_put((rows, columns), hidden[0])
@@ -124,8 +137,9 @@ def packed_tail_mask(rows: torch.Tensor, positions: torch.Tensor, prefix_len: in
     (``rows[i]``: the row token ``i`` came from, ``positions[i]``: its position there) read on
     top of a shared ``prefix_len``-token cache: token ``i`` sees the whole prefix and the
     tokens of its own row at positions up to its own (0 where it may look, the dtype's
-    minimum elsewhere: the form both eager and SDPA attention take; SDPA's CPU kernel reads it
-    tile by tile, so only the mask itself is quadratic in memory)."""
+    minimum elsewhere: the form both eager and SDPA attention take; SDPA's fused kernels read
+    it tile by tile, eager attention and SDPA's math fallback hold ``T x (prefix_len + T)``
+    scores per head)."""
     sees = (rows[:, None] == rows[None, :]) & (positions[None, :] <= positions[:, None])
     sees = torch.cat([sees.new_ones(len(rows), prefix_len), sees], dim=1)
     additive = torch.zeros(sees.shape, dtype=dtype, device=sees.device)
