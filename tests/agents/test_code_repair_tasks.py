@@ -26,6 +26,9 @@ from loongsage_agents.datasets.params import CodeRepairParams
 from loongsage_agents.rewards.code_exec import code_exec_reward_async, extract_code
 
 
+# the recipes' sandbox: stress tasks need more than the default 2 CPU s on a slow core
+SANDBOX = {"type": "bwrap", "cpu_time_s": 20}
+
 def tasks(split: str = "train", n: int = 300, seed: int = 0, **params) -> list[Prompt]:
     data = CodeRepairDataset(CodeRepairParams(size=n, split=split, **params), seed=seed)
     return [data.get(i) for i in range(n)]
@@ -101,7 +104,7 @@ async def _replay(prompt: Prompt, factory) -> dict:
 
 @pytest.mark.parametrize("split", ["train", "heldout"])
 def test_every_familys_bug_fails_the_hidden_tests_and_its_fix_passes_them_in_bwrap(split, agent_context):
-    factory = agent_context({"type": "bwrap"}).sandbox
+    factory = agent_context(SANDBOX).sandbox
     prompts = [CodeRepairDataset(CodeRepairParams(size=1, split=split, families=[f])).get(0)
                for f in sorted(FAMILIES)]
 
@@ -151,7 +154,7 @@ def test_tool_loop_works_on_the_task_files_and_submits_the_edited_file(scripted_
 
     prompt = CodeRepairDataset(CodeRepairParams(size=1, families=["off_by_one_range"])).get(0)
     fix = _demo_fix(prompt)
-    context = agent_context({"type": "bwrap"})
+    context = agent_context(SANDBOX)
     params = ToolLoopParams(tools=["bash"], max_turns=4, submit_file="solution.py")
     replies = [_bash_reply("ls"), _bash_reply(f"cat > solution.py << 'EOF'\n{fix}EOF"),
                _bash_reply("python3 test_solution.py"), "Done."]

@@ -60,7 +60,7 @@ def _hidden_test_verdicts(prompts: dict, files: str) -> dict:
     from loongsage_agents.rewards.code_exec import code_exec_reward_async
 
     registries = get_registries()
-    factory = SandboxFactory(registries.resolve("sandbox", {"type": "bwrap"}, "sandbox", "type"))
+    factory = SandboxFactory(registries.resolve("sandbox", {"type": "bwrap", "cpu_time_s": 20}, "sandbox", "type"))
 
     async def verdict(prompt, code):
         return await code_exec_reward_async(submission(code), prompt.ground_truth, None, sandbox=factory)
