@@ -119,11 +119,9 @@ def packed_tail(model: nn.Module, input_ids: torch.Tensor, real: torch.Tensor, p
                 cache: Any, dtype: torch.dtype) -> torch.Tensor:
     """Hidden states [N, L, H] (``dtype``, zeros at padding) of the rows' ``real`` tokens run as
     one sequence on top of the prefix's ``cache`` (batch 1), each token seeing the prefix and
-    its own row."""
+    its own row. A shared prefix ends before a loss token, so some row always has one."""
     rows, columns = real.nonzero(as_tuple=True)  # row-major: each row's tokens in order
     width = model.config.hidden_size
-    if rows.numel() == 0:
-        return torch.zeros(*real.shape, width, dtype=dtype, device=input_ids.device)
     packed_positions = positions[rows, columns]
     mask = packed_tail_mask(rows, packed_positions, cache.get_seq_length(), dtype)
     hidden = model.base_model(input_ids=input_ids[rows, columns][None], attention_mask=mask,
