@@ -128,3 +128,20 @@ def test_core_wheel_ships_every_recipe(wheels):
     recipes = {n.removeprefix("loongsage/recipes/").removesuffix(".yaml")
                for n in names if n.startswith("loongsage/recipes/")}
     assert recipes == set(list_recipes()) and {"tiny/grpo", "smollm2/grpo", "production/qwen3_4b_dapo"} <= recipes
+
+
+def test_transformers_floor_is_one_the_engines_run_on():
+    """Every distribution that needs transformers asks for one floor, and it is 5.24 or later:
+    both embedded engines pass their KV cache as ``cache=`` and read it back as ``.cache``,
+    the names 5.24 gave what was ``past_key_values``, so an older release would install and
+    then fail in the first rollout or shared-prompt train step."""
+    floors = {}
+    for distribution in DISTRIBUTIONS:
+        project = tomllib.loads((REPO / distribution / "pyproject.toml").read_text(encoding="utf-8"))
+        for line in project["project"].get("dependencies", []):
+            requirement = Requirement(line)
+            if requirement.name == "transformers":
+                floors[distribution] = {s.version for s in requirement.specifier if s.operator == ">="}
+    assert "loongsage-core" in floors and len({frozenset(f) for f in floors.values()}) == 1, floors
+    (floor,) = floors["loongsage-core"]
+    assert tuple(int(part) for part in floor.split(".")[:2]) >= (5, 24), floor

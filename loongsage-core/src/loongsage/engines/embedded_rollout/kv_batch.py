@@ -24,8 +24,6 @@ because the model is fp32, or via an fp32 copy of the LM head when ``fp32_lm_hea
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 from transformers.cache_utils import Cache
 
@@ -39,9 +37,6 @@ class LogitsHead:
         self.model = model
         self.split = fp32_lm_head and next(model.parameters()).dtype != torch.float32
         self._w32: tuple[torch.Tensor, torch.Tensor | None] | None = None
-        # transformers 5.24 renamed `past_key_values` to `cache` (old name deprecated)
-        params = inspect.signature(model.forward).parameters
-        self.cache_kw = "cache" if "cache" in params else "past_key_values"
 
     def refresh(self) -> None:
         """Drop the cached fp32 LM-head weight (call after the weights change or move)."""
@@ -50,12 +45,11 @@ class LogitsHead:
     def __call__(self, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
         if not self.split:
             out = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                             position_ids=position_ids, use_cache=True, logits_to_keep=1,
-                             **{self.cache_kw: cache})
+                             position_ids=position_ids, use_cache=True, logits_to_keep=1, cache=cache)
             return out.logits[:, -1].float()
         decoder = self.model.get_decoder()
         out = decoder(input_ids=input_ids, attention_mask=attention_mask,
-                      position_ids=position_ids, use_cache=True, **{self.cache_kw: cache})
+                      position_ids=position_ids, use_cache=True, cache=cache)
         if self._w32 is None:
             head = self.model.get_output_embeddings()
             bias = None if head.bias is None else head.bias.float()
