@@ -18,9 +18,12 @@ configured number of device slots (``transfer.num_slots``), not a copy of its pa
 host and device; on a GPU the host id carries the physical GPU id, because every actor sees
 its own GPU as ``cuda:0`` and only a receiver on the sender's very GPU may take CUDA IPC.
 
-``bind_views`` (colocated runs, where engines are paused through every sync): a CPU engine
-that has ``bind_weights`` keeps the ring's views as its parameters instead of copying them
-(``WeightReceiver(bind=...)``): one copy of the weights per host instead of two.
+``bind_views`` (colocated runs, where engines are paused while the trainer trains and syncs):
+a CPU engine that has ``bind_weights`` keeps the ring's views as its parameters instead of
+copying them (``WeightReceiver(bind=...)``), and a CPU train rank keeps its own parameters in
+its ring (``TransferMesh.place_in_ring``, ``keep_weights_in``): the optimizer steps the
+weights where the engines read them, a sync copies nothing, and the host holds one copy of
+the weights instead of three (trainer, ring, engine).
 """
 
 from __future__ import annotations
@@ -66,8 +69,9 @@ def mesh_place(device: Any) -> tuple[str, str]:
     return host, device
 
 
-def actor_start_sender(engine: Any, config: TransferConfig, rank: int,
-                       world_size: int) -> MeshAddress:
+def actor_start_sender(engine: Any, config: TransferConfig, rank: int, world_size: int,
+                       in_ring: bool = False) -> MeshAddress:
+    from loongsage.controller.memory import release_free_memory
     from loongsage.transfer import TransferMesh
 
     named = engine.named_tensors(include_tied=False)
@@ -81,6 +85,9 @@ def actor_start_sender(engine: Any, config: TransferConfig, rank: int,
     mesh = TransferMesh(dataclasses.replace(config, num_slots=slots), sender_rank=rank,
                         host_id=host, device=device)
     _ENDPOINT["mesh"] = mesh.start()
+    if in_ring and device == "cpu" and not config.delta and hasattr(engine, "keep_weights_in"):
+        engine.keep_weights_in(mesh.place_in_ring, _ENDPOINT["owned"])
+        release_free_memory()  # the parameters' own storage, freed
     return mesh.address
 
 
@@ -131,7 +138,8 @@ class WeightSync:
         self.config = config
         self.bind_views = bind_views
         world = trainers.world_size
-        self.addresses = ray.get([actor.run.remote(actor_start_sender, config, rank, world)
+        self.addresses = ray.get([actor.run.remote(actor_start_sender, config, rank, world,
+                                                   bind_views)
                                   for rank, actor in enumerate(trainers.actors)])
         ray.get([actor.run.remote(actor_start_receiver, self.addresses, config.timeout_s,
                                   bind_views) for actor in rollout_actors])

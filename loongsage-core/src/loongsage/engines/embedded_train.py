@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Container, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -47,6 +47,7 @@ from loongsage.engines.routing import REPLAY_SOURCES, MoeRouters, RoutingPass, c
 from loongsage.errors import ConfigError, NonFiniteLossError
 
 LossFn = Callable[[LossContext], Any]
+Named = tuple[str, torch.Tensor]  # an HF state-dict name and its tensor
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -448,6 +449,26 @@ class EmbeddedTrainEngine:
                 continue
             seen.add(storage_ptr(tensor))
             yield name, tensor.detach()
+
+    def keep_weights_in(self, place: Callable[[list[Named]], list[Named]],
+                        names: Container[str]) -> list[str]:
+        """Hand the sync tensors of ``names`` (in sync order) to ``place``, which copies them
+        where they go and returns those places as views, and make each parameter *be* its
+        view, dropping its own storage; returns the parameters moved. For a weight-sync ring
+        that engines read their weights from (``TransferMesh.place_in_ring``): the optimizer
+        then steps the weights in the ring itself and the host holds one copy of them. Nothing
+        moves where the sync tensors are not the parameters themselves (LoRA's adapters or
+        merged weights, FSDP2's gathered shards)."""
+        tensors = [(name, t) for name, t in self.named_tensors(include_tied=False) if name in names]
+        if self.lora is not None or any(hasattr(t, "full_tensor") for _, t in tensors):
+            return []
+        params = dict(self.model.named_parameters())
+        moved = []
+        for name, view in place(tensors):
+            if name in params:  # a buffer stays where it is and is copied by each sync
+                params[name].data = view
+                moved.append(name)
+        return moved
 
     def state_numpy(self, include_tied: bool = False) -> dict[str, np.ndarray]:
         """The state dict as numpy arrays, the payload Ray moves fastest (REFERENCE.md §6.8).

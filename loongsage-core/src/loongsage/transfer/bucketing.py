@@ -89,12 +89,32 @@ def copy_bytes(dst: torch.Tensor, src: torch.Tensor) -> None:
 
     CPU to CPU goes through libc memmove (GIL released): on the 2-core reference machine it
     runs 2-3x faster than torch's uint8 `copy_`, which splits the work across threads that
-    the other process of the transfer needs.
+    the other process of the transfer needs. Nothing is copied where ``src`` already is
+    ``dst`` (a sender whose tensors live in its ring: ``TransferMesh.place_in_ring``).
     """
+    if dst.data_ptr() == src.data_ptr() and dst.device == src.device:
+        return
     if dst.device.type == "cpu" and src.device.type == "cpu":
         ctypes.memmove(dst.data_ptr(), src.data_ptr(), dst.numel())
     else:
         dst.copy_(src, non_blocking=dst.device.type == "cuda" and src.device.type == "cpu")
+
+
+def ring_offsets(sizes: Iterable[int], bucket_bytes: int) -> list[int]:
+    """Where ``BucketPacker`` puts each item of a full version in a ring that holds all of it:
+    the offset of the item's first byte from the start of slot 0. Slots are consecutive in one
+    segment and an item split across buckets goes on at the next slot's start, so every item
+    is one contiguous range there."""
+    offsets: list[int] = []
+    bucket = used = 0
+    for nbytes in sizes:
+        if used >= bucket_bytes and nbytes:
+            bucket, used = bucket + 1, 0
+        start = bucket * bucket_bytes + used
+        offsets.append(start)
+        bucket, end = divmod(start + nbytes, bucket_bytes)
+        used = min(aligned(end), bucket_bytes)
+    return offsets
 
 
 def _crc(payload: torch.Tensor) -> int:

@@ -11,6 +11,13 @@ bucket to every channel, then waits until each receiver reports the version appl
 Several trainer ranks may each run a mesh and send their own shard; a receiver that is given
 all their addresses applies a version only once every shard arrived.
 
+A CPU sender whose ring holds a whole version may keep its tensors *in* the ring
+(`place_in_ring`): each tensor becomes a view of the bytes a full sync writes it to, so a sync
+copies nothing and only tells the receivers the version is there. The trainer's weights then
+exist once on the host, shared by the trainer and every zero-copy engine bound to the ring; it
+is for senders whose receivers read the ring only while the sender does not write it
+(colocated runs, where engines are paused while the trainer trains and syncs).
+
 Delta sync (`TransferConfig.delta`): only when every receiver holds the version in the shadow;
 otherwise (a late joiner, a failed receiver) the whole sync is full, for everyone.
 """
@@ -20,12 +27,12 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from multiprocessing.connection import Listener
 
 import torch
 
-from loongsage.transfer.bucketing import BucketPacker, aligned
+from loongsage.transfer.bucketing import BucketPacker, aligned, ring_offsets
 from loongsage.transfer.channels import SenderChannel
 from loongsage.transfer.delta import DeltaShadow
 from loongsage.transfer.frames import (
@@ -61,6 +68,7 @@ class TransferMesh:
         self._ctx: SenderContext | None = None
         self.address: MeshAddress | None = None
         self.last_join_error = ""
+        self._placed: list[tuple[str, int]] | None = None
 
     def start(self) -> TransferMesh:
         cfg = self.config
@@ -132,6 +140,54 @@ class TransferMesh:
                                        f"{len(self.peers)} connected")
             return [rid for rid, p in self.peers.items() if p.alive]
 
+    def place_in_ring(self, named_tensors: Sequence[tuple[str, torch.Tensor]]
+              ) -> list[tuple[str, torch.Tensor]]:
+        """Copy each tensor to where a full sync of this same sequence writes it in the ring and
+        return those places as views of its dtype and shape, in order.
+
+        A sender that makes its tensors *be* these views (``param.data = view``) sends every
+        later version without copying: the packer skips a piece already where it goes. From
+        then on every sync must send the same names with the same sizes in the same order
+        (``sync`` raises before writing anything out of place), and a receiver bound to the
+        ring sees the sender's writes as they happen, so they must not read it meanwhile.
+        Only a CPU ring that holds the whole sequence, without delta sync, has such places.
+        """
+        if self._ctx is None or self._ctx.ring is None:
+            raise RuntimeError("TransferMesh.place_in_ring needs a started mesh on a CPU device")
+        if self.config.delta:
+            raise ValueError("TransferMesh.place_in_ring: delta sync sends patches, "
+                             "not tensors in place")
+        sizes = [t.numel() * t.element_size() for _, t in named_tensors]
+        offsets = ring_offsets(sizes, self.config.bucket_bytes)
+        arena = self._ctx.ring.arena
+        if named_tensors and offsets[-1] + sizes[-1] > arena.numel():
+            raise ValueError(f"TransferMesh.place_in_ring: the tensors take "
+                             f"{offsets[-1] + sizes[-1]} bytes of ring, it has {arena.numel()} "
+                             "(transfer.num_slots)")
+        views = []
+        for (name, tensor), offset, nbytes in zip(named_tensors, offsets, sizes):
+            view = arena[offset:offset + nbytes].view(tensor.dtype).view(tensor.shape)
+            view.copy_(tensor.detach())
+            views.append((name, view))
+        self._placed = [(name, nbytes) for (name, _), nbytes in zip(named_tensors, sizes)]
+        return views
+
+    def _in_placed_order(self, named_tensors: Iterable[tuple[str, torch.Tensor]]
+                         ) -> Iterator[tuple[str, torch.Tensor]]:
+        """``named_tensors``, checked one by one against what ``place_in_ring`` laid out."""
+        placed = self._placed or []
+        count = 0
+        for count, (name, tensor) in enumerate(named_tensors, start=1):
+            got = (name, tensor.numel() * tensor.element_size())
+            if count > len(placed) or placed[count - 1] != got:
+                expected = placed[count - 1] if count <= len(placed) else "nothing more"
+                raise ValueError(f"tensor {count - 1} is {got}, the ring placed {expected}: "
+                                 "a sender whose tensors live in its ring sends the same ones "
+                                 "in the same order")
+            yield name, tensor
+        if count != len(placed):
+            raise ValueError(f"{count} tensors sent, the ring placed {len(placed)}")
+
     def transports(self) -> dict[str, list[str]]:
         with self._lock:
             groups: dict[str, list[str]] = {}
@@ -191,6 +247,8 @@ class TransferMesh:
                               num_slots=self.config.num_slots, acquire=acquire, version=version,
                               sender_rank=self.sender_rank, base_version=base,
                               checksum=self.config.checksum)
+        if self._placed is not None:
+            named_tensors = self._in_placed_order(named_tensors)
         items = self.shadow.items(named_tensors, delta=delta, keep=self.config.delta)
         try:
             for meta, payload in packer.pack(items):
