@@ -144,3 +144,25 @@ def test_teacher_slots_count_their_weights_host_copies_and_prefetch_buffer(tiny_
     trainer = shared.parts["train actor"] - without.parts["train actor"]
     assert trainer == 2 * shape.vocab * shape.hidden * 4 + 32 * 100 * shape.hidden * 4
     assert "2 teacher(s) in 1 slot(s)" in shared.line()
+
+
+def test_weights_count_once_where_the_trainer_and_engines_share_the_ring(tiny_model_dir):
+    """Colocated CPU full fine-tuning: the engines read the ring, the trainer's weights are the
+    ring, so neither the ring nor the engine counts them again; each exception counts its copy."""
+    shape = ModelShape.from_folder(str(tiny_model_dir))
+    weights = shape.parameters * 4
+
+    def parts(*overrides):
+        est = estimate_run(tiny_cfg(tiny_model_dir, *overrides), shape, 100)
+        return est.parts["rollout engines"], est.parts["weight-sync ring"], est
+
+    engines, ring, shared = parts()
+    assert ring == 0 and "weight-sync ring 0.0 GB (the train ranks' weights)" in shared.line()
+    # every copy its own
+    assert parts("placement.mode=disaggregated", "async.enable=true")[:2] == (engines + weights, weights)
+    # the trainer keeps a delta shadow, FSDP2 sends gathered shards: their rings are copies
+    assert parts("transfer.delta=true")[:2] == (engines, weights)
+    assert parts("train.dp_size=2", "train.strategy=fsdp2")[:2] == (engines, weights)
+    assert parts("train.dp_size=2")[:2] == (engines, 0)  # each DDP rank's ring holds its own share
+    # adapters travel, the base weights stay private
+    assert parts("train.lora.rank=4")[:2] == (engines + weights, weights)

@@ -15,7 +15,11 @@ machine passes ``RAY_memory_usage_threshold``, 0.95 by default, of its memory):
 * **each rollout engine**: weights, three times the KV cache of its running requests (the
   cache grows by concatenation, so the old and the new copy coexist and freed blocks are too
   small to reuse), fp32 logits of one decode step, and the process;
-* **weight sync**: one model-sized shared-memory ring (``controller.weight_sync``);
+* **weight sync**: one model-sized shared-memory ring (``controller.weight_sync``). In a
+  colocated CPU run of full fine-tuning the embedded engines take the ring's views as their
+  weights, and an embedded DDP or single train rank keeps its own weights in it too (no delta
+  shadow; FSDP2's shards are not the tensors it sends): the weights then count once, in the
+  trainer (``shared_weights``);
 * **teacher slots** (``opd.teachers``, split into ``opd.teacher_slots`` contiguous groups as
   the Teacher Manager splits them): each holds its largest teacher's weights, and when shared
   a host copy of every teacher in it plus, with ``opd.prefetch``, a spare buffer; one chunk of
@@ -164,6 +168,17 @@ def micro_batch_tokens(cfg: Any, shape: ModelShape, tokens_per_row: int, prompt_
     return max(rl, (sft_rows * tokens_per_row, f"{sft_rows} rows x {tokens_per_row} tokens (SFT)"))
 
 
+def shared_weights(cfg: Any) -> tuple[bool, bool]:
+    """``(engines, trainer)``: whether the rollout engines read their weights from the
+    weight-sync ring, and whether the train ranks' weights are that ring (module docstring)."""
+    t = cfg.train
+    engines = (cfg.placement.mode == "colocated" and not cfg.placement.gpus_per_node
+               and t.lora.rank == 0 and cfg.rollout.backend == "embedded_rollout")
+    trainer = (engines and t.backend == "embedded_train" and not cfg.transfer.delta
+               and not (t.strategy == "fsdp2" and t.dp_size > 1))
+    return engines, trainer
+
+
 def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int, prompt_tokens: int = 0,
                  teachers: list[ModelShape] | None = None) -> Estimate:
     """The expected peak memory of every process of ``cfg``'s run (see the module docstring);
@@ -197,11 +212,16 @@ def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int, prompt_tokens
                                  f"allocator slack {slack / GB:.1f} GB)")
     requests = min(r.max_running_requests, (r.prompts_per_step + r.oversample_groups) * r.n_samples_per_prompt)
     kv = requests * tokens_per_row * shape.layers * 2 * shape.kv_heads * shape.head_dim * b
-    engine = PROCESS_BYTES + weights + 3 * kv + 2 * requests * shape.vocab * 4
+    engines_read_ring, trainer_is_ring = shared_weights(cfg)
+    engine_weights = 0 if engines_read_ring else weights
+    engine = PROCESS_BYTES + engine_weights + 3 * kv + 2 * requests * shape.vocab * 4
     est.parts["rollout engines"] = r.num_engines * engine
-    est.detail["rollout engines"] = (f"{r.num_engines} x (weights {weights / GB:.1f} GB, KV cache "
+    est.detail["rollout engines"] = (f"{r.num_engines} x (weights {engine_weights / GB:.1f} GB, KV cache "
                                      f"{kv / GB:.1f} GB for {requests} requests x {tokens_per_row} tokens)")
-    est.parts["weight-sync ring"] = weights
+    est.parts["weight-sync ring"] = 0 if trainer_is_ring else weights
+    if engines_read_ring:
+        est.detail["weight-sync ring"] = ("the train ranks' weights" if trainer_is_ring else
+                                          "the engines' weights")
     if teachers:
         batch_tokens = (r.prompts_per_step + r.oversample_groups) * r.n_samples_per_prompt * tokens_per_row
         slots, in_trainer = _teacher_parts(cfg, teachers, batch_tokens)
