@@ -9,15 +9,20 @@ Ray cluster's raylet, workers and actors are all children of the driver).
 
 Peaks come from a ``PeakSampler`` thread (RSS of its own process every 50 ms in each
 actor, the run's summed PSS every second in the driver), so a peak that lasts a fraction
-of a step is still seen. Figures are bytes; metrics are GB (1e9 bytes).
+of a step is still seen. The driver reads PSS only when it can have grown (``TreePss``):
+``smaps_rollup`` walks a process's page tables, and reading the whole tree every second
+cost the driver 3-5 CPU-seconds of a 5-step agentic run, CPU the rollout needed.
+Figures are bytes; metrics are GB (1e9 bytes).
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -87,6 +92,32 @@ def process_tree(root: int) -> list[int]:
 def tree_pss_bytes(root: int) -> int:
     """Summed PSS of ``root`` and its descendants: what the process tree takes from the machine."""
     return sum(pss_bytes(pid) for pid in process_tree(root))
+
+
+class TreePss:
+    """The summed PSS of ``root``'s process tree, re-read only when it can have changed much.
+
+    Summed RSS (``statm``, nearly free) moves with every page the tree maps or frees, and
+    summed PSS by no more than that, so a call re-reads PSS when summed RSS has moved by more
+    than ``slack`` bytes since the last reading, or ``max_age_s`` has passed; otherwise the
+    last reading stands. A figure is off by at most about ``slack`` (more only when a process
+    outside the tree that shares pages with it exits meanwhile).
+    """
+
+    def __init__(self, root: int, slack: int = 64 << 20, max_age_s: float = 10.0) -> None:
+        self.root, self.slack, self.max_age_s = root, slack, max_age_s
+        self.readings = 0  # how many times PSS was really read
+        self._pss = self._rss = 0
+        self._at = -math.inf
+
+    def __call__(self) -> int:
+        pids = process_tree(self.root)
+        rss = sum(rss_bytes(pid) for pid in pids)
+        now = time.monotonic()
+        if abs(rss - self._rss) > self.slack or now - self._at > self.max_age_s:
+            self._pss, self._rss, self._at = sum(pss_bytes(pid) for pid in pids), rss, now
+            self.readings += 1
+        return self._pss
 
 
 def machine_memory() -> tuple[int, int]:
@@ -177,8 +208,7 @@ class RunMemory:
 
     def __post_init__(self) -> None:
         if self.local:
-            root = os.getpid()
-            self._run = PeakSampler(lambda: tree_pss_bytes(root), interval_s=1.0)
+            self._run = PeakSampler(TreePss(os.getpid()), interval_s=1.0)
 
     @classmethod
     def for_run(cls, cfg: Any, train_actors: list, rollout_actors: list,
