@@ -13,8 +13,8 @@ over HTTP, TransferMesh weight sync, real GRPO updates) on one shared workload, 
   on real process starts and test runs, long-tailed because tasks' tests differ.
 
 Every row runs the same prompts (seed 0) from one warm start: ``loongsage sft`` on the
-workload's recipe runs once (for ``agentic`` with the hundred steps after which the tiny
-model writes tool calls) and each row loads its model with ``trainer.sft.steps=0``.
+workload's recipe runs once (for ``agentic`` the one after which the tiny model writes tool
+calls) and each row loads its model with ``trainer.sft.steps=0``.
 
 The policy is held still (``--lr 1e-9``: every
 forward, backward, optimizer step and weight sync still runs) so every row samples from that
@@ -68,23 +68,19 @@ ROWS = async_runtime.ROWS
 class Workload:
     config: str  # the recipe every row runs
     max_new_tokens: int  # per model turn
-    warm_start: tuple[str, ...] = ()  # overrides of the one ``loongsage sft`` every row starts from
 
 
 WORKLOADS = {
     "math": Workload("tiny/grpo", 256),
-    # the tiny model writes tool calls after about a hundred warm-start steps (tests/e2e/test_code_repair.py)
-    "agentic": Workload("tiny/code_repair", 128, ("trainer.sft.steps=100", "trainer.sft.batch_size=2",
-                                                  "trainer.sft.lr=3.0e-3", "trainer.sft.examples=200")),
+    "agentic": Workload("tiny/code_repair", 128),  # the recipe's warm start teaches the tool call
 }
 
 
 def warm_start(args: argparse.Namespace, root: Path) -> Path:
-    """One supervised warm start (the recipe's, with the workload's overrides) for every row."""
-    workload = WORKLOADS[args.workload]
+    """One supervised warm start (the recipe's) for every row."""
     out = root / "warm_start"
-    cmd = [sys.executable, "-m", "loongsage.cli", "sft", "--config-name", workload.config,
-           f"trainer.run_dir={out}", "logging.progress_bar=false", *workload.warm_start]
+    cmd = [sys.executable, "-m", "loongsage.cli", "sft", "--config-name", WORKLOADS[args.workload].config,
+           f"trainer.run_dir={out}", "logging.progress_bar=false"]
     done = subprocess.run(cmd, capture_output=True, text=True, env=run_env())
     if done.returncode != 0:
         raise RuntimeError(f"warm start failed ({done.returncode}):\n{done.stderr[-3000:]}")

@@ -3,9 +3,10 @@ down, demonstrations drawn from sources with their agents' tools."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from loongsage.schema import ModelConfig, TrainConfig
+from loongsage.schema import ModelConfig, SFTConfig, TrainConfig
 from loongsage.controller.sft import Demonstration, run_sft, sft_batch, sft_examples, train_sft
 from loongsage.data.types import Prompt
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
@@ -51,7 +52,19 @@ def test_sft_lowers_answer_loss_and_restores_optimizer(tiny_model_dir):
     mask = batch.loss_mask > 0
     assert -after[mask].mean() < 0.5 * -before[mask].mean()
     assert engine.optimizer.param_groups[0]["lr"] == 1e-5 and not engine.optimizer.state
-    assert train_sft(engine, data, 1, 2, 1e-3)[0] < losses[0]  # same loop, engine's tokenizer
+    assert train_sft(engine, data, SFTConfig(steps=1, batch_size=2, lr=1e-3))[0] < losses[0]  # engine's tokenizer
+
+
+def test_each_step_trains_at_the_scheduled_rate_and_rl_gets_train_lr_back(tiny_model_dir):
+    engine = EmbeddedTrainEngine(ModelConfig(path=str(tiny_model_dir)), TrainConfig(lr=1e-5), device="cpu")
+    seen = []
+    step = engine.train_step
+    engine.train_step = lambda batch, loss: seen.append(engine.optimizer.param_groups[0]["lr"]) or step(batch, loss)
+    sft = SFTConfig(steps=5, batch_size=2, lr=4e-3, warmup_steps=2, lr_decay="linear")
+    losses = train_sft(engine, examples(), sft)
+    assert len(losses) == 5
+    assert seen == pytest.approx([2e-3, 4e-3, 4e-3, 4e-3 * 2 / 3, 4e-3 / 3])
+    assert engine.optimizer.param_groups[0]["lr"] == 1e-5 and not engine.optimizer.state
 
 
 TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "Evaluate.",
@@ -184,7 +197,7 @@ def test_warm_start_reports_progress_while_the_train_actor_runs(tiny_model_dir, 
     try:
         cfg = {"model": {"path": str(tiny_model_dir)}, "train": {}}
         actor = spawn_engine(EmbeddedTrainEngine, cfg, Seat("train", 0, "", 0, num_cpus=1, num_gpus=0, threads=1))
-        sft = types.SimpleNamespace(steps=30, batch_size=8, lr=3e-3, examples=len(examples()))
+        sft = SFTConfig(steps=30, batch_size=8, lr=3e-3, examples=len(examples()))
         run = types.SimpleNamespace(
             cfg=types.SimpleNamespace(trainer=types.SimpleNamespace(sft=sft, seed=0)),
             spec=types.SimpleNamespace(tool_parser=types.SimpleNamespace(obj=lambda: None)),

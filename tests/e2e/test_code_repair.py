@@ -3,10 +3,12 @@ asynchronous: GRPO steps whose rollouts are ``tool_loop`` conversations (openai 
 run's router -> embedded engine) whose tool calls run in the task's bubblewrap sandbox, and
 whose answer is ``solution.py`` as the sandbox holds it afterwards, scored by the task's
 hidden tests in a fresh sandbox. Both runs start from one warm start on the tasks' bash
-demonstrations (``loongsage sft`` on the same recipe, once per module: it is the slow part).
-The tiny model needs about two hundred steps before its greedy turns are well-formed tool calls:
-after a hundred (loss 1.5) it wrote ``"command": "cat sol</tool_call>`` and at temperature 1
-it called a tool in 2 of 20 samples, so a short run could see none.
+demonstrations (``loongsage sft`` on the same recipe with the recipe's own warm start, once per
+module: it is the slow part). That warm start decays its learning rate to zero: at a constant
+3e-3 the tiny model's tool calling hinged on the noise of its last batches (three 200-step warm
+starts that differed only in seed or thread count wrote a well-formed first call greedily on 35,
+40 and 6 of 40 tasks, and a CI machine's made no call in 24 trajectories); decayed, 100 steps
+gave 40 of 40 in each of two (seeds 0 and 1).
 
 Checks: every trajectory is persisted and the trained samples are its tokens exactly, with
 the rollout logprobs the train engine computes for them (synchronous run: same weights);
@@ -35,8 +37,6 @@ SHRUNK = (f"trainer.steps={STEPS}", f"rollout.prompts_per_step={PROMPTS}",
           f"rollout.n_samples_per_prompt={SAMPLES}", f"trainer.eval_interval={STEPS}",
           f"trainer.eval_prompts={EVAL_PROMPTS}", "trainer.sft.steps=0",
           f"rollout.max_new_tokens={MAX_NEW_TOKENS}")
-WARM_START = ("trainer.sft.steps=200", "trainer.sft.batch_size=2", "trainer.sft.lr=3.0e-3",
-              "trainer.sft.examples=200")
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def warm_model(tmp_path_factory, runs):
         pytest.skip("bubblewrap is not installed (the recipe's sandbox)")
     out = tmp_path_factory.mktemp("code-repair-sft")
     args = [*runs.cli, "sft", "--config-name", "tiny/code_repair", f"trainer.run_dir={out}",
-            "logging.progress_bar=false", *WARM_START]
+            "logging.progress_bar=false"]
     result = subprocess.run(args, capture_output=True, text=True, env=runs.env(), timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     return out / "sft_model"

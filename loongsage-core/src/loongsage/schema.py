@@ -299,6 +299,8 @@ class SFTConfig:
 
     steps: int = 0
     lr: float = 1e-3
+    warmup_steps: int = 0  # the learning rate rises linearly to lr over these first steps
+    lr_decay: str = "constant"  # then: constant | linear | cosine (to zero at the last step)
     batch_size: int = 16
     examples: int = 512  # generated from the data sources' ground truths
 

@@ -21,6 +21,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from loongsage.algorithms.lr_schedule import LR_DECAYS
 from loongsage.algorithms.validate import AlgorithmSpec, validate_algorithm
 from loongsage.config.opd import DistillSpec, validate_opd
 from loongsage.config.store import data_source_schema, root_schema
@@ -189,6 +190,11 @@ def _check_shapes(cfg: DictConfig) -> None:
             f"{sft.batch_size} examples cannot be split evenly over train.dp_size={dp} ranks; "
             f"use a multiple of {dp}",
         )
+    if sft.lr_decay not in LR_DECAYS:
+        raise ConfigError("trainer.sft.lr_decay", f"expected one of {sorted(LR_DECAYS)}, got {sft.lr_decay!r}")
+    if sft.warmup_steps < 0 or 0 < sft.steps < sft.warmup_steps:  # steps=0: no warm start to warm up
+        raise ConfigError("trainer.sft.warmup_steps", f"must be in [0, trainer.sft.steps={sft.steps}], "
+                          f"got {sft.warmup_steps}")
     placement, engines = cfg.placement, cfg.rollout.num_engines
     if placement.gpus_per_node > 0:
         gpus = placement.gpus_per_node * placement.nodes

@@ -18,8 +18,10 @@ A prompt without a ``metadata["demonstration"]`` becomes one assistant turn: its
 ``metadata["solution"]`` when the dataset provides a worked one, else
 ``\\boxed{ground_truth}``.
 
-SFT gets a fresh AdamW at its own learning rate; the engine's optimizer is reset to
-``train.lr`` afterwards, so RL does not inherit SFT's moment estimates. While it runs, each
+SFT gets a fresh AdamW at its own learning rate, optionally warmed up linearly over
+``warmup_steps`` and then decayed (``algorithms.lr_schedule``: constant, linear or cosine to
+zero over the remaining steps); the engine's optimizer is reset to ``train.lr`` afterwards, so
+RL does not inherit SFT's moment estimates. While it runs, each
 step's loss is kept in ``SFT_PROGRESS`` (the train actor runs calls concurrently, so the
 controller reads it with ``sft_progress`` and shows the warm start's progress).
 """
@@ -32,6 +34,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from loongsage.algorithms.lr_schedule import learning_rate
 from loongsage.engines.batch import LossContext, TrainBatch
 from loongsage.errors import LoongSageError
 
@@ -143,8 +146,11 @@ def run_sft(
     batch_size: int,
     lr: float,
     seed: int = 0,
+    warmup_steps: int = 0,
+    decay: str = "constant",
 ) -> list[float]:
-    """``steps`` optimizer steps on random batches of ``examples``; return each step's loss."""
+    """``steps`` optimizer steps on random batches of ``examples``, the learning rate following
+    ``learning_rate`` (warm-up, then ``decay``); return each step's loss."""
     if not examples:
         raise LoongSageError("trainer.sft: no examples to train on")
     if batch_size < 1 or steps < 0:
@@ -159,6 +165,8 @@ def run_sft(
         for step in range(steps):
             chosen = [examples[rng.randrange(len(examples))] for _ in range(batch_size)]
             batch = engine.parallel.local_rows(sft_batch(tokenizer, chosen))  # this rank's share
+            for group in engine.optimizer.param_groups:
+                group["lr"] = learning_rate(step, steps, lr, warmup_steps, decay)
             metrics = engine.train_step(batch, token_mean_nll)
             losses.append(metrics["train/loss"])
             SFT_PROGRESS.update(step=step + 1, loss=losses[-1])
@@ -167,8 +175,8 @@ def run_sft(
     return losses
 
 
-def train_sft(
-    engine: Any, examples: Sequence[Demonstration], steps: int, batch_size: int, lr: float
-) -> list[float]:
-    """``run_sft`` with the engine's own tokenizer (shipped into the train actor)."""
-    return run_sft(engine, examples, engine.tokenizer, steps, batch_size, lr)
+def train_sft(engine: Any, examples: Sequence[Demonstration], sft: Any) -> list[float]:
+    """``run_sft`` with the engine's own tokenizer (shipped into the train actor), as
+    ``trainer.sft`` (an ``SFTConfig``) asks."""
+    return run_sft(engine, examples, engine.tokenizer, sft.steps, sft.batch_size, sft.lr,
+                   warmup_steps=sft.warmup_steps, decay=sft.lr_decay)
