@@ -30,13 +30,19 @@ from loongsage.runtime.event_loop import EventLoopThread
 
 pytestmark = pytest.mark.timeout(300)
 
+# the flag is claimed atomically (O_EXCL): a group's two calls are answered in one engine
+# step, so two programs checking for the flag and then creating it both found it missing
 PROGRAM = """
 import os, time, openai
 client = openai.OpenAI(max_retries=0)
 client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
-flag = os.path.join(FLAGS, "hung")
-if ALWAYS or not os.path.exists(flag):
-    open(flag, "w").close()
+def claim(flag):
+    try:
+        os.close(os.open(flag, os.O_CREAT | os.O_EXCL))
+        return True
+    except FileExistsError:
+        return False
+if claim(os.path.join(FLAGS, "hung")) or ALWAYS:
     time.sleep(60)
 print("done")
 """
