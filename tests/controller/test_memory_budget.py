@@ -14,7 +14,8 @@ import torch
 
 from loongsage.config.compose import load_config
 from loongsage.controller.memory import GB
-from loongsage.controller.memory_budget import PROCESS_BYTES, Estimate, ModelShape, check_estimate, estimate_run
+from loongsage.controller.memory_budget import (PROCESS_BYTES, Estimate, ModelShape, check_estimate, estimate_run,
+                                                parameter_count, saved_tensor_elements)
 from loongsage.engines.embedded_train import load_causal_lm
 from loongsage.engines.embedded_train_logprobs import token_logprobs
 from loongsage.errors import ConfigError
@@ -30,6 +31,23 @@ def test_shape_counts_the_real_parameters(tiny_model_dir):
     assert shape.parameters == sum(p.numel() for p in model.parameters())
     assert (shape.hidden, shape.layers, shape.vocab) == (
         model.config.hidden_size, model.config.num_hidden_layers, model.config.vocab_size)
+
+
+def test_saved_headers_count_what_the_model_holds(tiny_model_dir, tmp_path):
+    """The header count equals the parameters of the loaded model (its tied embedding once), on
+    the dense tiny model and the MoE one; a folder without safetensors is counted on the meta
+    device instead."""
+    from transformers import AutoConfig
+
+    from loongsage.models.tiny_moe import ensure_tiny_moe_model
+
+    for folder in (tiny_model_dir, ensure_tiny_moe_model()):
+        model = load_causal_lm(folder, "float32")
+        assert saved_tensor_elements(folder) == sum(p.numel() for p in model.parameters())
+    config = AutoConfig.from_pretrained(tiny_model_dir)
+    config.save_pretrained(tmp_path)
+    assert saved_tensor_elements(tmp_path) is None
+    assert parameter_count(str(tmp_path), config) == saved_tensor_elements(tiny_model_dir)
 
 
 def test_activation_term_matches_what_autograd_keeps(tiny_model_dir):

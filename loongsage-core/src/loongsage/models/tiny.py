@@ -13,13 +13,15 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
-from transformers import GenerationConfig, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 
 from loongsage.models.cache import build_once
 from loongsage.models.tiny_tokenizer import train_tokenizer
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 TINY_ARCH = dict(
     hidden_size=256,
@@ -34,10 +36,12 @@ TINY_ARCH = dict(
 )
 
 
-def save_seeded_model(out_dir: str | Path, make_model: Callable[..., PreTrainedModel],
+def save_seeded_model(out_dir: str | Path, make_model: Callable[..., "PreTrainedModel"],
                       config_cls: type, arch: dict, seed: int = 0) -> Path:
     """Write ``make_model(config)`` (weights from ``torch.manual_seed(seed)``) + the tiny tokenizer
     to ``out_dir``; ``config_cls(**arch)`` gets the tokenizer's vocabulary and special ids."""
+    from transformers import GenerationConfig
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = train_tokenizer()
@@ -65,6 +69,8 @@ def save_seeded_model(out_dir: str | Path, make_model: Callable[..., PreTrainedM
 
 def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
     """Write the tiny model + tokenizer to ``out_dir`` (created; files overwritten)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
     return save_seeded_model(out_dir, Qwen2ForCausalLM, Qwen2Config, TINY_ARCH, seed)
 
 
