@@ -14,7 +14,7 @@ from loongsage.data.sources import build_sources
 from loongsage.data.types import Group
 from loongsage.deadline.budget import Budget, BudgetExceeded
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.serial]
 
 
 @pytest.fixture(autouse=True)

@@ -22,7 +22,7 @@ from loongsage.runtime.prompt_source import BatchedPromptSource
 from loongsage.runtime.scheduler import build_window_policy
 from loongsage.runtime.sync_scheduler import SyncScheduler
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.serial]
 B = 4
 
 

@@ -17,7 +17,7 @@ from loongsage.deadline.pool import CallFailed, DeadlinePool, default_workers
 from loongsage_agents.rewards.math import math_reward
 from loongsage_agents.rewards.params import MathRewardParams
 
-pytestmark = pytest.mark.timeout(180)  # a call that is not stopped fails the test instead of hanging
+pytestmark = [pytest.mark.timeout(180), pytest.mark.serial]  # a call that is not stopped fails the test instead of hanging
 
 
 async def outcome(pool, timeout_s, fn, *args):

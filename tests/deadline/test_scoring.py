@@ -16,7 +16,7 @@ from loongsage.data.sources import build_sources
 from loongsage.data.types import Prompt, Sample
 from loongsage.deadline.pool import DeadlinePool
 
-pytestmark = pytest.mark.timeout(240)  # a reward that is not stopped fails the test instead of hanging
+pytestmark = [pytest.mark.timeout(240), pytest.mark.serial]  # a reward that is not stopped fails the test instead of hanging
 
 NO_FAILURES = {"rollout/reward_timeouts": 0.0, "rollout/reward_errors": 0.0, "rollout/reward_dropped_groups": 0.0}
 

@@ -12,7 +12,7 @@ import textwrap
 import psutil
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 SPIN_PLUGIN = '''
 import os

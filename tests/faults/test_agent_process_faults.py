@@ -28,7 +28,7 @@ from loongsage.engines.pool import EnginePool
 from loongsage.plugins import get_registries
 from loongsage.runtime.event_loop import EventLoopThread
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.serial]
 
 # the flag is claimed atomically (O_EXCL): a group's two calls are answered in one engine
 # step, so two programs checking for the flag and then creating it both found it missing

@@ -20,7 +20,7 @@ import pytest
 
 from loongsage.controller.engine_health import process_state
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 STEPS, PROMPTS, N = 7, 4, 2
 COMMON = (f"trainer.steps={STEPS}", "checkpoint.interval=0", "trainer.sft.steps=0",

@@ -33,7 +33,7 @@ from loongsage.controller.engine_health import process_state
 
 ray = pytest.importorskip("ray")
 openai = pytest.importorskip("openai")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 SESSIONS = 512
 MAX_TOKENS = 8

@@ -26,7 +26,7 @@ import pytest
 
 from loongsage.controller.engine_health import process_state
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 STEPS, PROMPTS, N = 3, 2, 2
 

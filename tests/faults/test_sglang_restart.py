@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 STEPS, PROMPTS, N = 4, 4, 2
 STAND_IN = f"[{sys.executable},-m,loongsage.engines.embedded_rollout.sglang_compat]"

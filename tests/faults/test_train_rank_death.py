@@ -16,7 +16,7 @@ import signal
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 STEPS = 6
 

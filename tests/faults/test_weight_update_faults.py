@@ -22,7 +22,7 @@ import pytest
 
 from loongsage.controller.engine_health import process_state
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 PROMPTS, N = 4, 2
 COMMON = ("plugins=[fault_plugins]", "checkpoint.interval=0", "trainer.sft.steps=4",
