@@ -20,18 +20,19 @@ import pytest
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads its OpenMP runtime
 
 
-@pytest.fixture(scope="module")
-def ray_ranks_cluster():
-    """A local Ray with 2 CPUs for a module's train-rank actors (reuses one already running)."""
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """The one local Ray (2 CPUs) of this test process for every test that hosts actors in it,
+    shut down when the session ends (it reuses a cluster an in-process run already started).
+    No test stops it: under pytest-xdist a process runs files in any order, and a module that
+    shut down the cluster it had started killed the actors another module's fixtures held."""
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 29)
-    yield
-    if started:
-        ray.shutdown()
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 30, log_to_driver=False)
+    yield ray
+    ray.shutdown()
 
 
 def _random_groups(count: int, seed: int = 0, *, sources: tuple[str, ...] = ("math",),

@@ -30,7 +30,7 @@ def test_an_error_survives_pickling_with_its_message_and_fields(error):
     assert vars(back) == vars(error)
 
 
-def test_an_error_raised_in_a_ray_actor_reaches_the_caller_as_itself(ray_ranks_cluster):
+def test_an_error_raised_in_a_ray_actor_reaches_the_caller_as_itself(ray_cluster):
     import ray
 
     @ray.remote(num_cpus=0)

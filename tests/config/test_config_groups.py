@@ -12,11 +12,17 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
-from loongsage.config.store import PLUGIN_GROUPS, stored_options
+from loongsage.config.store import PLUGIN_GROUPS, publish_plugin_params, stored_options
 from loongsage.plugins import get_registries
 from loongsage.registry import KINDS
 
-REGISTRIES = get_registries()  # publishes every group
+REGISTRIES = get_registries()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _published():
+    """Publish every group here: this file may run before any test that loads a config."""
+    publish_plugin_params(REGISTRIES)
 
 
 def _run_cli(*args: str, **env: str) -> subprocess.CompletedProcess:

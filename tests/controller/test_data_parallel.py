@@ -86,7 +86,7 @@ def _max_diff(a: dict, b: dict) -> float:
     return max(float(np.abs(a[k] - b[k]).max()) for k in a)
 
 
-def test_two_ranks_update_the_weights_like_one(ray_ranks_cluster, tiny_model_dir, make_groups):
+def test_two_ranks_update_the_weights_like_one(ray_cluster, tiny_model_dir, make_groups):
     """7 groups, 2 mini-batches: the first splits evenly (2 + 2 groups), the second leaves
     one rank a group short, padded with masked rows."""
     groups = make_groups(7)
@@ -109,7 +109,7 @@ def test_two_ranks_update_the_weights_like_one(ray_ranks_cluster, tiny_model_dir
         assert 2 * base_metrics["train/num_tokens"] == pytest.approx(real_tokens, abs=1)
 
 
-def test_fsdp2_checkpoint_resumes_exactly_and_loads_into_another_dp_size(ray_ranks_cluster, tiny_model_dir,
+def test_fsdp2_checkpoint_resumes_exactly_and_loads_into_another_dp_size(ray_cluster, tiny_model_dir,
                                                                           tmp_path, make_groups):
     """Same dp_size: the shards restore weights and AdamW moments, so the next step is the
     uninterrupted one. Another dp_size: the HF export restores the weights, moments restart."""
@@ -171,7 +171,7 @@ def with_teacher(batch, ordered: list[Group]):
     return batch
 
 
-def test_two_ranks_distill_like_one(ray_ranks_cluster, tiny_model_dir, make_groups):
+def test_two_ranks_distill_like_one(ray_cluster, tiny_model_dir, make_groups):
     """On-policy distillation through the same path: the π_old forward's logit values are
     gathered over the shards before the PG penalty, the GKD loss runs in each rank's LM head,
     and the per-source means are taken after the ranks' sums are added."""

@@ -12,6 +12,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+# its kill threshold is the machine's use now plus 5 GB: a test beside it could cross it
+pytestmark = pytest.mark.serial
+
 SCRIPT = r'''
 import json, os, sys
 from loongsage.controller.memory import machine_memory

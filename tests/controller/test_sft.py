@@ -175,7 +175,7 @@ def test_template_without_tool_support_gets_the_parsers_tool_call_text():
         assert "<|im_start|>tool\n1023<|im_end|>" in tok.decode(ids)  # the template's tool turn
 
 
-def test_warm_start_reports_progress_while_the_train_actor_runs(tiny_model_dir, monkeypatch, caplog):
+def test_warm_start_reports_progress_while_the_train_actor_runs(tiny_model_dir, monkeypatch, caplog, ray_cluster):
     """The warm start polls the real train actor (a Ray actor running calls concurrently) for
     ``sft_progress`` while ``train_sft`` runs, and logs each step count it sees."""
     import logging
@@ -189,11 +189,8 @@ def test_warm_start_reports_progress_while_the_train_actor_runs(tiny_model_dir, 
     from loongsage.controller.train_group import TrainGroup
     from loongsage.controller.sft import sft_progress
 
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     monkeypatch.setattr(lifecycle, "PROGRESS_EVERY_S", 0.2)
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    actor = None
     try:
         cfg = {"model": {"path": str(tiny_model_dir)}, "train": {}}
         actor = spawn_engine(EmbeddedTrainEngine, cfg, Seat("train", 0, "", 0, num_cpus=1, num_gpus=0, threads=1))
@@ -213,7 +210,6 @@ def test_warm_start_reports_progress_while_the_train_actor_runs(tiny_model_dir, 
         assert min(steps) < 30, lines  # seen while train_sft ran, not after it
         assert lines[-1].startswith("sft warm start: loss ") and lines[-1].endswith("in 30 steps")
         assert ray.get(actor.inspect.remote(sft_progress))["step"] == 30
-        ray.kill(actor)
     finally:
-        if started:
-            ray.shutdown()
+        if actor is not None:
+            ray.kill(actor)

@@ -134,6 +134,12 @@ def check_samples_are_trajectories(run_dir: Path, step: int, trajectories: list[
     return saved
 
 
+def first_last_means(rows: list[dict], key: str, n: int = 5) -> tuple[float, float]:
+    """Mean of ``key`` over the first ``n`` and over the last ``n`` metric rows."""
+    values = [r[key] for r in rows]
+    return sum(values[:n]) / n, sum(values[-n:]) / n
+
+
 class Runs:
     """The helpers above, handed to tests as the ``runs`` fixture."""
 
@@ -150,6 +156,7 @@ class Runs:
     finished_trajectories = staticmethod(finished_trajectories)
     segment_tokens = staticmethod(segment_tokens)
     check_samples_are_trajectories = staticmethod(check_samples_are_trajectories)
+    first_last_means = staticmethod(first_last_means)
 
 
 @pytest.fixture(scope="session")  # stateless helpers: module fixtures may use them too

@@ -36,18 +36,12 @@ def hold_memory(engine, megabytes: int, seconds: float) -> int:
 
 
 @pytest.fixture(scope="module")
-def host(tiny_model_dir):
-    ray = pytest.importorskip("ray")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 28)
+def host(tiny_model_dir, ray_cluster):
+    ray = ray_cluster
     cfg = {"model": {"path": str(tiny_model_dir)}, "train": {"micro_batch_size": 2}}
     actor = spawn_engine(EmbeddedTrainEngine, cfg, Seat("train", 0, "", 0, num_cpus=0, num_gpus=0, threads=1))
     yield ray, actor
     ray.kill(actor)
-    if started:
-        ray.shutdown()
 
 
 def test_every_call_runs_on_one_compute_thread(host):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
@@ -13,12 +11,8 @@ from loongsage.controller.sft import Demonstration, sft_batch, token_mean_nll
 
 
 @pytest.mark.slow
-def test_engine_runs_in_a_ray_actor(tiny_model_dir):
-    ray = pytest.importorskip("ray")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    started = not ray.is_initialized()  # reuse a cluster another test left running
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 30)
+def test_engine_runs_in_a_ray_actor(tiny_model_dir, ray_cluster):
+    ray = ray_cluster
     # one thread on both sides: AdamW's first step is g / (|g| + eps), so a gradient entry near
     # zero turns the summation order of a different thread count into a visible weight change
     model, train = ModelConfig(path=str(tiny_model_dir)), TrainConfig(lr=1e-3, micro_batch_size=2, num_threads=1)
@@ -42,5 +36,3 @@ def test_engine_runs_in_a_ray_actor(tiny_model_dir):
     finally:
         torch.set_num_threads(threads)
         ray.kill(actor)
-        if started:
-            ray.shutdown()

@@ -111,39 +111,27 @@ class SenderHost:
 
 
 @pytest.fixture(scope="session")
-def ray_session():
-    started = not ray.is_initialized()
-    if started:
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 30,
-                 log_to_driver=False)
-    yield ray
-    if started:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="session")
-def engines(ray_session):
+def engines(ray_cluster):
     """Two long-lived engine-host actors reused by every test (each test uses its own keys)."""
-    host = ray_session.remote(num_cpus=0)(EngineHost)
+    host = ray_cluster.remote(num_cpus=0)(EngineHost)
     actors = [host.remote(), host.remote()]
     yield actors
     for actor in actors:
-        ray_session.kill(actor)
+        ray_cluster.kill(actor)
 
 
 @pytest.fixture
-def sender_host(ray_session):
+def sender_host(ray_cluster):
     made = []
 
     def start(config: TransferConfig):
-        actor = ray_session.remote(num_cpus=0, max_restarts=0)(SenderHost).remote(config)
+        actor = ray_cluster.remote(num_cpus=0, max_restarts=0)(SenderHost).remote(config)
         made.append(actor)
         return actor
 
     yield start
     for actor in made:
-        ray_session.kill(actor)
+        ray_cluster.kill(actor)
 
 
 def trainer_weights(model_dir, seed: int) -> dict[str, torch.Tensor]:

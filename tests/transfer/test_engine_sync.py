@@ -25,9 +25,9 @@ def lost_after(weights: dict, count: int):
         yield item
 
 
-def test_engine_weights_bitwise_equal_and_failed_version_keeps_serving(ray_session,
+def test_engine_weights_bitwise_equal_and_failed_version_keeps_serving(ray_cluster,
                                                                        tiny_model_dir):
-    ray = ray_session
+    ray = ray_cluster
     host = ray.remote(num_cpus=0)(RolloutHost).remote(str(tiny_model_dir))
     try:
         weights = trainer_weights(tiny_model_dir, seed=1)
@@ -71,12 +71,12 @@ def test_engine_weights_bitwise_equal_and_failed_version_keeps_serving(ray_sessi
         ray.kill(host)
 
 
-def test_bound_engine_keeps_the_ring_as_its_weights(ray_session, tiny_model_dir):
+def test_bound_engine_keeps_the_ring_as_its_weights(ray_cluster, tiny_model_dir):
     """`bind`: from the second version on the engine's parameters are views of the sender's
     ring (no private copy), it generates exactly what the same weights copied give, and a
     version that fails after that leaves it refusing requests (its weights may be half
     overwritten) until the next version succeeds."""
-    ray = ray_session
+    ray = ray_cluster
     host = ray.remote(num_cpus=0)(RolloutHost).remote(str(tiny_model_dir))
     try:
         first = trainer_weights(tiny_model_dir, seed=1)

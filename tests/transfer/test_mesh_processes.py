@@ -30,8 +30,8 @@ def connect(ray, engine, key, mesh_or_addresses, host_id):
     return ray.get(engine.connect.remote(key, addresses, host_id))
 
 
-def test_shm_and_gloo_deliver_awkward_layouts_bitwise(ray_session, engines):
-    ray, (a, b) = ray_session, engines
+def test_shm_and_gloo_deliver_awkward_layouts_bitwise(ray_cluster, engines):
+    ray, (a, b) = ray_cluster, engines
     weights = make_weights(seed=1)
     with TransferMesh(TransferConfig(bucket_bytes=SMALL_BUCKET, checksum=True, timeout_s=30),
                       host_id="host-a") as mesh:
@@ -66,9 +66,9 @@ def wait_for_error(ray, engine, key, timeout_s=30.0):
     return state
 
 
-def test_sender_dying_mid_sync_leaves_receivers_on_previous_version(ray_session, engines,
+def test_sender_dying_mid_sync_leaves_receivers_on_previous_version(ray_cluster, engines,
                                                                     sender_host):
-    ray, (a, b) = ray_session, engines
+    ray, (a, b) = ray_cluster, engines
     sender = sender_host(TransferConfig(bucket_bytes=SMALL_BUCKET, timeout_s=15))
     address = ray.get(sender.address.remote())
     connect(ray, a, "death-shm", [address], "host-a")
@@ -89,8 +89,8 @@ def test_sender_dying_mid_sync_leaves_receivers_on_previous_version(ray_session,
         ray.get(engine.disconnect.remote(key))
 
 
-def test_packing_error_is_reported_with_version_and_bucket(ray_session, engines):
-    ray, (a, _) = ray_session, engines
+def test_packing_error_is_reported_with_version_and_bucket(ray_cluster, engines):
+    ray, (a, _) = ray_cluster, engines
     weights = make_weights(seed=3, tiny=50)
 
     def broken():
@@ -122,8 +122,8 @@ def step(weights: dict[str, torch.Tensor], names: list[str], count: int) -> None
         flat[:count] = flat[:count] + 1
 
 
-def test_delta_sync_sends_only_changes_and_late_joiner_gets_full(ray_session, engines):
-    ray, (a, b) = ray_session, engines
+def test_delta_sync_sends_only_changes_and_late_joiner_gets_full(ray_cluster, engines):
+    ray, (a, b) = ray_cluster, engines
     weights = make_weights(seed=7, tiny=300)
     full_bytes = sum(t.numel() * t.element_size() for t in weights.values())
     with TransferMesh(TransferConfig(bucket_bytes=SMALL_BUCKET, delta=True, timeout_s=30),
@@ -164,8 +164,8 @@ def test_delta_sync_sends_only_changes_and_late_joiner_gets_full(ray_session, en
         ray.get(engine.disconnect.remote(key))
 
 
-def test_two_sender_ranks_each_send_their_shard(ray_session, engines):
-    ray, (a, _) = ray_session, engines
+def test_two_sender_ranks_each_send_their_shard(ray_cluster, engines):
+    ray, (a, _) = ray_cluster, engines
     weights = make_weights(seed=9, tiny=200)
     names = sorted(weights)
     shards = [{n: weights[n] for n in names[0::2]}, {n: weights[n] for n in names[1::2]}]

@@ -31,15 +31,15 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def rollout(ray_session, tiny_model_dir):
+def rollout(ray_cluster, tiny_model_dir):
     """Two real engines in two processes, so the group has world size 3 and rank offsets 1, 2."""
-    actor = ray_session.remote(num_cpus=0)(RolloutHost)
+    actor = ray_cluster.remote(num_cpus=0)(RolloutHost)
     hosts = [actor.remote(str(tiny_model_dir)) for _ in range(2)]
-    urls = [ray_session.get(h.http_url.remote()) for h in hosts]
+    urls = [ray_cluster.get(h.http_url.remote()) for h in hosts]
     yield hosts, urls
     for host in hosts:
-        ray_session.get(host.stop.remote())
-        ray_session.kill(host)
+        ray_cluster.get(host.stop.remote())
+        ray_cluster.kill(host)
 
 
 def make_sender(urls, **kwargs) -> SGLangDistributedSender:
@@ -62,7 +62,7 @@ def test_buckets_keep_whole_tensors_in_order():
                for b in buckets)
 
 
-def test_sync_into_real_engines_bitwise_with_mixed_wire_dtypes(ray_session, rollout,
+def test_sync_into_real_engines_bitwise_with_mixed_wire_dtypes(ray_cluster, rollout,
                                                                 tiny_model_dir):
     hosts, urls = rollout
     weights = trainer_weights(tiny_model_dir, seed=3)
@@ -75,7 +75,7 @@ def test_sync_into_real_engines_bitwise_with_mixed_wire_dtypes(ray_session, roll
         buckets = sender.sync(iter(sent.items()), version=4)
         assert buckets == len(list(buckets_by_bytes(sent.items(), BUCKET))) >= 4
         for host, url in zip(hosts, urls):
-            got = ray_session.get(host.weight_bytes.remote())
+            got = ray_cluster.get(host.weight_bytes.remote())
             assert set(got) == set(expected)
             bad = [n for n in expected if got[n] != expected[n]]
             assert not bad, f"{len(bad)} tensors differ, e.g. {bad[:3]}"
@@ -85,14 +85,14 @@ def test_sync_into_real_engines_bitwise_with_mixed_wire_dtypes(ray_session, roll
         sender.close()
 
 
-def test_bad_request_mid_update_keeps_previous_version_serving(ray_session, rollout,
+def test_bad_request_mid_update_keeps_previous_version_serving(ray_cluster, rollout,
                                                                 tiny_model_dir):
     hosts, urls = rollout
     sender = make_sender(urls[:1])
     host, url = hosts[0], urls[0]
     try:
         sender.sync(iter(trainer_weights(tiny_model_dir, seed=5).items()), version=10)
-        before_bytes, before_out = ray_session.get(host.weight_bytes.remote()), generate(url)
+        before_bytes, before_out = ray_cluster.get(host.weight_bytes.remote()), generate(url)
         # a tensor the model does not have, in the middle of the update (after good buckets)
         items = list(trainer_weights(tiny_model_dir, seed=6).items())
         at = len(items) // 2
@@ -105,13 +105,13 @@ def test_bad_request_mid_update_keeps_previous_version_serving(ray_session, roll
                            r"'model.layers.0.mlp.bogus.weight'"):
             sender.sync(iter(broken), version=11)
         assert version_of(url) == "10"
-        assert ray_session.get(host.weight_bytes.remote()) == before_bytes
+        assert ray_cluster.get(host.weight_bytes.remote()) == before_bytes
         assert generate(url)["output_ids"] == before_out["output_ids"]
         # the group is still in step: the next version goes through whole
         good = trainer_weights(tiny_model_dir, seed=7)
         sender.sync(iter(good.items()), version=12)
         assert version_of(url) == "12"
-        got = ray_session.get(host.weight_bytes.remote())
+        got = ray_cluster.get(host.weight_bytes.remote())
         assert all(got[n] == as_bytes(t) for n, t in good.items())
     finally:
         sender.close()
@@ -142,20 +142,20 @@ sender.sync(stream(), version=21)
 
 
 def test_sender_dying_mid_update_leaves_previous_version_and_engine_recovers(
-        ray_session, rollout, tiny_model_dir):
+        ray_cluster, rollout, tiny_model_dir):
     hosts, urls = rollout
     host, url = hosts[1], urls[1]
     first = make_sender([url])
     first.sync(iter(trainer_weights(tiny_model_dir, seed=8).items()), version=20)
     first.close()
-    before_bytes, before_out = ray_session.get(host.weight_bytes.remote()), generate(url)
+    before_bytes, before_out = ray_cluster.get(host.weight_bytes.remote()), generate(url)
     group = f"dying-{uuid.uuid4().hex[:8]}"
     proc = subprocess.run([sys.executable, "-c", DYING_SENDER.format(bucket=BUCKET), url,
                            str(free_port()), group, str(tiny_model_dir)],
                           timeout=120, capture_output=True, text=True)
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert version_of(url) == "20"
-    assert ray_session.get(host.weight_bytes.remote()) == before_bytes
+    assert ray_cluster.get(host.weight_bytes.remote()) == before_bytes
     assert generate(url)["output_ids"] == before_out["output_ids"]
     response = httpx.post(f"{url}/destroy_weights_update_group", json={"group_name": group},
                           timeout=30)
@@ -165,7 +165,7 @@ def test_sender_dying_mid_update_leaves_previous_version_and_engine_recovers(
         good = trainer_weights(tiny_model_dir, seed=10)
         sender.sync(iter(good.items()), version=22)
         assert version_of(url) == "22"
-        got = ray_session.get(host.weight_bytes.remote())
+        got = ray_cluster.get(host.weight_bytes.remote())
         assert all(got[n] == as_bytes(t) for n, t in good.items())
     finally:
         sender.close()

@@ -65,9 +65,9 @@ def private_bytes(model: torch.nn.Module) -> int:
     return sum(s.nbytes() for s in storages.values() if not s.filename)
 
 
-def test_trainer_weights_in_the_ring_reach_a_bound_engine_without_a_copy(ray_session,
+def test_trainer_weights_in_the_ring_reach_a_bound_engine_without_a_copy(ray_cluster,
                                                                         tiny_model_dir):
-    ray = ray_session
+    ray = ray_cluster
     trainer = EmbeddedTrainEngine(ModelConfig(path=str(tiny_model_dir)), TrainConfig(lr=1e-2),
                                   device="cpu")
     named = list(trainer.named_tensors(include_tied=False))

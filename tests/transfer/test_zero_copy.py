@@ -20,8 +20,8 @@ def ring_slots(weights) -> int:
     return 2 + sum(t.numel() * t.element_size() + 64 for t in weights.values()) // SMALL_BUCKET
 
 
-def test_views_once_the_version_fits_and_copies_otherwise(ray_session, engines):
-    ray, (a, b) = ray_session, engines
+def test_views_once_the_version_fits_and_copies_otherwise(ray_cluster, engines):
+    ray, (a, b) = ray_cluster, engines
     weights = [make_weights(seed=s, tiny=300) for s in (20, 21, 22)]
     config = TransferConfig(bucket_bytes=SMALL_BUCKET, num_slots=ring_slots(weights[0]),
                             checksum=True, timeout_s=20)
@@ -55,11 +55,11 @@ def test_views_once_the_version_fits_and_copies_otherwise(ray_session, engines):
         ray.get(a.disconnect.remote("zc-small"))
 
 
-def test_a_version_given_as_a_list_comes_as_views_from_the_first(ray_session, engines):
+def test_a_version_given_as_a_list_comes_as_views_from_the_first(ray_cluster, engines):
     """A sender given a sequence announces the version's padded size in `Begin`: a receiver
     whose ring holds it takes version 1 as views too, never allocating staging; one given an
     iterator announces nothing (version 1 copied)."""
-    ray, (a, _) = ray_session, engines
+    ray, (a, _) = ray_cluster, engines
     weights = [make_weights(seed=s, tiny=300) for s in (40, 41)]
     config = TransferConfig(bucket_bytes=SMALL_BUCKET, num_slots=ring_slots(weights[0]),
                             timeout_s=20)
@@ -74,10 +74,10 @@ def test_a_version_given_as_a_list_comes_as_views_from_the_first(ray_session, en
         ray.get(a.disconnect.remote("zc-list"))
 
 
-def test_a_zero_copy_receiver_keeps_no_mirror_so_delta_senders_send_views(ray_session, engines):
+def test_a_zero_copy_receiver_keeps_no_mirror_so_delta_senders_send_views(ray_cluster, engines):
     """A receiver that views the ring holds no copy of the weights for deltas to patch: a delta
     sender gives it full versions, applied from views, and their bytes are right."""
-    ray, (a, _) = ray_session, engines
+    ray, (a, _) = ray_cluster, engines
     weights = make_weights(seed=30, tiny=300)
     config = TransferConfig(bucket_bytes=SMALL_BUCKET, num_slots=ring_slots(weights), delta=True,
                             timeout_s=20)
@@ -94,8 +94,8 @@ def test_a_zero_copy_receiver_keeps_no_mirror_so_delta_senders_send_views(ray_se
         ray.get(a.disconnect.remote("zc-delta"))
 
 
-def test_sender_death_mid_zero_copy_version_keeps_previous(ray_session, engines, sender_host):
-    ray, (a, _) = ray_session, engines
+def test_sender_death_mid_zero_copy_version_keeps_previous(ray_cluster, engines, sender_host):
+    ray, (a, _) = ray_cluster, engines
     w = make_weights(seed=5)
     config = TransferConfig(bucket_bytes=SMALL_BUCKET, num_slots=ring_slots(w), timeout_s=10)
     sender = sender_host(config)

@@ -67,7 +67,7 @@ def grpo_step(groups, dp: int):
 
 
 @pytest.mark.parametrize("tp,pp,dp", [(2, 1, 1), (1, 2, 1), (1, 1, 2)])
-def test_parallel_ranks_match_one_process(ray_ranks_cluster, tiny_model_dir, random_groups, tp, pp, dp):
+def test_parallel_ranks_match_one_process(ray_cluster, tiny_model_dir, random_groups, tp, pp, dp):
     groups = random_groups(6)
     objective = Objective.from_config({}, get_registries())
     batch, rewards, group_index, shards = grpo_step(groups, dp)
