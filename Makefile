@@ -27,7 +27,9 @@ test: setup
 	[ $$parallel -eq 0 ] && [ $$serial -eq 0 ]
 
 test-fast: setup
-	$(BIN)/pytest -n 2 --dist loadfile -m "not slow"
+	$(BIN)/pytest -n 2 --dist loadfile -m "not slow and not serial"; parallel=$$?; \
+	$(BIN)/pytest -m "serial and not slow"; serial=$$?; \
+	[ $$parallel -eq 0 ] && [ $$serial -eq 0 ]
 
 train: setup
 	$(BIN)/loongsage train --config-name smollm2/grpo

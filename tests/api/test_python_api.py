@@ -26,14 +26,16 @@ def short_answers(text, ground_truth, params, **context):
 
 
 def test_train_with_a_callable_reward_returns_the_run_and_its_metrics(tmp_path, monkeypatch):
+    import ray
+
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    started = not ray.is_initialized()  # the run attaches to a cluster this test process already has
     result = loongsage.train("tiny/grpo", [f"trainer.run_dir={tmp_path / 'run'}", "trainer.steps=2",
                                            "trainer.sft.steps=2", "rollout.prompts_per_step=2",
                                            "rollout.n_samples_per_prompt=2", "rollout.max_new_tokens=16",
                                            "logging.progress_bar=false"], reward=short_answers)
-    import ray
-
-    ray.shutdown()
+    if started:
+        ray.shutdown()
     assert result.run_dir == (tmp_path / "run").resolve()
     lines = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert result.metrics == lines and [r["step"] for r in lines] == [0, 1]

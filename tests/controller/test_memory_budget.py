@@ -7,6 +7,7 @@ or passes.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -44,10 +45,24 @@ def test_saved_headers_count_what_the_model_holds(tiny_model_dir, tmp_path):
     for folder in (tiny_model_dir, ensure_tiny_moe_model()):
         model = load_causal_lm(folder, "float32")
         assert saved_tensor_elements(folder) == sum(p.numel() for p in model.parameters())
+    expected = saved_tensor_elements(tiny_model_dir)
     config = AutoConfig.from_pretrained(tiny_model_dir)
     config.save_pretrained(tmp_path)
     assert saved_tensor_elements(tmp_path) is None
-    assert parameter_count(str(tmp_path), config) == saved_tensor_elements(tiny_model_dir)
+    assert parameter_count(str(tmp_path), config) == expected
+    (tmp_path / "model.safetensors").write_text("version https://git-lfs.github.com/spec/v1\n")
+    assert saved_tensor_elements(tmp_path) is None  # an LFS pointer, not weights
+    assert parameter_count(str(tmp_path), config) == expected
+
+
+def test_a_sharded_checkpoint_counts_its_shards_once(tiny_model_dir, tmp_path):
+    """The shards the index maps, once each; a file beside them (an adapter) is not counted."""
+    model = load_causal_lm(tiny_model_dir, "float32")
+    model.save_pretrained(tmp_path, max_shard_size="1MB")
+    assert len(list(tmp_path.glob("model-*.safetensors"))) > 1
+    shutil.copy(tmp_path / sorted(p.name for p in tmp_path.glob("model-*.safetensors"))[0],
+                tmp_path / "adapter_model.safetensors")
+    assert saved_tensor_elements(tmp_path) == sum(p.numel() for p in model.parameters())
 
 
 def test_activation_term_matches_what_autograd_keeps(tiny_model_dir):

@@ -27,7 +27,8 @@ from loongsage.controller.memory import process_tree, rss_bytes
 
 MB = 1 << 20
 HELD_MB = 200
-pytestmark = pytest.mark.timeout(180)
+# serial: it checks the cluster start_ray starts, so it stops any other one this process has
+pytestmark = [pytest.mark.timeout(180), pytest.mark.serial]
 
 
 class HeapEngine:

@@ -137,7 +137,8 @@ def check_samples_are_trajectories(run_dir: Path, step: int, trajectories: list[
 def first_last_means(rows: list[dict], key: str, n: int = 5) -> tuple[float, float]:
     """Mean of ``key`` over the first ``n`` and over the last ``n`` metric rows."""
     values = [r[key] for r in rows]
-    return sum(values[:n]) / n, sum(values[-n:]) / n
+    first, last = values[:n], values[-n:]
+    return sum(first) / len(first), sum(last) / len(last)
 
 
 class Runs:

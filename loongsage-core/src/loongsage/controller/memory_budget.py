@@ -93,27 +93,46 @@ class ModelShape:
         )
 
 
+def checkpoint_files(folder: str | Path) -> list[Path]:
+    """The safetensors files of ``folder``'s model: the shards its ``model.safetensors.index.json``
+    maps, else ``model.safetensors``; none otherwise (an adapter or a second copy of the weights
+    beside them is not the model)."""
+    root = Path(folder)
+    index = root / "model.safetensors.index.json"
+    if index.is_file():
+        return [root / name for name in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+    single = root / "model.safetensors"
+    return [single] if single.is_file() else []
+
+
 def saved_tensor_elements(folder: str | Path) -> int | None:
-    """Elements of every tensor in ``folder``'s ``*.safetensors`` files, read from their JSON
-    headers alone; None when the folder has none. ``save_pretrained`` writes a tied weight once
-    and no non-persistent buffer, so for a HF checkpoint this is its parameter count."""
-    files = sorted(Path(folder).glob("*.safetensors"))
+    """Elements of the model's saved tensors (``checkpoint_files``), read from the safetensors
+    JSON headers alone; None when there are none or a header cannot be read. ``save_pretrained``
+    writes a tied weight once and no non-persistent buffer, so for an unquantized HF checkpoint
+    this is its parameter count."""
+    files = checkpoint_files(folder)
     if not files:
         return None
     total = 0
-    for file in files:
-        with open(file, "rb") as handle:
-            (length,) = struct.unpack("<Q", handle.read(8))
-            header = json.loads(handle.read(length))
-        total += sum(math.prod(entry["shape"]) for key, entry in header.items() if key != "__metadata__")
+    try:
+        for file in files:
+            with open(file, "rb") as handle:
+                (length,) = struct.unpack("<Q", handle.read(8))
+                if length > file.stat().st_size - 8:
+                    return None
+                header = json.loads(handle.read(length))
+            total += sum(math.prod(entry["shape"]) for key, entry in header.items() if key != "__metadata__")
+    except (OSError, struct.error, ValueError, KeyError, TypeError):  # a pointer file, a truncated header
+        return None
     return total
 
 
 def parameter_count(path: str, config: Any) -> int:
     """The model's parameters: from the safetensors headers when the folder has them (the driver
     then never imports the model's code, about 3 s of a run's start on a slow core), else counted
-    on a model built on the meta device."""
-    saved = saved_tensor_elements(path)
+    on a model built on the meta device. Quantized weights are packed (several values per saved
+    element), so a quantized model is always counted on the meta device."""
+    saved = None if getattr(config, "quantization_config", None) else saved_tensor_elements(path)
     if saved is not None:
         return saved
     import torch
