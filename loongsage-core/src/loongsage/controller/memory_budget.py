@@ -49,6 +49,7 @@ from loongsage.controller.memory import GB, machine_memory
 from loongsage.controller.placement import train_ranks
 from loongsage.engines.routing import config_is_moe
 from loongsage.errors import ConfigError
+from loongsage.models.weight_files import checkpoint_files
 
 PROCESS_BYTES = int(0.5 * GB)  # a worker with torch + transformers + Ray imported (measured 0.41-0.48 GB)
 DRIVER_AND_RAY_BYTES = int(0.8 * GB)  # controller + gcs, raylet and agents (measured 0.81 GB RSS)
@@ -91,18 +92,6 @@ class ModelShape:
             vocab=config.vocab_size,
             moe=config_is_moe(path),
         )
-
-
-def checkpoint_files(folder: str | Path) -> list[Path]:
-    """The safetensors files of ``folder``'s model: the shards its ``model.safetensors.index.json``
-    maps, else ``model.safetensors``; none otherwise (an adapter or a second copy of the weights
-    beside them is not the model)."""
-    root = Path(folder)
-    index = root / "model.safetensors.index.json"
-    if index.is_file():
-        return [root / name for name in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
-    single = root / "model.safetensors"
-    return [single] if single.is_file() else []
 
 
 def saved_tensor_elements(folder: str | Path) -> int | None:

@@ -41,6 +41,7 @@ from loongsage.engines.embedded_train import EmbeddedTrainEngine, _section, trai
 from loongsage.engines.embedded_train_logprobs import final_hidden, scatter_positions
 from loongsage.engines.micro_batches import scatter_rows
 from loongsage.engines.embedded_train_state import check_loaded, read_weights
+from loongsage.models.weight_files import checkpoint_files
 from loongsage.schema import CriticConfig, ModelConfig, TrainConfig
 
 HEAD = "value_head"
@@ -49,7 +50,7 @@ HEAD = "value_head"
 def saved_head(folder: Path) -> dict[str, torch.Tensor] | None:
     """The ``value_head.*`` tensors of a saved critic folder, or None for any other model."""
     found: dict[str, torch.Tensor] = {}
-    for path in sorted(folder.glob("*.safetensors")):
+    for path in checkpoint_files(folder):
         with safe_open(str(path), "pt") as f:
             for key in f.keys():
                 if key.startswith(f"{HEAD}."):

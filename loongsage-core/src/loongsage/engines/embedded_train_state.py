@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from loongsage.errors import LoongSageError
+from loongsage.models.weight_files import INDEX_FILE, SINGLE_FILE, checkpoint_files
 
 STATE_FILE = "train_state.pt"
 
@@ -53,10 +54,18 @@ def _tied_names(model: nn.Module) -> set[str]:
 
 
 def read_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """Every ``*.safetensors`` tensor in ``folder``, by HF name."""
-    files = sorted(folder.glob("*.safetensors"))
+    """The tensors of ``folder``'s model (``models.weight_files.checkpoint_files``: the shards its
+    index maps, else ``model.safetensors``; never an adapter or a second copy beside them), by HF
+    name. Raises ``LoongSageError`` naming the folder when it has neither or a mapped shard is
+    missing."""
+    files = checkpoint_files(folder)
     if not files:
-        raise LoongSageError(f"{folder}: no *.safetensors weights to load")
+        raise LoongSageError(f"{folder}: no model weights to load (expected {INDEX_FILE} and the "
+                             f"shards it maps, or {SINGLE_FILE}; other *.safetensors files, such "
+                             "as an adapter, are not read)")
+    absent = [f.name for f in files if not f.is_file()]
+    if absent:
+        raise LoongSageError(f"{folder}: {INDEX_FILE} maps shards that are not there: {absent[:5]}")
     weights: dict[str, torch.Tensor] = {}
     for f in files:
         weights.update(load_file(str(f)))
@@ -74,7 +83,7 @@ def check_loaded(folder: Path, model: nn.Module, missing: list[str], unexpected:
 
 
 def load_weights(folder: Path, model: nn.Module) -> None:
-    """Copy every ``*.safetensors`` tensor in ``folder`` into ``model`` (strict, tied-aware)."""
+    """Copy the tensors of ``folder``'s model (``read_weights``) into ``model`` (strict, tied-aware)."""
     missing, unexpected = model.load_state_dict(read_weights(folder), strict=False)
     check_loaded(folder, model, missing, unexpected)
 
