@@ -133,6 +133,7 @@ def test_colocated_ranks_and_engines_share_bundles_and_take_turns(spec_for, tmp_
             assert train["placement_group_id"] == engine["placement_group_id"]
             assert train["node_id"] == engine["node_id"] and train["device"] == "cpu"
             assert booked(train["placement_group_id"], i) == pytest.approx(1.0)  # 0.5 + 0.5
+            assert train["pid"] == engine["pid"]  # placement.share_process: engine i in rank i's process
         assert run.trainers.backend == "gloo"
 
         resume_or_warm_start(run)
@@ -172,6 +173,7 @@ def test_disaggregated_roles_get_groups_of_their_own_and_pinned_cores(spec_for, 
     assert [rows[("rollout", i)]["bundle"] for i in range(2)] == [0, 1]
     cores = [rows[key]["cores"] for key in (("train", 0), ("train", 1), ("rollout", 0), ("rollout", 1))]
     assert all(a["pinned"] and len(a["cores"]) == 1 and a["torch_threads"] == 1 for a in rows.values())
+    assert len({a["pid"] for a in rows.values()}) == 4  # every actor a process of its own
     import os
 
     available = sorted(os.sched_getaffinity(0))

@@ -191,11 +191,24 @@ def test_weights_count_once_where_the_trainer_and_engines_share_the_ring(tiny_mo
 
     engines, ring, shared = parts()
     assert ring == 0 and "weight-sync ring 0.0 GB (the train ranks' weights)" in shared.line()
-    # every copy its own
-    assert parts("placement.mode=disaggregated", "async.enable=true")[:2] == (engines + weights, weights)
+    # every copy its own (and every engine a process of its own)
+    own_process = parts("placement.share_process=false")[0]
+    assert parts("placement.mode=disaggregated", "async.enable=true")[:2] == (own_process + weights, weights)
     # the trainer keeps a delta shadow, FSDP2 sends gathered shards: their rings are copies
     assert parts("transfer.delta=true")[:2] == (engines, weights)
     assert parts("train.dp_size=2", "train.strategy=fsdp2")[:2] == (engines, weights)
     assert parts("train.dp_size=2")[:2] == (engines, 0)  # each DDP rank's ring holds its own share
     # adapters travel, the base weights stay private
     assert parts("train.lora.rank=4")[:2] == (engines + weights, weights)
+
+
+def test_an_engine_in_its_train_ranks_process_adds_no_process(tiny_model_dir):
+    shape = ModelShape.from_folder(str(tiny_model_dir))
+    shared = estimate_run(tiny_cfg(tiny_model_dir), shape, 100)
+    own = estimate_run(tiny_cfg(tiny_model_dir, "placement.share_process=false"), shape, 100)
+    assert own.parts["rollout engines"] - shared.parts["rollout engines"] == PROCESS_BYTES
+    assert "1 in train ranks' processes" in shared.detail["rollout engines"]
+    # two engines beside one train rank: only engine 0 shares a process
+    two = estimate_run(tiny_cfg(tiny_model_dir, "rollout.num_engines=2"), shape, 100)
+    two_own = estimate_run(tiny_cfg(tiny_model_dir, "rollout.num_engines=2", "placement.share_process=false"), shape, 100)
+    assert two_own.parts["rollout engines"] - two.parts["rollout engines"] == PROCESS_BYTES

@@ -30,6 +30,7 @@ COMMON = (
     "rollout.n_samples_per_prompt=2",
     "rollout.max_new_tokens=12",
     "rollout.health.enable=false",
+    "placement.share_process=false",  # the engine an actor of its own, to die alone
 )
 
 

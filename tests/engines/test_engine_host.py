@@ -79,3 +79,57 @@ def test_the_compute_thread_flushes_denormals(host):
     the thread it is built on alone)."""
     ray, actor = host
     assert ray.get(actor.run.remote(denormals_left)) == 0
+
+
+def engine_kind(engine) -> str:
+    return type(engine).__name__
+
+
+def decode_threads(engine) -> int:
+    return engine.scheduler.num_threads
+
+
+def test_a_shared_engine_is_its_slot_of_the_host_process(tiny_model_dir, ray_cluster):
+    """``placement.share_process``: a rollout engine built in a train rank's host answers the
+    actor-handle calls as its own engine, on the host's compute thread, with a peak window of its
+    own; killing the host's actor is what ends it."""
+    from loongsage.controller.actors import actor_handle, add_shared_engine
+    from loongsage.engines.embedded_rollout.engine import EmbeddedRolloutEngine
+
+    ray = ray_cluster
+    cfg = {"model": {"path": str(tiny_model_dir)}, "train": {"micro_batch_size": 2}, "rollout": {"num_threads": 0}}
+    host = spawn_engine(EmbeddedTrainEngine, cfg, Seat("train", 0, "", 0, num_cpus=0, num_gpus=0, threads=1))
+    shared = add_shared_engine(host, EmbeddedRolloutEngine, cfg, threads=2)
+    assert ray.get(host.run.remote(engine_kind)) == "EmbeddedTrainEngine"
+    assert ray.get(shared.run.remote(engine_kind)) == "EmbeddedRolloutEngine"
+    assert ray.get(shared.inspect.remote(engine_kind)) == "EmbeddedRolloutEngine"
+    assert ray.get(shared.call.remote("start")).startswith("http://")  # its server, in the host's process
+    assert ray.get(shared.inspect.remote(decode_threads)) == 2  # the seat's, not the host's 1
+    assert ray.get(shared.where.remote())["pid"] == ray.get(host.where.remote())["pid"]
+    assert ray.get(shared.run.remote(thread_of_call)) == ray.get(host.run.remote(thread_of_call))
+
+    ray.get([host.memory.remote(), shared.memory.remote()])  # both peak windows start now
+    start = ray.get(host.memory.remote())["rss"]
+    ray.get(host.run.remote(hold_memory, 200, 0.3))
+    host_peak = ray.get(host.memory.remote())["peak_rss"]
+    shared_report = ray.get(shared.memory.remote())
+    assert shared_report["pid"] == ray.get(host.where.remote())["pid"]
+    assert host_peak - start > 150 * MB and shared_report["peak_rss"] - start > 150 * MB  # each saw it
+
+    assert actor_handle(shared) is host and actor_handle(host) is host
+    ray.kill(actor_handle(shared))
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(shared.where.remote(), timeout=30)
+
+
+def test_rollout_engines_share_a_process_only_where_the_run_and_the_engine_allow_it():
+    from loongsage.controller.actors import shares_process
+    from loongsage.engines.embedded_rollout.engine import EmbeddedRolloutEngine
+
+    def cfg(mode="colocated", share=True):
+        return {"placement": {"mode": mode, "share_process": share}}
+
+    assert shares_process(cfg(), EmbeddedRolloutEngine)
+    assert not shares_process(cfg(share=False), EmbeddedRolloutEngine)
+    assert not shares_process(cfg(mode="disaggregated"), EmbeddedRolloutEngine)
+    assert not shares_process(cfg(), EmbeddedTrainEngine)  # a class that does not say it can

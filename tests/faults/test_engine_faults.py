@@ -25,7 +25,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.serial]
 STEPS, PROMPTS, N = 7, 4, 2
 COMMON = (f"trainer.steps={STEPS}", "checkpoint.interval=0", "trainer.sft.steps=0",
           f"rollout.prompts_per_step={PROMPTS}", f"rollout.n_samples_per_prompt={N}",
-          "rollout.max_new_tokens=24", f"logging.samples_per_step={PROMPTS * N}")
+          "rollout.max_new_tokens=24", f"logging.samples_per_step={PROMPTS * N}",
+          "placement.share_process=false")  # the engine an actor of its own, to kill and restart alone
 
 
 def restarts(run_dir) -> list[dict]:

@@ -43,7 +43,8 @@ BOUND_S = 240  # every session has its reply within this, restart included
 OVERRIDES = ["rollout.num_engines=2", "trainer.steps=1", "trainer.sft.steps=0", "checkpoint.interval=0",
              "logging.progress_bar=false", "logging.trackers=[]", "placement.train_cpus=0.5",
              "placement.rollout_cpus=0.5", "train.num_threads=1", "rollout.num_threads=1",
-             "rollout.health.interval_s=1.0"]
+             "rollout.health.interval_s=1.0",
+             "placement.share_process=false"]  # engine 0 an actor of its own, to kill and restart alone
 
 
 @pytest.fixture

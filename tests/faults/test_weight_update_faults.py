@@ -27,7 +27,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.serial]
 PROMPTS, N = 4, 2
 COMMON = ("plugins=[fault_plugins]", "checkpoint.interval=0", "trainer.sft.steps=4",
           "trainer.sft.examples=64", f"rollout.prompts_per_step={PROMPTS}",
-          f"rollout.n_samples_per_prompt={N}", f"logging.samples_per_step={PROMPTS * N}")
+          f"rollout.n_samples_per_prompt={N}", f"logging.samples_per_step={PROMPTS * N}",
+          "placement.share_process=false")  # the engine an actor of its own, to kill and restart alone
 
 
 def events(run_dir, kind: str) -> list[dict]:

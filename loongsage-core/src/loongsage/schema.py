@@ -189,6 +189,10 @@ class PlacementConfig:
     timeout_s: float = 120.0  # wait this long for the cluster to fit the bundles
     object_store_memory: int = 1 << 30
     memory_check: str = "refuse"  # refuse | warn | off, when the start-up memory estimate exceeds free memory
+    # colocated: rollout engine i lives in train rank i's process when its engine class allows it
+    # (the embedded one): one copy of torch and transformers less; it then fails and restarts
+    # with that rank (no engine monitor). false: every engine an actor of its own
+    share_process: bool = True
 
 
 @dataclass

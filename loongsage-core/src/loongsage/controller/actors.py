@@ -13,6 +13,15 @@ step's worth of activations per pool thread (measured on SmolLM2: 4.2 GB after 9
 one thread, 10.6 GB with calls rotating over 4 threads). The pool's other threads stay free
 for ``memory``, ``where`` and ``inspect``, which must answer while a step runs.
 
+A colocated rollout engine whose class allows it (``shares_process``) lives in its train
+rank's process by default (``placement.share_process``): the host holds a second engine in
+slot ``rollout`` and the controller reaches it through a ``SharedEngine``, which answers the
+same ``.call`` / ``.run`` / ``.inspect`` / ``.memory`` / ``.where`` / ``.release_memory``
+calls as an actor handle. The two take turns on the bundle anyway; one process saves the
+second copy of torch and transformers (about 9 CPU-seconds of start-up and 0.3 GB on the tiny
+recipe, docs/benchmarks.md). The price: the engine cannot be killed and restarted alone, so
+its failure is its train rank's (``trainer.auto_resume``), and the engine monitor does not run.
+
 Devices come from Ray: an actor that was given GPUs (``ray.get_gpu_ids()``; Ray narrows
 ``CUDA_VISIBLE_DEVICES`` to them) builds its engine on ``cuda:0``, any other on the CPU.
 Where an actor sits (its placement-group bundle, pinned cores) is ``controller.placement``'s
@@ -22,8 +31,10 @@ job; ``where`` reports what the actor actually got.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import ray
 
@@ -34,6 +45,9 @@ from loongsage.engines.openmp_wait import openmp_wait_env
 # first driver, but a run's actors carry the job's runtime env, which those workers were not
 # started with, so they sat idle for the whole run (about 45 MB of PSS each).
 LOCAL_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
+
+MAIN = "main"  # the slot of the engine a host was started with
+SHARED_SLOT = "rollout"  # the slot of a rollout engine living in its train rank's process
 
 
 def start_ray(placement: Any) -> None:
@@ -88,16 +102,28 @@ class EngineHost:
 
     def __init__(self, engine_cls: Any, cfg: dict, num_threads: int, cpus: Sequence[int] | None = None) -> None:
         import transformers
-        from omegaconf import OmegaConf
 
         if cpus:
             pin_process(cpus)
-        self._memory = PeakSampler(rss_bytes, interval_s=0.05)
         self._compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loongsage-engine")
         transformers.utils.logging.disable_progress_bar()
-        threads = num_threads or (len(cpus) if cpus else os.cpu_count()) or 1
+        self._threads = num_threads or (len(cpus) if cpus else os.cpu_count()) or 1
         self.device = assigned_device()
-        self.engine = self._on_compute(self._build, engine_cls, OmegaConf.create(cfg), threads, self.device)
+        self.engines: dict[str, Any] = {}
+        self._memory: dict[str, PeakSampler] = {}
+        self.add_engine(MAIN, engine_cls, cfg)
+
+    @property
+    def engine(self) -> Any:
+        return self.engines[MAIN]
+
+    def add_engine(self, slot: str, engine_cls: Any, cfg: dict) -> None:
+        """Build a further engine in this process, reached as slot ``slot`` (``SharedEngine``)."""
+        from omegaconf import OmegaConf
+
+        self._memory[slot] = PeakSampler(rss_bytes, interval_s=0.05)
+        self.engines[slot] = self._on_compute(self._build, engine_cls, OmegaConf.create(cfg), self._threads,
+                                              self.device)
 
     @staticmethod
     def _build(engine_cls: Any, cfg: Any, threads: int, device: str) -> Any:
@@ -121,15 +147,24 @@ class EngineHost:
                 "cores": cores, "torch_threads": torch.get_num_threads(), "pid": os.getpid()}
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return self._on_compute(getattr(self.engine, method), *args, **kwargs)
+        return self.call_in(MAIN, method, *args, **kwargs)
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return self._on_compute(fn, self.engine, *args, **kwargs)
+        return self.run_in(MAIN, fn, *args, **kwargs)
 
     def inspect(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(engine, *args)`` on a Ray thread, beside whatever the compute thread runs: for
         cheap reads of progress a running call publishes (``sft_progress``), never for work."""
-        return fn(self.engine, *args)
+        return self.inspect_in(MAIN, fn, *args)
+
+    def call_in(self, slot: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self._on_compute(getattr(self.engines[slot], method), *args, **kwargs)
+
+    def run_in(self, slot: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self._on_compute(fn, self.engines[slot], *args, **kwargs)
+
+    def inspect_in(self, slot: str, fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(self.engines[slot], *args)
 
     def release_memory(self) -> int:
         """Hand freed heap memory back to the OS (``release_free_memory``); the RSS after it.
@@ -148,9 +183,68 @@ class EngineHost:
         ``release`` first hands freed heap memory back to the OS (``release_free_memory``),
         so ``rss`` is what the process holds rather than what its allocator kept.
         """
+        return self.memory_in(MAIN, release)
+
+    def memory_in(self, slot: str, release: bool = False) -> dict[str, int]:
+        """``memory`` with the peak window of ``slot``: the process's figures, each slot's
+        peak measured since that slot's previous call."""
         if release:
             release_free_memory()
-        return {"pid": os.getpid(), "rss": rss_bytes(), "peak_rss": self._memory.take()}
+        return {"pid": os.getpid(), "rss": rss_bytes(), "peak_rss": self._memory[slot].take()}
+
+
+@dataclass(frozen=True)
+class _Addressed:
+    """``method.remote(slot, ...)`` called as ``.remote(...)``: an actor method bound to a slot."""
+
+    method: Any
+    slot: str
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self.method.remote(self.slot, *args, **kwargs)
+
+
+class SharedEngine:
+    """An engine in slot ``slot`` of another engine's host actor, called like an actor handle.
+
+    ``.call``, ``.run``, ``.inspect`` and ``.memory`` reach the slot's engine; ``.where`` and
+    ``.release_memory`` are the process's, so they go to the host as they are.
+    """
+
+    def __init__(self, host: Any, slot: str = SHARED_SLOT) -> None:
+        self.host, self.slot = host, slot
+        self.call = _Addressed(host.call_in, slot)
+        self.run = _Addressed(host.run_in, slot)
+        self.inspect = _Addressed(host.inspect_in, slot)
+        self.memory = _Addressed(host.memory_in, slot)
+        self.where = host.where
+        self.release_memory = host.release_memory
+
+
+def actor_handle(actor: Any) -> Any:
+    """The Ray actor behind ``actor`` (its host for a ``SharedEngine``): what ``ray.kill`` takes."""
+    return actor.host if isinstance(actor, SharedEngine) else actor
+
+
+def shares_process(cfg: Any, engine_cls: Any) -> bool:
+    """Whether this run's rollout engines live in their train ranks' processes: a colocated run
+    with ``placement.share_process`` and an engine class that allows it (``shares_process``)."""
+    placement = cfg["placement"]
+    return (placement["mode"] == "colocated" and bool(placement["share_process"])
+            and bool(getattr(engine_cls, "shares_process", False)))
+
+
+def add_shared_engine(host: Any, engine_cls: Any, cfg: dict, threads: int) -> SharedEngine:
+    """Build a rollout engine in ``host``'s process and return the handle to it.
+
+    The engine's decode thread gets ``threads`` (its seat's) unless ``rollout.num_threads``
+    set a count: in an actor of its own it would inherit the count its host's compute thread
+    set, which here is the train rank's.
+    """
+    rollout = dict(cfg.get("rollout") or {})
+    rollout["num_threads"] = rollout.get("num_threads") or threads
+    ray.get(host.add_engine.remote(SHARED_SLOT, engine_cls, {**cfg, "rollout": rollout}))
+    return SharedEngine(host)
 
 
 def spawn_engine(engine_cls: Any, cfg: dict, seat: Any, placement: Any = None) -> Any:

@@ -25,8 +25,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import ray
 from omegaconf import DictConfig
@@ -35,7 +36,7 @@ from loongsage.agentflow.settings import RouterSettings
 from loongsage.algorithms.filters import FilterChain, FilterResult
 from loongsage.algorithms.objective import Objective
 from loongsage.config.validate import RunConfig, as_container
-from loongsage.controller.actors import spawn_engine, start_ray
+from loongsage.controller.actors import add_shared_engine, shares_process, spawn_engine, start_ray
 from loongsage.controller.agent_routers import AgentRouters
 from loongsage.controller.critic import build_critic
 from loongsage.controller.distill import build_distiller
@@ -43,7 +44,7 @@ from loongsage.controller.engine_health import EngineMonitor
 from loongsage.controller.memory import RunMemory
 from loongsage.controller.memory_budget import check_run_memory
 from loongsage.controller.phases import PHASES
-from loongsage.controller.placement import Placement, format_layout, layout, plan_placement
+from loongsage.controller.placement import Placement, Seat, format_layout, layout, plan_placement
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
 from loongsage.controller.train_group import TrainGroup
@@ -57,8 +58,8 @@ from loongsage.data.sources import build_sources, training_sources
 from loongsage.deadline.budget import Budget
 from loongsage.deadline.pool import DeadlinePool
 from loongsage.engines.client import EngineClient
-from loongsage.engines.routing import config_is_moe
 from loongsage.engines.pool import EnginePool
+from loongsage.engines.routing import config_is_moe
 from loongsage.models.resolve import resolve_model_path
 from loongsage.runtime.event_loop import EventLoopThread
 from loongsage.runtime.prompt_source import BatchedPromptSource
@@ -154,9 +155,13 @@ def _start_actors(run: Run, plain: dict, rollout: bool) -> None:
     spec, placement = run.spec, run.placement
     train_seats = placement.plan.role("train")
     rollout_seats = placement.plan.role("rollout") if rollout else []
-    trainers = [spawn_engine(spec.train_engine.obj, plain, seat, placement) for seat in train_seats]
-    run.rollout_actors = [spawn_engine(spec.rollout_engine.obj, plain, seat, placement)
-                          for seat in rollout_seats]
+    hosts = host_seats(plain, spec.rollout_engine.obj, train_seats, rollout_seats)
+    trainers = [spawn_engine(spec.train_engine.obj, plain, hosts.get(seat.rank, seat), placement)
+                for seat in train_seats]
+    run.rollout_actors = [
+        add_shared_engine(trainers[seat.rank], spec.rollout_engine.obj, plain, seat.threads)
+        if seat.rank in hosts else spawn_engine(spec.rollout_engine.obj, plain, seat, placement)
+        for seat in rollout_seats]
     run.trainers = TrainGroup(trainers)
     actors = trainers + run.rollout_actors
     reports = ray.get([actor.where.remote() for actor in actors])
@@ -167,6 +172,17 @@ def _start_actors(run: Run, plain: dict, rollout: bool) -> None:
     if spec.algorithm.critic is not None:
         run.critic = build_critic(spec.algorithm, plain, train_seats[0], placement,
                                   run.cfg.train.mini_batches_per_step)
+
+
+def host_seats(plain: dict, engine_cls: Any, train_seats: list[Seat], rollout_seats: list[Seat]) -> dict[int, Seat]:
+    """Rank -> its train seat, booking its engine's share of the bundle too, for every train rank
+    whose process also holds rollout engine ``rank`` (``actors.shares_process``)."""
+    if not rollout_seats or not shares_process(plain, engine_cls):
+        return {}
+    trains = {seat.rank: seat for seat in train_seats}
+    return {seat.rank: dataclasses.replace(trains[seat.rank], num_cpus=trains[seat.rank].num_cpus + seat.num_cpus,
+                                           num_gpus=trains[seat.rank].num_gpus + seat.num_gpus)
+            for seat in rollout_seats if seat.rank in trains}
 
 
 def _start_rollout(run: Run, plain: dict) -> None:
@@ -180,10 +196,13 @@ def _start_rollout(run: Run, plain: dict) -> None:
     views = {"bind_views": True} if sync is WeightSync and colocated else {}
     run.weight_sync = sync(run.trainers, run.rollout_actors, transfer, **views)
     health = cfg.rollout.health
+    if health.enable and run.shared_engines:
+        log.info("rollout.health: the engines live in their train ranks' processes (placement.share_process), "
+                 "so no engine monitor runs; an engine that fails fails its rank (trainer.auto_resume)")
     routes = config_is_moe(cfg.model.path)  # MoE: generations return routes (R3, routing mismatch)
     # without the monitor nothing restarts a dead engine: a failed request fails at once
     pool = EnginePool([EngineClient(url, return_routed_experts=routes) for url in urls],
-                      max_attempts=health.max_attempts if health.enable else 1, wait_s=health.restart_timeout_s)
+                      max_attempts=health.max_attempts if run.monitors_engines else 1, wait_s=health.restart_timeout_s)
     run.loop = EventLoopThread()
     base = RouterSettings.from_config(cfg.agentflow)
     run.agent_routers = AgentRouters(run.sources, pool, run.tokenizer, spec.registries, base, run.run_dir.path)
@@ -233,7 +252,7 @@ def build_run(spec: RunConfig, rollout: bool = True) -> Iterator[Run]:
         others = {**(run.distiller.actors if run.distiller else {}), **(run.critic.actors if run.critic else {})}
         run.memory = RunMemory.for_run(cfg, run.trainers.actors, run.rollout_actors, others)
         run.trackers = build_trackers(spec, run_dir)
-        if rollout and cfg.rollout.health.enable:
+        if rollout and run.monitors_engines:
             run.engine_monitor = EngineMonitor(run, run.rollout.pool, as_container(cfg),
                                                run_dir.path / "engine_events.jsonl").start()
         yield run

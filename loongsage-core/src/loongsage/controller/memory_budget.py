@@ -14,7 +14,8 @@ machine passes ``RAY_memory_usage_threshold``, 0.95 by default, of its memory):
   micro-batch, 1.0-1.3 GB at 8);
 * **each rollout engine**: weights, three times the KV cache of its running requests (the
   cache grows by concatenation, so the old and the new copy coexist and freed blocks are too
-  small to reuse), fp32 logits of one decode step, and the process;
+  small to reuse), fp32 logits of one decode step, and the process, unless it lives in its
+  train rank's process (``placement.share_process``, ``engines_in_train_processes``);
 * **weight sync**: one model-sized shared-memory ring (``controller.weight_sync``). In a
   colocated CPU run of full fine-tuning the embedded engines take the ring's views as their
   weights, and an embedded DDP or single train rank keeps its own weights in it too (no delta
@@ -75,7 +76,7 @@ class ModelShape:
     moe: bool = False  # top-k routed experts: the train engine shares no prompt there
 
     @classmethod
-    def from_folder(cls, path: str) -> "ModelShape":
+    def from_folder(cls, path: str) -> ModelShape:
         """Read a HF folder's config and count its parameters (no weights loaded)."""
         from transformers import AutoConfig
 
@@ -219,6 +220,15 @@ def shared_weights(cfg: Any) -> tuple[bool, bool]:
     return engines, trainer
 
 
+def engines_in_train_processes(cfg: Any) -> int:
+    """Rollout engines living in a train rank's process (``placement.share_process``, which the
+    embedded engine allows): they add no process of their own."""
+    p = cfg.placement
+    if p.mode != "colocated" or not p.share_process or cfg.rollout.backend != "embedded_rollout":
+        return 0
+    return min(cfg.rollout.num_engines, train_ranks(cfg.train))
+
+
 def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int, prompt_tokens: int = 0,
                  teachers: list[ModelShape] | None = None) -> Estimate:
     """The expected peak memory of every process of ``cfg``'s run (see the module docstring);
@@ -255,9 +265,11 @@ def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int, prompt_tokens
     engines_read_ring, trainer_is_ring = shared_weights(cfg)
     engine_weights = 0 if engines_read_ring else weights
     engine = PROCESS_BYTES + engine_weights + 3 * kv + 2 * requests * shape.vocab * 4
-    est.parts["rollout engines"] = r.num_engines * engine
+    hosted = engines_in_train_processes(cfg)
+    est.parts["rollout engines"] = r.num_engines * engine - hosted * PROCESS_BYTES
     est.detail["rollout engines"] = (f"{r.num_engines} x (weights {engine_weights / GB:.1f} GB, KV cache "
-                                     f"{kv / GB:.1f} GB for {requests} requests x {tokens_per_row} tokens)")
+                                     f"{kv / GB:.1f} GB for {requests} requests x {tokens_per_row} tokens)"
+                                     + (f", {hosted} in train ranks' processes" if hosted else ""))
     est.parts["weight-sync ring"] = 0 if trainer_is_ring else weights
     if engines_read_ring:
         est.detail["weight-sync ring"] = ("the train ranks' weights" if trainer_is_ring else

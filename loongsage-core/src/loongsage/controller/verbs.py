@@ -12,16 +12,18 @@ import random
 import sys
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import ray
 import torch
 
 from loongsage.algorithms.objective import Objective
 from loongsage.config.validate import RunConfig
+from loongsage.controller.actors import SharedEngine, actor_handle
 from loongsage.controller.agent_routers import AgentRouters
 from loongsage.controller.batching import attach_rows, groups_to_batch, plan_shards, rollout_metrics
 from loongsage.controller.critic import Critic
@@ -80,6 +82,17 @@ class Run:
     @property
     def cfg(self) -> Any:
         return self.spec.cfg
+
+    @property
+    def shared_engines(self) -> bool:
+        """Whether a rollout engine lives in a train rank's process (``placement.share_process``)."""
+        return any(isinstance(actor, SharedEngine) for actor in self.rollout_actors)
+
+    @property
+    def monitors_engines(self) -> bool:
+        """Whether the engine monitor watches and restarts the engines: asked for, and every
+        engine an actor of its own (one sharing a train rank's process restarts with it)."""
+        return bool(self.cfg.rollout.health.enable) and not self.shared_engines
 
     @property
     def pad_id(self) -> int:
@@ -216,7 +229,7 @@ class Run:
         if self.trainers is not None:
             self.trainers.kill()
         for actor in self.rollout_actors:
-            ray.kill(actor)
+            ray.kill(actor_handle(actor))
         self.placement.remove()
 
 

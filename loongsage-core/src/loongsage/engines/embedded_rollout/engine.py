@@ -40,6 +40,11 @@ def _get(section: Any, key: str, default: Any) -> Any:
 class EmbeddedRolloutEngine:
     """An in-process rollout engine speaking the SGLang HTTP API (DESIGN.md §5)."""
 
+    # It may live in a colocated train rank's process (``placement.share_process``): its
+    # decode loop and server run on threads of their own, and its weights arrive through the
+    # same receiver either way.
+    shares_process = True
+
     def __init__(self, model_path: str, *, tokenizer_path: str | None = None,
                  dtype: str = "float32", fp32_lm_head: bool = True,
                  max_running_requests: int = 64, num_threads: int = 0, seed: int = 0,
