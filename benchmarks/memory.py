@@ -6,7 +6,8 @@ map them: what the run takes from the machine), summed RSS (shared pages counted
 process), per process its RSS and PSS peaks, and the CPU seconds of the whole tree (on a
 shared machine a steadier figure than wall time). A ``loongsage train`` run prints
 ``actor processes: train <pid>, rollout0 <pid>``; those processes are reported under their
-role names, every other big process under its command line. With several ``--run`` the
+role names (``train+rollout0`` for a process holding both, ``placement.share_process``),
+every other big process under its command line. With several ``--run`` the
 table gives each one's peak PSS as a ratio of the first's.
 
     .venv/bin/python benchmarks/memory.py --run "loongsage train --config-name smollm2/grpo" [--json]
@@ -89,7 +90,8 @@ def measure(command: str, interval: float, echo: bool, min_rss: float = 0.1 * GB
                 sys.stdout.write(line)
             found = ROLES.match(line.strip())
             if found:
-                roles.update({int(pid): role for role, pid in re.findall(r"(\w+) (\d+)", found.group(1))})
+                for role, pid in re.findall(r"(\w+) (\d+)", found.group(1)):  # shared: train+rollout0
+                    roles[int(pid)] = f"{roles[int(pid)]}+{role}" if int(pid) in roles else role
 
     reader = threading.Thread(target=read_output, daemon=True)
     reader.start()

@@ -18,8 +18,8 @@ rank's process by default (``placement.share_process``): the host holds a second
 slot ``rollout`` and the controller reaches it through a ``SharedEngine``, which answers the
 same ``.call`` / ``.run`` / ``.inspect`` / ``.memory`` / ``.where`` / ``.release_memory``
 calls as an actor handle. The two take turns on the bundle anyway; one process saves the
-second copy of torch and transformers (about 9 CPU-seconds of start-up and 0.3 GB on the tiny
-recipe, docs/benchmarks.md). The price: the engine cannot be killed and restarted alone, so
+second copy of torch and transformers (about 10 CPU-seconds of start-up and 0.3 GB of summed
+PSS on a one-step tiny run, docs/cluster.md). The price: the engine cannot be killed and restarted alone, so
 its failure is its train rank's (``trainer.auto_resume``), and the engine monitor does not run.
 
 Devices come from Ray: an actor that was given GPUs (``ray.get_gpu_ids()``; Ray narrows
