@@ -61,6 +61,18 @@ def wait_for(predicate, timeout: float, proc: subprocess.Popen | None = None) ->
     pytest.fail("timed out waiting for the training run")
 
 
+def kill_after_a_checkpoint(run_dir: Path, steps: int, *overrides: str) -> int:
+    """Start ``loongsage train`` (``trainer.steps=steps`` among ``overrides``), SIGKILL its
+    process group once a checkpoint of step 1 or later is complete, and return that step; fail
+    the test if the run had already reached its last step."""
+    proc = start_train(run_dir, *overrides)
+    wait_for(lambda: latest_step(run_dir) >= 1, timeout=600, proc=proc)
+    kill_group(proc)
+    last = latest_step(run_dir)
+    assert 1 <= last < steps - 1, "the kill must land before the run finished"
+    return last
+
+
 def metrics(run_dir: Path) -> list[dict]:
     from loongsage.tracking.jsonl import read_metrics
 
@@ -150,6 +162,7 @@ class Runs:
     start_train = staticmethod(start_train)
     kill_group = staticmethod(kill_group)
     wait_for = staticmethod(wait_for)
+    kill_after_a_checkpoint = staticmethod(kill_after_a_checkpoint)
     metrics = staticmethod(metrics)
     trained_prompts = staticmethod(trained_prompts)
     latest_step = staticmethod(latest_step)

@@ -41,11 +41,7 @@ def trained_groups(run_dir, step: int) -> dict[int, tuple[str, int]]:
 
 def test_killed_async_run_resumes_without_losing_or_repeating_groups(tmp_path, runs):
     run_dir = tmp_path / "crashed"
-    proc = runs.start_train(run_dir, *COMMON)
-    runs.wait_for(lambda: runs.latest_step(run_dir) >= 1, timeout=600, proc=proc)
-    runs.kill_group(proc)
-    last = runs.latest_step(run_dir)
-    assert 1 <= last < STEPS - 1, "the kill must land before the run finished"
+    last = runs.kill_after_a_checkpoint(run_dir, STEPS, *COMMON)
 
     resumed = runs.train(run_dir, *COMMON, "trainer.resume=true")
     assert f"continuing at step {last + 1}" in resumed.stdout

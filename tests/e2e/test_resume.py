@@ -34,11 +34,7 @@ def test_killed_run_resumes_at_next_step_with_the_same_data(tmp_path, runs):
     reference, crashed = tmp_path / "reference", tmp_path / "crashed"
     runs.train(reference, *COMMON)
 
-    proc = runs.start_train(crashed, *COMMON)
-    runs.wait_for(lambda: runs.latest_step(crashed) >= 1, timeout=600, proc=proc)
-    runs.kill_group(proc)
-    last = runs.latest_step(crashed)
-    assert 1 <= last < STEPS - 1, "the kill must land before the run finished"
+    last = runs.kill_after_a_checkpoint(crashed, STEPS, *COMMON)
 
     resumed = runs.train(crashed, *COMMON, "trainer.resume=true")
     assert f"continuing at step {last + 1}" in resumed.stdout
