@@ -191,9 +191,8 @@ def test_weights_count_once_where_the_trainer_and_engines_share_the_ring(tiny_mo
 
     engines, ring, shared = parts()
     assert ring == 0 and "weight-sync ring 0.0 GB (the train ranks' weights)" in shared.line()
-    # every copy its own (and every engine a process of its own)
-    own_process = parts("placement.share_process=false")[0]
-    assert parts("placement.mode=disaggregated", "async.enable=true")[:2] == (own_process + weights, weights)
+    # every copy its own
+    assert parts("placement.mode=disaggregated", "async.enable=true")[:2] == (engines + weights, weights)
     # the trainer keeps a delta shadow, FSDP2 sends gathered shards: their rings are copies
     assert parts("transfer.delta=true")[:2] == (engines, weights)
     assert parts("train.dp_size=2", "train.strategy=fsdp2")[:2] == (engines, weights)
@@ -203,12 +202,27 @@ def test_weights_count_once_where_the_trainer_and_engines_share_the_ring(tiny_mo
 
 
 def test_an_engine_in_its_train_ranks_process_adds_no_process(tiny_model_dir):
+    """The estimate takes the count from the decision that places the engines (``host_seats``:
+    engine i shares rank i's process where the run and the engine class allow it)."""
+    from loongsage.controller.build import host_seats
+    from loongsage.controller.placement import plan_placement
+    from loongsage.engines.embedded_rollout.engine import EmbeddedRolloutEngine
+    from loongsage.engines.embedded_train import EmbeddedTrainEngine
+
+    def hosted(*overrides, engine=EmbeddedRolloutEngine):
+        plan = plan_placement(tiny_cfg(tiny_model_dir, *overrides), None)
+        return len(host_seats(tiny_cfg(tiny_model_dir, *overrides), engine, plan.role("train"), plan.role("rollout")))
+
+    assert hosted() == 1
+    assert hosted("rollout.num_engines=2") == 1  # one train rank: only engine 0 shares its process
+    assert hosted("train.dp_size=2", "rollout.num_engines=2") == 2
+    assert hosted("placement.share_process=false") == 0
+    assert hosted("placement.mode=disaggregated", "async.enable=true") == 0
+    assert hosted(engine=EmbeddedTrainEngine) == 0  # a class that does not say it can share
+
     shape = ModelShape.from_folder(str(tiny_model_dir))
-    shared = estimate_run(tiny_cfg(tiny_model_dir), shape, 100)
-    own = estimate_run(tiny_cfg(tiny_model_dir, "placement.share_process=false"), shape, 100)
+    cfg = tiny_cfg(tiny_model_dir)
+    shared = estimate_run(cfg, shape, 100, engines_in_train_processes=1)
+    own = estimate_run(cfg, shape, 100)
     assert own.parts["rollout engines"] - shared.parts["rollout engines"] == PROCESS_BYTES
     assert "1 in train ranks' processes" in shared.detail["rollout engines"]
-    # two engines beside one train rank: only engine 0 shares a process
-    two = estimate_run(tiny_cfg(tiny_model_dir, "rollout.num_engines=2"), shape, 100)
-    two_own = estimate_run(tiny_cfg(tiny_model_dir, "rollout.num_engines=2", "placement.share_process=false"), shape, 100)
-    assert two_own.parts["rollout engines"] - two.parts["rollout engines"] == PROCESS_BYTES

@@ -212,7 +212,7 @@ class SharedEngine:
     """
 
     def __init__(self, host: Any, slot: str = SHARED_SLOT) -> None:
-        self.host, self.slot = host, slot
+        self.host = host
         self.call = _Addressed(host.call_in, slot)
         self.run = _Addressed(host.run_in, slot)
         self.inspect = _Addressed(host.inspect_in, slot)

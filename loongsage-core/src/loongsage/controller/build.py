@@ -174,10 +174,10 @@ def _start_actors(run: Run, plain: dict, rollout: bool) -> None:
                                   run.cfg.train.mini_batches_per_step)
 
 
-def host_seats(plain: dict, engine_cls: Any, train_seats: list[Seat], rollout_seats: list[Seat]) -> dict[int, Seat]:
+def host_seats(cfg: Any, engine_cls: Any, train_seats: list[Seat], rollout_seats: list[Seat]) -> dict[int, Seat]:
     """Rank -> its train seat, booking its engine's share of the bundle too, for every train rank
     whose process also holds rollout engine ``rank`` (``actors.shares_process``)."""
-    if not rollout_seats or not shares_process(plain, engine_cls):
+    if not rollout_seats or not shares_process(cfg, engine_cls):
         return {}
     trains = {seat.rank: seat for seat in train_seats}
     return {seat.rank: dataclasses.replace(trains[seat.rank], num_cpus=trains[seat.rank].num_cpus + seat.num_cpus,
@@ -239,7 +239,8 @@ def build_run(spec: RunConfig, rollout: bool = True) -> Iterator[Run]:
     run = Run(spec, run_dir, tokenizer, Objective(spec.algorithm), placement)
     try:
         run.sources = build_sources(spec.sources, spec.registries, cfg.trainer.seed, tokenizer)
-        estimate = check_run_memory(cfg, run.sources, tokenizer)
+        hosted = host_seats(cfg, spec.rollout_engine.obj, plan.role("train"), plan.role("rollout") if rollout else [])
+        estimate = check_run_memory(cfg, run.sources, tokenizer, engines_in_train_processes=len(hosted))
         if estimate:
             log.info(estimate)
         _start_actors(run, as_container(cfg), rollout)

@@ -15,7 +15,8 @@ machine passes ``RAY_memory_usage_threshold``, 0.95 by default, of its memory):
 * **each rollout engine**: weights, three times the KV cache of its running requests (the
   cache grows by concatenation, so the old and the new copy coexist and freed blocks are too
   small to reuse), fp32 logits of one decode step, and the process, unless it lives in its
-  train rank's process (``placement.share_process``, ``engines_in_train_processes``);
+  train rank's process (``placement.share_process``: the caller says how many do, from the
+  same decision that places them, ``build.host_seats``);
 * **weight sync**: one model-sized shared-memory ring (``controller.weight_sync``). In a
   colocated CPU run of full fine-tuning the embedded engines take the ring's views as their
   weights, and an embedded DDP or single train rank keeps its own weights in it too (no delta
@@ -220,20 +221,12 @@ def shared_weights(cfg: Any) -> tuple[bool, bool]:
     return engines, trainer
 
 
-def engines_in_train_processes(cfg: Any) -> int:
-    """Rollout engines living in a train rank's process (``placement.share_process``, which the
-    embedded engine allows): they add no process of their own."""
-    p = cfg.placement
-    if p.mode != "colocated" or not p.share_process or cfg.rollout.backend != "embedded_rollout":
-        return 0
-    return min(cfg.rollout.num_engines, train_ranks(cfg.train))
-
-
 def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int, prompt_tokens: int = 0,
-                 teachers: list[ModelShape] | None = None) -> Estimate:
+                 teachers: list[ModelShape] | None = None, engines_in_train_processes: int = 0) -> Estimate:
     """The expected peak memory of every process of ``cfg``'s run (see the module docstring);
     ``prompt_tokens``: the part of a row that a group's rows share; ``teachers``: the shapes of
-    ``opd.teachers``, in order."""
+    ``opd.teachers``, in order; ``engines_in_train_processes``: rollout engines that add no
+    process of their own (``placement.share_process``)."""
     b = _DTYPE_BYTES.get(cfg.model.dtype, 4)
     weights = shape.parameters * b
     t = cfg.train
@@ -265,7 +258,7 @@ def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int, prompt_tokens
     engines_read_ring, trainer_is_ring = shared_weights(cfg)
     engine_weights = 0 if engines_read_ring else weights
     engine = PROCESS_BYTES + engine_weights + 3 * kv + 2 * requests * shape.vocab * 4
-    hosted = engines_in_train_processes(cfg)
+    hosted = engines_in_train_processes
     est.parts["rollout engines"] = r.num_engines * engine - hosted * PROCESS_BYTES
     est.detail["rollout engines"] = (f"{r.num_engines} x (weights {engine_weights / GB:.1f} GB, KV cache "
                                      f"{kv / GB:.1f} GB for {requests} requests x {tokens_per_row} tokens)"
@@ -307,7 +300,7 @@ def check_estimate(est: Estimate, mode: str, room: int, total: int) -> str:
                            "(placement.memory_check=warn starts it anyway)")
 
 
-def check_run_memory(cfg: Any, sources: dict, tokenizer: Any) -> str | None:
+def check_run_memory(cfg: Any, sources: dict, tokenizer: Any, engines_in_train_processes: int = 0) -> str | None:
     """Estimate ``cfg``'s run and check it against this machine; the line to print, or None.
 
     Skipped (None) for ``placement.memory_check: off`` and when the actors run on a remote
@@ -319,7 +312,8 @@ def check_run_memory(cfg: Any, sources: dict, tokenizer: Any) -> str | None:
     if mode == "off" or cfg.placement.ray_address or os.environ.get("RAY_ADDRESS"):
         return None
     est = estimate_run(cfg, ModelShape.from_folder(cfg.model.path), *row_tokens(cfg, sources, tokenizer),
-                       teachers=[_teacher_shape(cfg, i) for i in range(len(cfg.opd.teachers))])
+                       teachers=[_teacher_shape(cfg, i) for i in range(len(cfg.opd.teachers))],
+                       engines_in_train_processes=engines_in_train_processes)
     return check_estimate(est, mode, *room_bytes())
 
 
