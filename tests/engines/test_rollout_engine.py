@@ -109,6 +109,22 @@ def test_the_decode_thread_flushes_denormals(tiny_model_dir):
         own.stop()
 
 
+def test_calls_before_start_and_after_stop_fail_at_once_naming_why(tiny_model_dir):
+    """A call no decode loop will ever run (the engine not started yet, or stopped) fails at
+    once with the reason; it used to wait forever, and a Ray actor waiting so hangs shutdown."""
+    own = EmbeddedRolloutEngine(str(tiny_model_dir), max_running_requests=2, seed=1, num_threads=1)
+    with pytest.raises(RuntimeError, match=r"not started; start\(\) the engine first"):
+        own.offload()
+    own.start()
+    try:
+        assert own.offload() is False  # running: the call reaches the loop (CPU: nothing moves)
+    finally:
+        own.stop()
+    with pytest.raises(RuntimeError, match="stopped; it takes no more calls"):
+        own.onload()
+    own.stop()  # stopping twice is harmless
+
+
 def test_a_group_of_identical_prompts_is_prefilled_once(client, engine, hf):
     """Eight samples of one prompt admitted together: one prompt's tokens prefilled, seven shared;
     each sample's logprobs still equal a plain HF forward of its own tokens."""

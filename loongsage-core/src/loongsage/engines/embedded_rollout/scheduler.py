@@ -87,6 +87,8 @@ class Scheduler:
         self._stale = False
         self._lost = ""  # why the weights cannot be used (``weights_lost``), until the next swap
         self._stopping = False
+        self._closed = False  # the decode loop has returned: calls are refused, not queued
+        self._gate = threading.Lock()  # orders a call's check-and-queue against the loop closing
         self.stats = {"prefills": 0, "prefill_tokens": 0, "prefill_tokens_shared": 0, "decode_steps": 0,
                       "max_batch": 0}
         self._thread = threading.Thread(target=self._run, name="embedded-rollout-decode",
@@ -105,9 +107,19 @@ class Scheduler:
             self._thread.join()
 
     def call(self, fn: Callable[[], Any]) -> Future:
-        """Run ``fn`` on the decode thread between steps; its result arrives in the future."""
+        """Run ``fn`` on the decode thread between steps; its result arrives in the future.
+
+        Before ``start`` and after the loop has stopped nothing would ever run it, so the
+        future fails at once with the reason instead of leaving its caller waiting forever."""
         fut: Future = Future()
-        self._cmds.put((fn, fut))
+        with self._gate:
+            if self._thread.ident is None:
+                fut.set_exception(RuntimeError(
+                    "embedded engine: the decode loop has not started; start() the engine first"))
+            elif self._closed:
+                fut.set_exception(RuntimeError("embedded engine: stopped; it takes no more calls"))
+            else:
+                self._cmds.put((fn, fut))
         return fut
 
     def submit(self, *reqs: Request) -> None:
@@ -176,6 +188,18 @@ class Scheduler:
             except Exception as exc:  # a failed forward must not strand callers
                 log.exception("decode step failed")
                 self._fail_all(f"engine error: {exc!r}")
+        with self._gate:
+            self._closed = True
+        self._refuse_queued()
+
+    def _refuse_queued(self) -> None:
+        """Fail the calls queued while the loop was stopping: none of them will run."""
+        while True:
+            try:
+                _, fut = self._cmds.get_nowait()
+            except queue.Empty:
+                return
+            fut.set_exception(RuntimeError("embedded engine: stopped before this call ran"))
 
     def _drain(self, block: bool) -> None:
         try:
