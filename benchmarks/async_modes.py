@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -60,6 +59,7 @@ from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import async_runtime  # noqa: E402  (the trace-driven simulator and the shared row list)
+from warm_start import run_env, warm_start  # noqa: E402  (benchmarks/warm_start.py)
 
 ROWS = async_runtime.ROWS
 
@@ -74,24 +74,6 @@ WORKLOADS = {
     "math": Workload("tiny/grpo", 256),
     "agentic": Workload("tiny/code_repair", 128),  # the recipe's warm start teaches the tool call
 }
-
-
-def warm_start(args: argparse.Namespace, root: Path) -> Path:
-    """One supervised warm start (the recipe's) for every row."""
-    out = root / "warm_start"
-    cmd = [sys.executable, "-m", "loongsage.cli", "sft", "--config-name", WORKLOADS[args.workload].config,
-           f"trainer.run_dir={out}", "logging.progress_bar=false"]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=run_env())
-    if done.returncode != 0:
-        raise RuntimeError(f"warm start failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return out / "sft_model"
-
-
-def run_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    env.setdefault("RAY_AUTH_MODE", "disabled")
-    return env
 
 
 def overrides(row: "async_runtime.Row", args: argparse.Namespace) -> list[str]:
@@ -202,7 +184,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         p.error("--rows: the colocated row (1) must come first: it is the baseline")
 
     with tempfile.TemporaryDirectory(prefix="async_modes_") as tmp:
-        args.model = str(warm_start(args, Path(tmp)))
+        args.model = str(warm_start(WORKLOADS[args.workload].config, Path(tmp) / "warm_start"))
         results = [run_row(row, args, Path(tmp)) for row in picked]
     base = results[0]
     bound = overlap_bound(base)

@@ -1,13 +1,15 @@
 """The main job against TRL's ``GRPOTrainer``, one after the other on the same machine.
 
-Both sides get the same model folder, the same prompts in the same order (exported from the
-recipe's data source by our mixer with the run's seed; TRL reads them unshuffled), the same
-reward (our data source's reward: TRL's reward function posts its completions to a loopback
-server this script runs, which scores them with it), the same batch (prompts x samples), the
-same maximum new tokens, temperature, learning rate, clipping (ε_low / ε_high), gradient
-clipping, number of optimizer steps (one per batch) and threads, and no KL term. TRL runs in
-its own venv (``$LOONGSAGE_CACHE/venvs/trl``, created on first use with torch pinned to ours,
-so nothing in our venv moves).
+Both sides get the same model folder (where the recipe has a supervised warm start, the model
+that warm start saves, run once here: from the tiny model as built every sample scores 0, so
+neither side learns and the reward curves would compare nothing), the same prompts in the same
+order (exported from the recipe's data source by our mixer with the run's seed; TRL reads them
+unshuffled), the same reward (our data source's reward: TRL's reward function posts its
+completions to a loopback server this script runs, which scores them with it), the same batch
+(prompts x samples), the same maximum new tokens, temperature, learning rate, clipping (ε_low /
+ε_high), gradient clipping, number of optimizer steps (one per batch) and threads, and no KL
+term. TRL runs in its own venv (``$LOONGSAGE_CACHE/venvs/trl``, created on first use with torch
+pinned to ours, so nothing in our venv moves).
 
 Each side runs as one command whose whole process tree is sampled (summed RSS and PSS every
 ``--interval`` s, ``benchmarks/memory.py``). Reported per side: seconds per step (median
@@ -15,7 +17,7 @@ excluding the first), wall time including start-up, completion tokens per step, 
 RSS and PSS, the reward curve; and the ratios ours / TRL (``step_time_ratio``,
 ``peak_memory_ratio`` on PSS) at the top level of ``--json``.
 
-    .venv/bin/python benchmarks/vs_trl.py [--model tiny|smollm2] [--steps 5] [--json]
+    .venv/bin/python benchmarks/vs_trl.py [--model tiny|smollm2] [--steps 5] [--no-warm-start] [--json]
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory import GB, measure  # noqa: E402  (benchmarks/memory.py, beside this file)
+from warm_start import warm_start  # noqa: E402  (benchmarks/warm_start.py)
 
 from loongsage.config.compose import load_config  # noqa: E402
 from loongsage.data.mixer import DataMixer  # noqa: E402
@@ -138,15 +141,19 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--interval", type=float, default=0.5, help="memory sampling period, seconds")
+    parser.add_argument("--no-warm-start", dest="warm_start", action="store_false",
+                        help="start both sides from the recipe's model as shipped, not its warm start")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
     recipe = RECIPES[args.model]
-    # both sides start from the model folder as it is (no warm start of ours), train without KL
+    # both sides start from the same model folder (the recipe's warm start, run once, where it
+    # has one) and train without KL
     common = [f"trainer.steps={args.steps}", "trainer.eval_interval=0", "checkpoint.interval=0", "trainer.sft.steps=0",
               "algorithm.kl.coef=0.0", f"train.num_threads={args.threads}"]
     spec = load_config(recipe, common)
     cfg = spec.cfg
+    warm = args.warm_start and load_config(recipe, []).cfg.trainer.sft.steps > 0
     count = args.steps * cfg.rollout.prompts_per_step
     prompts, sources = export_prompts(recipe, common, count)
     params = spec.algorithm.policy_loss.params
@@ -154,19 +161,20 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             workdir = Path(tmp)
-            job = {"model": str(resolve_model_path(str(cfg.model.path))), "prompts": prompts,
+            model = warm_start(recipe, workdir / "warm_start") if warm else resolve_model_path(str(cfg.model.path))
+            job = {"model": str(model), "prompts": prompts,
                    "prompts_per_step": cfg.rollout.prompts_per_step, "samples": cfg.rollout.n_samples_per_prompt,
                    "max_tokens": cfg.rollout.max_new_tokens, "temperature": cfg.rollout.temperature,
                    "lr": cfg.train.lr, "grad_clip": cfg.train.grad_clip, "eps_low": params.eps_low,
                    "eps_high": params.eps_high, "steps": args.steps, "threads": args.threads,
                    "seed": cfg.trainer.seed, "reward_url": server.url}
             trl = run_trl(job, workdir, args.interval)
-            ours = run_ours(recipe, common, workdir, args.interval)
+            ours = run_ours(recipe, [*common, f"model.path={model}"], workdir, args.interval)
     finally:
         server.close()
     ratio = (lambda a, b: round(a / b, 3) if a and b else None)
     result = {
-        "model": args.model, "steps": args.steps, "threads": args.threads,
+        "model": args.model, "warm_start": warm, "steps": args.steps, "threads": args.threads,
         "batch": f"{cfg.rollout.prompts_per_step} x {cfg.rollout.n_samples_per_prompt}",
         "max_new_tokens": cfg.rollout.max_new_tokens,
         "step_time_ratio": ratio(ours["step_s_median"], trl["step_s_median"]),
@@ -178,8 +186,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(result))
         return
-    print(f"{args.model}: batch {result['batch']}, {result['max_new_tokens']} new tokens, {args.steps} steps, "
-          f"{args.threads} threads")
+    print(f"{args.model}{' (warm-started)' if warm else ''}: batch {result['batch']}, "
+          f"{result['max_new_tokens']} new tokens, {args.steps} steps, {args.threads} threads")
     print(f"{'':12}{'s/step':>9}{'wall s':>9}{'tok/step':>10}{'PSS GB':>9}{'RSS GB':>9}  reward curve")
     for side in (trl, ours):
         print(f"{side['side']:12}{side['step_s_median'] or float('nan'):9.2f}{side['wall_s']:9.1f}"
