@@ -29,6 +29,12 @@ rollout engine to the other (1 thread each, ``controller.actors.split_cores``). 
 ``train s`` of a colocated and an async row is the same phase on 2 vs 1 thread: it is the
 thread scaling that decides whether an even split can win.
 
+Two bounds are printed. The ideal overlap bound is Table 4's: max(colocated rollout phase, the
+rest of the colocated step). The work bound is this machine's: every process of a run
+(trainer, engine, driver, router, sandboxes) shares the same cores, so a step can be no shorter
+than its CPU seconds (``perf/run_cpu_s``, the whole process tree's) over the cores; the
+colocated row's work bound caps the speedup of any schedule doing the same work here.
+
 Rows (our ``S`` is a hard bound and equals LoongSage's ``stale_steps + 1``, docs/async.md):
   colocated                      synchronous
   colocated + partial            O = B/2 extra groups; unfinished ones aborted before training,
@@ -49,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -118,6 +125,8 @@ def run_row(row: "async_runtime.Row", args: argparse.Namespace, root: Path) -> d
         "step_s_excl_first": mean("timing/step", 1),
         "rollout_wait_s": mean("timing/rollout", 1),  # trainer blocked on data (whole phase if colocated)
         "train_s": mean("timing/train", 1),
+        "cpu_s": mean("perf/run_cpu_s", 1),  # core-seconds the whole run used per step
+        "cores_busy": mean("perf/run_cpu_s", 1) / mean("timing/step", 1),
         "staleness_mean": mean("async/staleness_mean"),
         "staleness_max": max(r.get("async/staleness_max", 0.0) for r in rows),
         "partial_ratio": mean("rollout/partial_ratio"),
@@ -139,22 +148,37 @@ def overlap_bound(colocated: dict) -> float:
     return max(rollout, colocated["step_s_excl_first"] - rollout)
 
 
+def work_bound(colocated: dict, cores: int) -> float:
+    """The work bound per step on these cores: the colocated step's CPU seconds (every process
+    of the run, sandboxes included) spread perfectly over ``cores``. Where trainer, engines,
+    driver and sandboxes all share the machine's cores, no schedule of the same work finishes a
+    step sooner; an async row that does more work per step (a second process's overheads, a
+    slower one-core trainer) has a higher bound of its own (``cpu_s / cores``)."""
+    return colocated["cpu_s"] / cores
+
+
 def print_table(results: list[dict], args: argparse.Namespace) -> None:
     workload = WORKLOADS[args.workload]
     print(f"real compute, {args.workload} workload ({workload.config}) on this CPU: B={args.batch} prompts x 8 "
           f"samples, max_new_tokens={args.max_new_tokens or workload.max_new_tokens} per turn, lr {args.lr:g}, "
           f"{args.steps} steps; colocated = both cores per phase, async = 1 core each")
     head = (f"{'config':26s} {'step s':>7s} {'speedup':>8s} {'excl.1st':>9s} {'speedup':>8s} {'wait data':>10s} "
-            f"{'train s':>8s} {'stale':>6s} {'max':>4s} {'partial':>8s} {'len bias':>9s} {'len':>6s} {'of bound':>9s}")
+            f"{'train s':>8s} {'stale':>6s} {'max':>4s} {'partial':>8s} {'len bias':>9s} {'len':>6s} {'of bound':>9s} "
+            f"{'CPU s':>6s} {'busy':>5s} {'of work':>8s}")
     print(head)
     print("-" * len(head))
     for r in results:
         print(f"{r['row']:26s} {r['step_s']:7.2f} {r['speedup']:7.2f}x {r['step_s_excl_first']:9.2f} "
               f"{r['speedup_excl_first']:7.2f}x {r['rollout_wait_s']:9.2f}s {r['train_s']:8.2f} "
               f"{r['staleness_mean']:6.2f} {r['staleness_max']:4.0f} {r['partial_ratio']:8.2f} "
-              f"{r['length_bias']:9.3f} {r['response_length_mean']:6.1f} {r['of_bound']:8.2f}x")
+              f"{r['length_bias']:9.3f} {r['response_length_mean']:6.1f} {r['of_bound']:8.2f}x "
+              f"{r['cpu_s']:6.1f} {r['cores_busy']:5.2f} {r['of_work_bound']:7.2f}x")
     print(f"ideal overlap bound: {results[0]['bound_s']:.2f} s per step = max(colocated rollout phase, "
           "the rest of its step); 'of bound' = bound / row step time (excluding step 0), 1.00x = reached")
+    print(f"work bound: {results[0]['work_bound_s']:.2f} s per step = the colocated row's {results[0]['cpu_s']:.1f} "
+          f"CPU s per step over {results[0]['cores']} cores, so no schedule of its work beats "
+          f"{results[0]['step_s_excl_first'] / results[0]['work_bound_s']:.2f}x; 'CPU s' = the whole run's CPU "
+          "seconds per step, 'busy' = cores kept busy, 'of work' = work bound / row step time")
     pinned = [r for r in results if r["row"].startswith("async")]
     if pinned:
         one = statistics.fmean(r["train_s"] for r in pinned)
@@ -188,11 +212,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         results = [run_row(row, args, Path(tmp)) for row in picked]
     base = results[0]
     bound = overlap_bound(base)
+    cores = len(os.sched_getaffinity(0))
     for r in results:
         r["speedup"] = base["step_s"] / r["step_s"]
         r["speedup_excl_first"] = base["step_s_excl_first"] / r["step_s_excl_first"]
         r["bound_s"] = bound
         r["of_bound"] = bound / r["step_s_excl_first"]
+        r["cores"] = cores
+        r["work_bound_s"] = work_bound(base, cores)
+        r["of_work_bound"] = r["work_bound_s"] / r["step_s_excl_first"]
     if args.json:
         print(json.dumps({"benchmark": "async_modes", "simulated": False, "args": vars(args), "rows": results}))
     else:

@@ -28,7 +28,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from loongsage.controller.memory import GB, process_tree, pss_bytes, rss_bytes
+from loongsage.controller.memory import GB, cpu_seconds, process_tree, pss_bytes, rss_bytes
 
 ROLES = re.compile(r"^actor processes: (.*)$")
 
@@ -46,19 +46,6 @@ class Peaks:
     cpu_s: float = 0.0  # user + system seconds of every process seen (last sample of each)
     per_process: dict[str, dict[str, int]] = field(default_factory=dict)
     at_peak: dict[str, int] = field(default_factory=dict)
-
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds ``pid`` has used so far (0 when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 def _label(pid: int, roles: dict[int, str]) -> str:

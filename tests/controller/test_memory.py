@@ -1,9 +1,10 @@
-"""Memory readers of ``loongsage.controller.memory`` against real processes.
+"""Memory and CPU-time readers of ``loongsage.controller.memory`` against real processes.
 
 A child process that writes 200 MB of private memory must show up in its RSS, in the summed
 PSS of its parent's process tree, and in a ``PeakSampler``'s peak after it has exited; the
 run's RSS-gated reader (``TreePss``) re-reads PSS when the child comes and goes, and not
-while nothing changes.
+while nothing changes. CPU burnt by a process that has already exited (a sandbox's test run)
+still counts in its tree, through the parent that reaped it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import sys
 import time
 
 from loongsage.controller.memory import (
-    PeakSampler, TreePss, machine_memory, process_tree, pss_bytes, rss_bytes, tree_pss_bytes,
+    PeakSampler, RunMemory, TreePss, cpu_seconds, machine_memory, process_tree, pss_bytes, rss_bytes,
+    tree_cpu_seconds, tree_pss_bytes,
 )
 
 MB = 1 << 20
@@ -75,16 +77,59 @@ def test_tree_pss_is_re_read_when_memory_moves_and_not_otherwise():
 
 
 def test_run_sampler_sees_a_child_peak_through_the_gated_reader():
-    sampler = PeakSampler(TreePss(os.getpid(), max_age_s=3600), interval_s=0.05)
+    """Within the reader's documented error: a reading taken while the child was still
+    touching its pages stands until the tree's RSS moves by ``slack`` again (seen under load)."""
+    reader = TreePss(os.getpid(), slack=16 * MB, max_age_s=3600)
+    sampler = PeakSampler(reader, interval_s=0.05)
     try:
         base = sampler.take()
         child = start_child(0.5)
         child.wait()
         time.sleep(0.2)
-        assert sampler.take() >= base + 195 * MB
+        assert sampler.take() >= base + 195 * MB - reader.slack
         assert sampler.take() < base + 100 * MB
     finally:
         sampler.close()
+
+
+TICK = 0.011  # /proc's CPU times are in 10 ms ticks; differences of sums round
+BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5:\n    pass"
+REAPER = (f"import subprocess, sys, time; subprocess.run([sys.executable, '-c', {BURN!r}]); "
+          "print('ready', flush=True); time.sleep(30)")
+
+
+def test_cpu_of_an_exited_process_counts_in_its_tree_through_its_reaper():
+    """A child reaps a grandchild that burnt 0.5 s of CPU and lives on: the burn is in the
+    child's reaped time and in our tree's; once we reap the child, in ours."""
+    root = os.getpid()
+    before = tree_cpu_seconds(root)
+    child = subprocess.Popen([sys.executable, "-c", REAPER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        own, with_reaped = cpu_seconds(child.pid), cpu_seconds(child.pid, reaped=True)
+        assert with_reaped - own >= 0.45  # the grandchild's burn, not the child's own start-up
+        assert tree_cpu_seconds(root) - before >= with_reaped - TICK
+    finally:
+        child.kill()
+        child.wait()
+    assert cpu_seconds(child.pid) == 0.0  # gone: no error, no figure
+    assert tree_cpu_seconds(root) - before >= with_reaped - TICK  # now in our reaped time
+
+
+def test_run_memory_reports_the_cpu_seconds_of_each_step():
+    """``perf/run_cpu_s`` is the tree's CPU since the previous step's figures, a child's
+    included: a step in which a child burns 0.5 s reports at least that, a quiet one little."""
+    memory = RunMemory({}, local=True)
+    try:
+        memory.step_metrics()
+        child = subprocess.Popen([sys.executable, "-c", BURN])
+        child.wait()
+        busy = memory.step_metrics()["perf/run_cpu_s"]
+        time.sleep(0.3)
+        quiet = memory.step_metrics()["perf/run_cpu_s"]
+    finally:
+        memory.close()
+    assert busy >= 0.5 and quiet < 0.2
 
 
 def test_machine_memory_is_sane():

@@ -13,6 +13,12 @@ of a step is still seen. The driver reads PSS only when it can have grown (``Tre
 ``smaps_rollup`` walks a process's page tables, and reading the whole tree every second
 cost the driver 3-5 CPU-seconds of a 5-step agentic run, CPU the rollout needed.
 Figures are bytes; metrics are GB (1e9 bytes).
+
+The same tree's CPU seconds per step (``perf/run_cpu_s``) sit beside its memory: where the
+whole run shares one machine's cores (a laptop, a CPU node), they are the work any schedule of
+the step has to fit onto those cores, so ``cpu_s / cores`` bounds from below how short a step
+can get, whatever overlaps what. Processes that ended inside the tree (sandboxes, test runs)
+count through their parent's reaped-children time.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Any, Callable
 
 GB = 1e9
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +94,23 @@ def process_tree(root: int) -> list[int]:
         tree.append(pid)
         stack.extend(children.get(pid, []))
     return tree
+
+
+def cpu_seconds(pid: int | str = "self", reaped: bool = False) -> float:
+    """User + system CPU seconds ``pid`` has used so far; with ``reaped``, plus those of the
+    children it has waited for. 0 when the process is gone or /proc is missing."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if reaped else 0)
+    except (OSError, IndexError, ValueError):
+        return 0.0
+    return ticks / _TICK
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds used so far by ``root``, every live process below it, and what they reaped."""
+    return sum(cpu_seconds(pid, reaped=True) for pid in process_tree(root))
 
 
 def tree_pss_bytes(root: int) -> int:
@@ -193,7 +217,7 @@ def is_train_role(role: str) -> bool:
 
 @dataclass
 class RunMemory:
-    """The driver's view: per-step memory metrics of every actor and the run's peaks.
+    """The driver's view: per-step memory metrics of every actor, the run's peaks and CPU time.
 
     ``actors`` maps a role name (``train``, ``rollout0``...) to its actor handle; ``local``
     says whether the actors are processes below the driver (a local cluster), which is when
@@ -205,10 +229,12 @@ class RunMemory:
     peaks: dict[str, float] = field(default_factory=dict)
     last: dict[str, ActorMemory] = field(default_factory=dict)
     _run: PeakSampler | None = None
+    _cpu_s: float = 0.0  # the run's process tree's CPU seconds at the previous step's end
 
     def __post_init__(self) -> None:
         if self.local:
             self._run = PeakSampler(TreePss(os.getpid()), interval_s=1.0)
+            self._cpu_s = tree_cpu_seconds(os.getpid())
 
     @classmethod
     def for_run(cls, cfg: Any, train_actors: list, rollout_actors: list,
@@ -254,7 +280,8 @@ class RunMemory:
         handing freed heap memory back, ``release_free_memory``) and
         ``perf/train_rss_peak_gb`` its peak during the step; the rollout (and teacher slot)
         figures are the largest engine's (slot's); ``perf/run_pss_peak_gb`` is the whole run's
-        summed PSS at its peak during the step (local clusters only).
+        summed PSS at its peak during the step and ``perf/run_cpu_s`` the CPU seconds the whole
+        run used since the previous call (``tree_cpu_seconds``; local clusters only).
         """
         reports = self._reports()
         by_kind: dict[str, list[ActorMemory]] = {}
@@ -266,6 +293,8 @@ class RunMemory:
             metrics[f"perf/{kind}_rss_peak_gb"] = max(r.peak_rss for r in group) / GB
         if self._run is not None:
             metrics["perf/run_pss_peak_gb"] = self._run.take() / GB
+            cpu_s, self._cpu_s = self._cpu_s, tree_cpu_seconds(os.getpid())
+            metrics["perf/run_cpu_s"] = self._cpu_s - cpu_s
         for key, value in metrics.items():
             if key.endswith("_peak_gb"):
                 self.peaks[key] = max(self.peaks.get(key, 0.0), value)
