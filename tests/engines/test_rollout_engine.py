@@ -16,6 +16,8 @@ from transformers import AutoModelForCausalLM
 from loongsage.engines.client import EngineClient
 from loongsage.engines.cpu_threads import denormals_kept
 from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
+from loongsage.engines.embedded_rollout.params import SamplingParams
+from loongsage.engines.embedded_rollout.scheduler import Request
 
 PROMPTS = [[5, 17, 42, 99, 7], [300, 12], [8, 8, 9, 10, 11, 12, 13, 14, 15, 200, 201], [450]]
 
@@ -109,20 +111,54 @@ def test_the_decode_thread_flushes_denormals(tiny_model_dir):
         own.stop()
 
 
+def _request(rid: str) -> Request:
+    return Request(rid, [5, 17, 42], SamplingParams(max_new_tokens=4), on_update=lambda n, done: None)
+
+
 def test_calls_before_start_and_after_stop_fail_at_once_naming_why(tiny_model_dir):
     """A call no decode loop will ever run (the engine not started yet, or stopped) fails at
-    once with the reason; it used to wait forever, and a Ray actor waiting so hangs shutdown."""
+    once with the reason, and a submitted request finishes with ``abort``; both used to wait
+    forever (a Ray actor waiting so hangs the session's shutdown)."""
     own = EmbeddedRolloutEngine(str(tiny_model_dir), max_running_requests=2, seed=1, num_threads=1)
-    with pytest.raises(RuntimeError, match=r"not started; start\(\) the engine first"):
-        own.offload()
+    refused = own.scheduler.call(lambda: None).exception(timeout=5)
+    assert "not started; start() the engine first" in str(refused)
+    early = _request("early")
+    own.scheduler.submit(early)
+    assert early.done and early.finish["type"] == "abort" and "not started" in early.finish["message"]
     own.start()
     try:
         assert own.offload() is False  # running: the call reaches the loop (CPU: nothing moves)
     finally:
         own.stop()
-    with pytest.raises(RuntimeError, match="stopped; it takes no more calls"):
-        own.onload()
+    refused = own.scheduler.call(lambda: None).exception(timeout=5)
+    assert "stopped; it takes no more calls" in str(refused)
+    late = _request("late")
+    own.scheduler.submit(late)
+    assert late.done and late.finish["type"] == "abort"
     own.stop()  # stopping twice is harmless
+
+
+def test_what_is_queued_behind_a_stop_is_still_answered(tiny_model_dir):
+    """A call and a request queued after ``stop()``'s own command (the loop busy meanwhile) do
+    not wait forever: the loop answers the call and finishes the request with ``abort``."""
+    own = EmbeddedRolloutEngine(str(tiny_model_dir), max_running_requests=2, seed=1, num_threads=1)
+    own.start()
+    started, release = threading.Event(), threading.Event()
+    busy = own.scheduler.call(lambda: started.set() or release.wait())
+    assert started.wait(30)  # the loop is inside the call, so the queue holds only what follows
+    stopper = threading.Thread(target=own.stop)
+    stopper.start()
+    deadline = time.monotonic() + 30
+    while own.scheduler._cmds.qsize() < 1 and time.monotonic() < deadline:  # stop()'s command queued
+        time.sleep(0.01)
+    behind = own.scheduler.call(lambda: "ran")
+    request = _request("behind")
+    own.scheduler.submit(request)
+    release.set()
+    stopper.join(timeout=30)
+    assert busy.result(timeout=5) is True and behind.result(timeout=5) == "ran"
+    assert request.done and request.finish == {"type": "abort", "message": "engine stopped"}
+    assert not stopper.is_alive()
 
 
 def test_a_group_of_identical_prompts_is_prefilled_once(client, engine, hf):

@@ -50,7 +50,7 @@ class Request:
     rid: str
     prompt_ids: list[int]
     params: SamplingParams
-    on_update: Callable[[int, bool], None]  # (tokens so far, finished); scheduler thread
+    on_update: Callable[[int, bool], None]  # (tokens so far, finished); scheduler thread (submitter's if refused)
     stream: bool = False
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -103,29 +103,42 @@ class Scheduler:
             self._stopping = True
             self._abort(None, "engine stopped")
         if self._thread.is_alive():
-            self.call(_stop).result()
+            self.call(_stop).exception()  # refused only when another stop() got there first
             self._thread.join()
 
     def call(self, fn: Callable[[], Any]) -> Future:
         """Run ``fn`` on the decode thread between steps; its result arrives in the future.
 
-        Before ``start`` and after the loop has stopped nothing would ever run it, so the
-        future fails at once with the reason instead of leaving its caller waiting forever."""
+        Before ``start`` and after the loop has ended nothing would ever run it, so the future
+        fails at once with the reason instead of leaving its caller waiting forever."""
         fut: Future = Future()
         with self._gate:
-            if self._thread.ident is None:
-                fut.set_exception(RuntimeError(
-                    "embedded engine: the decode loop has not started; start() the engine first"))
-            elif self._closed:
-                fut.set_exception(RuntimeError("embedded engine: stopped; it takes no more calls"))
-            else:
+            refusal = self._refusal()
+            if not refusal:
                 self._cmds.put((fn, fut))
+                return fut
+        fut.set_exception(RuntimeError(refusal))
         return fut
 
     def submit(self, *reqs: Request) -> None:
         """Queue ``reqs`` as one command: the batch of one ``/generate`` reaches the waiting
-        queue whole, so the next admission prefills it together (a group's shared prompt once)."""
-        self.call(lambda: [self._admit_later(req) for req in reqs])
+        queue whole, so the next admission prefills it together (a group's shared prompt once).
+        When the loop is not running they finish at once with ``abort`` and the reason."""
+        with self._gate:
+            refusal = self._refusal()
+            if not refusal:
+                self._cmds.put((lambda: [self._admit_later(req) for req in reqs], Future()))
+                return
+        for req in reqs:
+            self._finish(req, {"type": "abort", "message": refusal})
+
+    def _refusal(self) -> str:
+        """Why a call cannot be queued now ('' when it can); the caller holds ``_gate``."""
+        if self._thread.ident is None:
+            return "embedded engine: the decode loop has not started; start() the engine first"
+        if self._closed:
+            return "embedded engine: stopped; it takes no more calls"
+        return ""
 
     def abort(self, rid: str | None) -> Future:
         """Abort one request (``rid``) or all (None); the future gives how many were aborted."""
@@ -176,30 +189,24 @@ class Scheduler:
 
     # ---- decode thread -------------------------------------------------------------------
     def _run(self) -> None:
-        prepare_compute_thread(self.num_threads)
-        while not self._stopping:
-            idle = self._paused or (not self._rows and not self._waiting)
-            self._drain(block=idle)
-            if self._stopping or self._paused or not (self._rows or self._waiting):
-                continue
-            try:
-                with torch.inference_mode():
-                    self._step()
-            except Exception as exc:  # a failed forward must not strand callers
-                log.exception("decode step failed")
-                self._fail_all(f"engine error: {exc!r}")
-        with self._gate:
-            self._closed = True
-        self._refuse_queued()
-
-    def _refuse_queued(self) -> None:
-        """Fail the calls queued while the loop was stopping: none of them will run."""
-        while True:
-            try:
-                _, fut = self._cmds.get_nowait()
-            except queue.Empty:
-                return
-            fut.set_exception(RuntimeError("embedded engine: stopped before this call ran"))
+        try:
+            prepare_compute_thread(self.num_threads)
+            while not self._stopping:
+                idle = self._paused or (not self._rows and not self._waiting)
+                self._drain(block=idle)
+                if self._stopping or self._paused or not (self._rows or self._waiting):
+                    continue
+                try:
+                    with torch.inference_mode():
+                        self._step()
+                except Exception as exc:  # a failed forward must not strand callers
+                    log.exception("decode step failed")
+                    self._fail_all(f"engine error: {exc!r}")
+        finally:  # however the loop ended, nothing queued or admitted is left waiting
+            with self._gate:
+                self._closed = True
+            self._drain(block=False)
+            self._fail_all("engine stopped")
 
     def _drain(self, block: bool) -> None:
         try:
