@@ -66,7 +66,7 @@ from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import async_runtime  # noqa: E402  (the trace-driven simulator and the shared row list)
-from warm_start import run_env, warm_start  # noqa: E402  (benchmarks/warm_start.py)
+from runs import run_env, warm_start  # noqa: E402  (benchmarks/runs.py)
 
 ROWS = async_runtime.ROWS
 
@@ -125,8 +125,7 @@ def run_row(row: "async_runtime.Row", args: argparse.Namespace, root: Path) -> d
         "step_s_excl_first": mean("timing/step", 1),
         "rollout_wait_s": mean("timing/rollout", 1),  # trainer blocked on data (whole phase if colocated)
         "train_s": mean("timing/train", 1),
-        "cpu_s": mean("perf/run_cpu_s", 1),  # core-seconds the whole run used per step
-        "cores_busy": mean("perf/run_cpu_s", 1) / mean("timing/step", 1),
+        "cpu_s": statistics.fmean(r["perf/run_cpu_s"] for r in rows[1:]),  # core-seconds per step (local runs)
         "staleness_mean": mean("async/staleness_mean"),
         "staleness_max": max(r.get("async/staleness_max", 0.0) for r in rows),
         "partial_ratio": mean("rollout/partial_ratio"),
@@ -219,6 +218,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         r["bound_s"] = bound
         r["of_bound"] = bound / r["step_s_excl_first"]
         r["cores"] = cores
+        r["cores_busy"] = r["cpu_s"] / r["step_s_excl_first"]
         r["work_bound_s"] = work_bound(base, cores)
         r["of_work_bound"] = r["work_bound_s"] / r["step_s_excl_first"]
     if args.json:

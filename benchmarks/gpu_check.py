@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -50,6 +49,7 @@ from typing import Any, Callable
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from runs import run_env  # noqa: E402  (benchmarks/runs.py)
 
 
 def part(name: str, fn: Callable[[], dict], out: dict) -> None:
@@ -127,9 +127,7 @@ def check_engines(device: str) -> dict:
 
 def _train(args: list[str], run_dir: Path, timeout: float = 480) -> list[dict]:
     """Run ``loongsage train`` with ``args``; return its metrics rows (raise with its output)."""
-    env = dict(os.environ, RAY_AUTH_MODE="disabled", OMP_WAIT_POLICY="PASSIVE")
-    env.pop("RAY_ADDRESS", None)
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(args, env=run_env(), capture_output=True, text=True, timeout=timeout)
     if done.returncode:
         raise RuntimeError(f"exit {done.returncode}: {done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -33,7 +33,7 @@ import time
 
 import torch
 
-from loongsage.controller.memory import GB, PeakSampler, release_free_memory, rss_bytes
+from loongsage.controller.memory import PeakSampler, release_free_memory, rss_bytes
 from loongsage.engines.batch import TrainBatch
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 from loongsage.models.resolve import resolve_model_path

@@ -32,6 +32,7 @@ import torch
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).parent))
+from runs import run_env  # noqa: E402
 from transfer_mesh import MODELS, make_params, nbytes  # noqa: E402
 
 from loongsage.controller.weight_sync import owners_by_size  # noqa: E402
@@ -51,9 +52,7 @@ def run_tiny(dp: int, steps: int, folder: Path) -> dict:
             "checkpoint.interval=0", "checkpoint.keep_last=1", f"train.dp_size={dp}",
             f"rollout.num_engines={dp}", f"placement.train_cpus={cpus}",
             f"placement.rollout_cpus={cpus}"]
-    env = dict(os.environ, RAY_AUTH_MODE="disabled", OMP_WAIT_POLICY="PASSIVE")
-    env.pop("RAY_ADDRESS", None)
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=3600)
+    done = subprocess.run(args, env=run_env(), capture_output=True, text=True, timeout=3600)
     if done.returncode:
         raise RuntimeError(f"dp={dp} run failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory import GB, measure  # noqa: E402  (benchmarks/memory.py, beside this file)
-from warm_start import warm_start  # noqa: E402  (benchmarks/warm_start.py)
+from runs import warm_start  # noqa: E402  (benchmarks/runs.py)
 
 from loongsage.config.compose import load_config  # noqa: E402
 from loongsage.data.mixer import DataMixer  # noqa: E402

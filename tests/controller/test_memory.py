@@ -92,7 +92,7 @@ def test_run_sampler_sees_a_child_peak_through_the_gated_reader():
         sampler.close()
 
 
-TICK = 0.011  # /proc's CPU times are in 10 ms ticks; differences of sums round
+TICK = 1.1 / os.sysconf("SC_CLK_TCK")  # /proc's CPU times are in ticks; differences of sums round
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5:\n    pass"
 REAPER = (f"import subprocess, sys, time; subprocess.run([sys.executable, '-c', {BURN!r}]); "
           "print('ready', flush=True); time.sleep(30)")
@@ -129,7 +129,7 @@ def test_run_memory_reports_the_cpu_seconds_of_each_step():
         quiet = memory.step_metrics()["perf/run_cpu_s"]
     finally:
         memory.close()
-    assert busy >= 0.5 and quiet < 0.2
+    assert busy >= 0.5 and busy - quiet >= 0.4
 
 
 def test_machine_memory_is_sane():

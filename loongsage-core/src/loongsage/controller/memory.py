@@ -17,8 +17,10 @@ Figures are bytes; metrics are GB (1e9 bytes).
 The same tree's CPU seconds per step (``perf/run_cpu_s``) sit beside its memory: where the
 whole run shares one machine's cores (a laptop, a CPU node), they are the work any schedule of
 the step has to fit onto those cores, so ``cpu_s / cores`` bounds from below how short a step
-can get, whatever overlaps what. Processes that ended inside the tree (sandboxes, test runs)
-count through their parent's reaped-children time.
+can get, whatever overlaps what (with OpenMP waits passive: a spinning wait is CPU time too).
+Processes that ended inside the tree (bubblewrap sandboxes, test runs) count through their
+parent's reaped-children time; what runs outside it (a Docker sandbox under its daemon, a
+remote node) does not.
 """
 
 from __future__ import annotations
@@ -229,7 +231,7 @@ class RunMemory:
     peaks: dict[str, float] = field(default_factory=dict)
     last: dict[str, ActorMemory] = field(default_factory=dict)
     _run: PeakSampler | None = None
-    _cpu_s: float = 0.0  # the run's process tree's CPU seconds at the previous step's end
+    _cpu_s: float = field(default=0.0, init=False)  # the tree's CPU seconds at the previous call
 
     def __post_init__(self) -> None:
         if self.local:
@@ -260,6 +262,8 @@ class RunMemory:
     def _reports(self) -> dict[str, ActorMemory]:
         """Every answering actor's report; one that died or hangs is left out (a rollout engine
         the engine monitor is restarting; a dead train actor fails the step by itself)."""
+        if not self.actors:
+            return {}
         import ray
 
         refs = {role: actor.memory.remote(release=True) for role, actor in list(self.actors.items())}
@@ -274,7 +278,8 @@ class RunMemory:
         return self.last
 
     def step_metrics(self) -> dict[str, float]:
-        """``perf/*_gb`` for the step that just ended; peaks are since the previous call.
+        """``perf/*_gb`` and ``perf/run_cpu_s`` for the step that just ended; peaks and CPU
+        time are since the previous call (so they include evaluations and checkpoints between).
 
         ``perf/train_rss_gb`` is the (largest) train rank's RSS at the end of the step (after
         handing freed heap memory back, ``release_free_memory``) and
@@ -294,7 +299,8 @@ class RunMemory:
         if self._run is not None:
             metrics["perf/run_pss_peak_gb"] = self._run.take() / GB
             cpu_s, self._cpu_s = self._cpu_s, tree_cpu_seconds(os.getpid())
-            metrics["perf/run_cpu_s"] = self._cpu_s - cpu_s
+            # a process that left the tree (orphaned, reaped outside it) takes its past with it
+            metrics["perf/run_cpu_s"] = max(0.0, self._cpu_s - cpu_s)
         for key, value in metrics.items():
             if key.endswith("_peak_gb"):
                 self.peaks[key] = max(self.peaks.get(key, 0.0), value)
