@@ -195,7 +195,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--batch", type=int, default=8, help="prompt groups per step (B)")
     p.add_argument("--workload", choices=sorted(WORKLOADS), default="math")
     p.add_argument("--max-new-tokens", type=int, default=None,
-                   help="per model turn (default: the workload's, math 256, agentic 96)")
+                   help="per model turn (default: the workload's, "
+                        + ", ".join(f"{name} {w.max_new_tokens}" for name, w in WORKLOADS.items()) + ")")
     p.add_argument("--lr", type=float, default=1e-9, help="GRPO learning rate (default: policy held still)")
     p.add_argument("--rows", default="", help="comma-separated row numbers (1-5) to run; default all")
     p.add_argument("--json", action="store_true")
