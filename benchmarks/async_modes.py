@@ -141,8 +141,9 @@ def overlap_bound(colocated: dict) -> float:
     and the rest of it (train, weight sync, bookkeeping) run side by side at their colocated
     speeds, so a step takes the longer of the two. It is a bound only where the rollout phase
     is pure work: the phase also waits for its batch's slowest trajectories, a tail an async
-    engine spends on the next groups, so on the agentic workload async rows beat it
-    (docs/benchmarks.md)."""
+    engine spends on the next groups (async rows beat it on the agentic workload of
+    2026-12-01). Where every process shares the cores, ``work_bound`` may be higher, and then it
+    is the one that holds (docs/benchmarks.md, 2026-12-06)."""
     rollout = colocated["rollout_wait_s"]
     return max(rollout, colocated["step_s_excl_first"] - rollout)
 

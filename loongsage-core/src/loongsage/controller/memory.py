@@ -104,7 +104,8 @@ def cpu_seconds(pid: int | str = "self", reaped: bool = False) -> float:
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
             fields = handle.read().rsplit(")", 1)[1].split()
-        ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if reaped else 0)
+        used = fields[11:15] if reaped else fields[11:13]  # utime, stime (, cutime, cstime)
+        ticks = sum(int(value) for value in used)
     except (OSError, IndexError, ValueError):
         return 0.0
     return ticks / _TICK

@@ -50,7 +50,8 @@ class Request:
     rid: str
     prompt_ids: list[int]
     params: SamplingParams
-    on_update: Callable[[int, bool], None]  # (tokens so far, finished); scheduler thread (submitter's if refused)
+    # (tokens so far, finished); called on the scheduler thread (the submitter's if refused)
+    on_update: Callable[[int, bool], None]
     stream: bool = False
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -112,33 +113,28 @@ class Scheduler:
         Before ``start`` and after the loop has ended nothing would ever run it, so the future
         fails at once with the reason instead of leaving its caller waiting forever."""
         fut: Future = Future()
-        with self._gate:
-            refusal = self._refusal()
-            if not refusal:
-                self._cmds.put((fn, fut))
-                return fut
-        fut.set_exception(RuntimeError(refusal))
+        refusal = self._enqueue(fn, fut)
+        if refusal:
+            fut.set_exception(RuntimeError(refusal))
         return fut
 
     def submit(self, *reqs: Request) -> None:
         """Queue ``reqs`` as one command: the batch of one ``/generate`` reaches the waiting
         queue whole, so the next admission prefills it together (a group's shared prompt once).
         When the loop is not running they finish at once with ``abort`` and the reason."""
-        with self._gate:
-            refusal = self._refusal()
-            if not refusal:
-                self._cmds.put((lambda: [self._admit_later(req) for req in reqs], Future()))
-                return
-        for req in reqs:
+        refusal = self._enqueue(lambda: [self._admit_later(req) for req in reqs], Future())
+        for req in reqs if refusal else ():
             self._finish(req, {"type": "abort", "message": refusal})
 
-    def _refusal(self) -> str:
-        """Why a call cannot be queued now ('' when it can); the caller holds ``_gate``."""
-        if self._thread.ident is None:
-            return "embedded engine: the decode loop has not started; start() the engine first"
-        if self._closed:
-            return "embedded engine: stopped; it takes no more calls"
-        return ""
+    def _enqueue(self, fn: Callable[[], Any], fut: Future) -> str:
+        """Queue ``fn`` for the loop; or, when no loop will run it, return why ('' if queued)."""
+        with self._gate:  # against the loop closing between the check and the put
+            if self._thread.ident is None:
+                return "embedded engine: the decode loop has not started; start() the engine first"
+            if self._closed:
+                return "embedded engine: stopped; it takes no more calls"
+            self._cmds.put((fn, fut))
+            return ""
 
     def abort(self, rid: str | None) -> Future:
         """Abort one request (``rid``) or all (None); the future gives how many were aborted."""
