@@ -67,6 +67,23 @@ def test_each_step_trains_at_the_scheduled_rate_and_rl_gets_train_lr_back(tiny_m
     assert engine.optimizer.param_groups[0]["lr"] == 1e-5 and not engine.optimizer.state
 
 
+def test_the_runs_seed_orders_the_warm_start_batches(tiny_model_dir):
+    """``trainer.seed`` reaches the batch draw: the same seed trains the same batches in the
+    same order, another seed other ones (it used to be seed 0 for every run)."""
+    engine = EmbeddedTrainEngine(ModelConfig(path=str(tiny_model_dir)), TrainConfig(), device="cpu")
+    step = engine.train_step
+
+    def batches(seed):
+        seen = []
+        engine.train_step = lambda batch, loss: seen.append(batch.input_ids.tolist()) or step(batch, loss)
+        train_sft(engine, examples(), SFTConfig(steps=3, batch_size=2, lr=1e-6), seed)
+        return seen
+
+    first = batches(1)
+    assert len(first) == 3 and batches(1) == first
+    assert batches(2) != first
+
+
 TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "Evaluate.",
                                            "parameters": {"type": "object"}}}]
 

@@ -29,8 +29,9 @@ def warm_start(run: Run) -> None:
     if sft.steps <= 0:
         return
     parser = run.spec.tool_parser.obj()
-    examples = sft_examples(training_sources(run.sources), sft.examples, seed=run.cfg.trainer.seed, parser=parser)
-    done = run.trainers.start(train_sft, examples, sft)
+    seed = run.cfg.trainer.seed
+    examples = sft_examples(training_sources(run.sources), sft.examples, seed=seed, parser=parser)
+    done = run.trainers.start(train_sft, examples, sft, seed)
     reported = 0  # a report only when a step finished since the last one (step 0 has no loss yet)
     while len(ray.wait(done, num_returns=len(done), timeout=PROGRESS_EVERY_S)[0]) < len(done):
         now = run.trainers.inspect(sft_progress)  # each rank's loss is its share of the step's

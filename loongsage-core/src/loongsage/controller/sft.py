@@ -175,8 +175,9 @@ def run_sft(
     return losses
 
 
-def train_sft(engine: Any, examples: Sequence[Demonstration], sft: Any) -> list[float]:
+def train_sft(engine: Any, examples: Sequence[Demonstration], sft: Any, seed: int = 0) -> list[float]:
     """``run_sft`` with the engine's own tokenizer (shipped into the train actor), as
-    ``trainer.sft`` (an ``SFTConfig``) asks."""
+    ``trainer.sft`` (an ``SFTConfig``) asks, its batches drawn in the order ``seed`` (the run's
+    ``trainer.seed``) gives."""
     return run_sft(engine, examples, engine.tokenizer, sft.steps, sft.batch_size, sft.lr,
-                   warmup_steps=sft.warmup_steps, decay=sft.lr_decay)
+                   seed=seed, warmup_steps=sft.warmup_steps, decay=sft.lr_decay)
