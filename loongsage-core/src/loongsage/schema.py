@@ -144,13 +144,18 @@ class CriticConfig:
     freeze_attention: bool = False  # train only the MLPs, norms, embeddings and head (SAO)
 
 
+# how the per-token loss is reduced (loongsage.algorithms.aggregation); here so that validating a
+# config (and with it `loongsage --help` and `loongsage plugins`) needs no torch
+AGG_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm")
+
+
 @dataclass
 class AlgorithmConfig:
     """Advantage, policy loss, KL, IS correction, filters."""
 
     advantage_estimator: Any = field(default_factory=lambda: {"name": "grpo"})
     policy_loss: Any = field(default_factory=lambda: {"name": "ppo_clip"})
-    loss_agg_mode: str = "token_mean"
+    loss_agg_mode: str = "token_mean"  # one of AGG_MODES
     loss_agg_norm_len: Optional[float] = None  # C of seq_mean_token_sum_norm (Dr. GRPO); null = padded width
     kl: KLConfig = field(default_factory=KLConfig)
     is_correction: Any = None  # PluginRef, list of PluginRefs (e.g. [opsm, token]) or null

@@ -30,7 +30,7 @@ from typing import Callable
 
 import torch
 
-AGG_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm")
+from loongsage.schema import AGG_MODES
 
 
 def valid_rows(mask: torch.Tensor) -> torch.Tensor:

@@ -29,10 +29,9 @@ from typing import Any, Callable, Mapping
 
 from omegaconf import ListConfig
 
-from loongsage.algorithms.aggregation import AGG_MODES
 from loongsage.errors import ConfigError
 from loongsage.registry import PluginRef, Registries
-from loongsage.schema import CriticConfig
+from loongsage.schema import AGG_MODES, CriticConfig
 
 KL_USES = ("loss", "reward")
 
