@@ -53,3 +53,31 @@ def test_a_group_reports_only_after_every_trajectory_unwound(how, scripted_engin
     finally:
         agent.close()
     assert cleaned == 2 and still_running == 0  # trajectory 0 has nothing to clean up
+
+
+@pytest.mark.parametrize("how", ["failure", "cancel"])
+def test_trajectories_of_a_failed_or_cancelled_group_are_saved_as_failed_with_the_reason(
+        how, scripted_engine, agent_context, recording_router, tmp_path):
+    """A trajectory whose agent program raised or was cancelled is persisted as ``failed``,
+    naming why, not as a finished trajectory that merely has no tokens."""
+    import json
+
+    agent = Flaky(agent_context())
+    recording_router(agent, scripted_engine([]), tmp_path)
+    prompt = Prompt("p", 0, [{"role": "user", "content": "x"}])
+
+    async def go():
+        group = asyncio.ensure_future(agent.run_group(prompt, 3, None, {}))
+        if how == "cancel":
+            await asyncio.sleep(0.02)
+            group.cancel()
+        with pytest.raises(asyncio.CancelledError if how == "cancel" else ValueError):
+            await group
+
+    asyncio.run(go())
+    saved = {row["trajectory_id"][-1]: row for row in
+             map(json.loads, (tmp_path / "trajectories.jsonl").read_text().splitlines())}
+    assert sorted(saved) == ["0", "1", "2"] and {row["status"] for row in saved.values()} == {"failed"}
+    if how == "failure":
+        assert saved["0"]["error"] == "agent: ValueError trajectory 0 failed"
+    assert {saved[i]["error"] for i in ("1", "2")} == {"agent: CancelledError"}

@@ -172,8 +172,8 @@ class RouterAgentBase:
         try:
             outcome = await self.run_trajectory(prompt, router.base_urls(tid, "0"), router.trajectory_key(tid, "0"),
                                                 dict(sampling_params))
-        except BaseException:
-            router.finish_trajectory(tid, "0")
+        except BaseException as exc:  # closed as failed, so the saved line does not read as finished
+            router.finish_trajectory(tid, "0", error=f"agent: {type(exc).__name__} {exc}".strip())
             raise
         failure = trajectory_failure(router, tid, outcome)
         samples = router.finish_trajectory(tid, "0")

@@ -102,13 +102,14 @@ class Router:
         return {"openai": f"{root}/v1", "anthropic": root}
 
     def finish_trajectory(self, trajectory_id: str, attempt_id: str = "0",
-                          reward: float | None = None) -> list[Sample]:
-        """Close a trajectory and return its training samples (one per trainable segment)."""
+                          reward: float | None = None, error: str | None = None) -> list[Sample]:
+        """Close a trajectory and return its training samples (one per trainable segment);
+        with ``error`` it is persisted as failed, for that reason."""
         key = (str(trajectory_id), str(attempt_id))
         self.pool.release(key)
         self.runner.forget(key)
         self.tokens.revoke(*key)
-        return self.store.finish(trajectory_id, attempt_id, reward=reward)
+        return self.store.finish(trajectory_id, attempt_id, reward=reward, error=error)
 
     def record_reward(self, sample: Sample) -> None:
         """Persist a scored sample's reward beside its trajectory (one row per trajectory)."""

@@ -283,13 +283,18 @@ class TrajectoryStore:
         return len(self._items)
 
     def finish(self, trajectory_id: str, attempt_id: str = "0", reward: float | None = None,
-               drop: bool = True) -> list[Sample]:
-        """Close a trajectory, persist it to the run directory, and return its samples."""
+               drop: bool = True, error: str | None = None) -> list[Sample]:
+        """Close a trajectory, persist it to the run directory, and return its samples.
+
+        ``error`` (the agent program raised or was cancelled) closes it as failed with that
+        reason, unless a turn already failed it with its own."""
         key = (str(trajectory_id), str(attempt_id))
         traj = self._items.get(key)
         if traj is None:
             raise KeyError(f"unknown trajectory {key[0]!r} attempt {key[1]!r}")
-        if traj.status == "active":
+        if error is not None and traj.status != "failed":
+            traj.status, traj.error = "failed", error
+        elif traj.status == "active":
             traj.status = "finished"
         if reward is not None:
             traj.reward = reward
