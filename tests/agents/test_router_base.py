@@ -81,3 +81,18 @@ def test_trajectories_of_a_failed_or_cancelled_group_are_saved_as_failed_with_th
     if how == "failure":
         assert saved["0"]["error"] == "agent: ValueError trajectory 0 failed"
     assert {saved[i]["error"] for i in ("1", "2")} == {"agent: CancelledError"}
+
+
+def test_a_private_router_over_the_runs_pool_uses_that_pool(scripted_engine, agent_context):
+    """Given the run's ``EnginePool``, an agent's private router routes through it, not a pool
+    around it: only the run's pool sees the controller's update aborts, so only then are turns
+    continued across a weight update (``Router([pool])`` hid them)."""
+    from loongsage.engines.pool import EnginePool
+
+    agent = Flaky(agent_context())
+    pool, client = EnginePool([scripted_engine([])]), scripted_engine([])
+    try:
+        assert agent.router_for(pool).pool is pool
+        assert agent.router_for(client).pool.clients == [client]
+    finally:
+        agent.close()

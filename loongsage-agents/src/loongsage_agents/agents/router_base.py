@@ -13,11 +13,10 @@ API key (``"{trajectory_id}:{attempt_id}"``, which the router also accepts witho
 Which router: the controller hands the agent the run's router for its data source with
 ``use_router(router)`` (built over the run's engine pool, with ``router_settings(base)``:
 the run's ``agentflow`` settings plus what this agent needs). Without one, the agent builds,
-on first use, a private router over the engine client it was given in ``run_group``
-(``Router([client], tokenizer, registries, settings)``; the client object itself is the
-engine, so this works for ``EngineClient``, the ``EnginePool`` and anything with their
-``agenerate``/``astream_generate``/``aabort``), one per distinct client, and stops them in
-``close()``.
+on first use, a private router over the engine client it was given in ``run_group`` (an
+``EnginePool`` is used as the router's pool; any other client, an ``EngineClient`` or anything
+with its ``agenerate``/``astream_generate``/``aabort``, becomes a pool of one), one per
+distinct client, and stops them in ``close()``.
 
 The rollout's sampling parameters are enforced by the router on every trained turn
 (``params.enforce_sampling``): a CLI's own temperature never reaches the engine, so the
@@ -147,8 +146,12 @@ class RouterAgentBase:
         router = self._routers.get(id(client))
         if router is None:
             from loongsage.agentflow.server import Router
+            from loongsage.engines.pool import EnginePool
 
-            router = Router([client], self.tokenizer, self.context.registries, self.router_settings())
+            # the run's pool as it is: wrapped in a pool of its own, its update aborts would not
+            # be seen and router turns would end at a weight update instead of continuing
+            engines = client if isinstance(client, EnginePool) else [client]
+            router = Router(engines, self.tokenizer, self.context.registries, self.router_settings())
             router.start()
             self._routers[id(client)] = router
         return router
