@@ -37,6 +37,11 @@ class RunFailed(LoongSageError):
         self.resume_dir = resume_dir
 
 
+class RunStopped(LoongSageError):
+    """The run stopped on SIGTERM (``stop_request``) after checkpointing its last finished
+    step; not a failure, so ``FailureGuard`` lets it through untouched."""
+
+
 def resume_command(run_dir: Any) -> str:
     return f"resume with trainer.resume=true trainer.run_dir={run_dir.path}"
 
@@ -112,7 +117,7 @@ class FailureGuard:
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        if not isinstance(exc, Exception) or self.step is None:
+        if not isinstance(exc, Exception) or isinstance(exc, RunStopped) or self.step is None:
             return False
         deaths = dead_actors(self.run.memory.actors)
         saved = self._save_trainer(alive=not any(is_train_role(d.role) for d in deaths))

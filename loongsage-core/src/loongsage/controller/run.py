@@ -3,7 +3,8 @@
 Reads like slime's train.py on purpose: build the pieces, then loop. Scheduling (which
 groups train in this step) sits behind the scheduler interface, so the asynchronous
 runtime swaps in without touching this loop; the verbs live in ``verbs.py``, the warm
-start, checkpoints and resume in ``lifecycle.py``, the building in ``build.py``.
+start, checkpoints and resume in ``lifecycle.py``, the building in ``build.py``. A
+SIGTERM ends the loop after a checkpoint of the step in progress (``stop_request.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from loongsage.controller.build import build_run
 from loongsage.controller.failures import FailureGuard, RunFailed
 from loongsage.controller.lifecycle import (checkpoint_due, export_final_model, resume_or_warm_start, save_checkpoint,
                                             save_model, warm_start)
+from loongsage.controller.stop_request import StopRequest
 from loongsage.controller.verbs import Run, timed
 
 log = logging.getLogger(__name__)
@@ -71,12 +73,14 @@ def _train(spec: RunConfig) -> str:
         log.info(f"run directory: {run.run_dir.path}")
         first_step = resume_or_warm_start(run)
         run.phases.to_rollout()
-        with FailureGuard(run) as guard:
+        with StopRequest() as stop, FailureGuard(run) as guard:
             for step in run.progress(range(first_step, run.cfg.trainer.steps)):
                 guard.begin(step)
                 train_one_step(run, step)
-                if checkpoint_due(run, step):
+                if checkpoint_due(run, step) or stop.requested:
                     save_checkpoint(run, step)
+                if stop.requested:
+                    raise stop.stopped(run.run_dir, step)
         if run.eval_due(run.cfg.trainer.steps):
             run.record(run.cfg.trainer.steps, run.evaluate(), [])
         log.info(run.memory.summary_line())
