@@ -69,6 +69,30 @@ def test_exec_reports_status_output_and_flags(backend):
 
 
 @pytest.mark.parametrize("backend", LOCAL)
+def test_a_module_edited_within_the_second_runs_its_new_code(backend):
+    """An agent's edit-and-rerun: the same size, the same mtime second. With a cached .pyc
+    Python would validate it by that size and second and run the old code; sandboxes write
+    none (PYTHONDONTWRITEBYTECODE), unless a data source's env says otherwise."""
+    script = ("import os, subprocess, sys\n"
+              "def run():\n"
+              "    return subprocess.run([sys.executable, '-c', 'import m; print(m.X)'],"
+              " capture_output=True, text=True).stdout.strip()\n"
+              "open('m.py', 'w').write('X = 1\\n'); os.utime('m.py', (1e9, 1e9)); first = run()\n"
+              "open('m.py', 'w').write('X = 2\\n'); os.utime('m.py', (1e9, 1e9)); print(first, run())\n")
+
+    async def go():
+        async with make(backend) as sb:
+            fresh = await sb.exec(["python3", "-c", script])
+        async with make(backend, {"env": {"PYTHONDONTWRITEBYTECODE": ""}}) as sb:
+            cached = await sb.exec(["python3", "-c", script])
+        return fresh, cached
+
+    fresh, cached = run(go())
+    assert fresh.text.split() == ["1", "2"], fresh
+    assert cached.text.split() == ["1", "1"], cached  # the trap itself, with bytecode written
+
+
+@pytest.mark.parametrize("backend", LOCAL)
 def test_files_reset_and_close(backend):
     async def go():
         sb = make(backend, files={"main.py": "print(40 + 2)", "data/in.txt": b"\x00\x01"})

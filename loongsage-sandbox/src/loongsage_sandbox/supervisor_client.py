@@ -51,7 +51,10 @@ class SupervisedSandbox(Sandbox):
             "limits": p.rlimits(),
             "max_output_bytes": int(p.max_output_kb) << 10,
             "host_pidns": os.readlink("/proc/self/ns/pid"),
+            # no .pyc files: an agent edits a module and runs it again within the second, and a
+            # cached .pyc of the same source size and second would run the old code
             "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
+                    "PYTHONDONTWRITEBYTECODE": "1",
                     leftovers.ENV_MARKER: self.state.id if self.state else "", **p.env},
         }
 
