@@ -138,6 +138,23 @@ def test_a_restarted_replica_takes_its_place_and_a_refusal_is_not_retried(engine
     assert err.value.status is not None and pool.take_retries() == [] and not pool.down
 
 
+def test_a_late_failure_of_a_replaced_engine_leaves_the_restarted_one_up(engine_url, hung_url):
+    """A request sent before its engine was restarted fails after the restart (here: timing out
+    on the hung one): it is recorded and sent again, but the replica, now the restarted
+    engine, stays up; marked down it would take nothing until the monitor's next look."""
+    pool = EnginePool([EngineClient(hung_url, timeout=1.5)], wait_s=3)
+
+    async def restart_while_in_flight():
+        task = asyncio.ensure_future(pool.agenerate([1, 2, 3], SAMPLING, rid="late"))
+        await asyncio.sleep(0.5)
+        pool.replace(0, EngineClient(engine_url))  # the monitor's restart, the request still out
+        return await asyncio.wait_for(task, 30)
+
+    out = asyncio.run(restart_while_in_flight())
+    assert out.meta_info["attempt"] == 2 and len(out.output_ids) == 4 and not pool.down
+    assert [(r.rid, r.attempt, r.replica) for r in pool.take_retries()] == [("late", 1, 0)]
+
+
 def test_no_replica_up_fails_with_an_error_naming_the_down_ones(dead_url):
     pool = EnginePool([EngineClient(dead_url)], max_attempts=2, wait_s=0.5)
     with pytest.raises(EngineError, match="no rollout engine up for 0 s|failed on 2 replicas"):

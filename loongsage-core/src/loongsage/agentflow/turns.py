@@ -178,18 +178,18 @@ class TurnRunner:
             if failure is None:
                 self._count(turn, "continued_turns")
             else:
-                await self._fail_over(turn, attempt, failure, len(gen.output_ids))
+                await self._fail_over(turn, attempt, failure, len(gen.output_ids), slot.client)
                 attempt += 1
             turn.continued += 1
 
-    async def _fail_over(self, turn: PreparedTurn, attempt: int, reason: str, kept: int) -> None:
-        """Send number ``attempt`` of ``turn`` failed with its replica: record it and move the
-        turn (and its session) to a live replica, or fail it when that was the last attempt."""
+    async def _fail_over(self, turn: PreparedTurn, attempt: int, reason: str, kept: int, client: Any) -> None:
+        """Send number ``attempt`` of ``turn`` failed with its replica's ``client``: record it and
+        move the turn (and its session) to a live replica, or fail it when that was the last attempt."""
         pool = self.pool
         if attempt >= pool.max_attempts:
-            pool.mark_down(turn.replica, reason)
+            pool.mark_down(turn.replica, reason, client)
             raise EngineError(f"turn {turn.rid} failed on {attempt} engine replica{'s' if attempt > 1 else ''}, the last: {reason}")
-        pool.replica_failed(turn.replica, turn.live_rid, attempt, reason)
+        pool.replica_failed(turn.replica, turn.live_rid, attempt, reason, client)
         self._count(turn, "turn_retries")
         turn.ctx.trajectory.metadata.setdefault("turn_failovers", []).append(
             {"rid": turn.live_rid, "attempt": attempt, "replica": turn.replica, "reason": reason,

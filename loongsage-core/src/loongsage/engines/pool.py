@@ -160,9 +160,12 @@ class EnginePool:
         return idx
 
     # ---- failover ------------------------------------------------------------------------
-    def mark_down(self, idx: int, reason: str) -> None:
-        """Send no new requests to replica ``idx`` (safe from any thread)."""
-        self.down.setdefault(idx, reason)
+    def mark_down(self, idx: int, reason: str, client: Any = None) -> None:
+        """Send no new requests to replica ``idx`` (safe from any thread). ``client``: the one
+        that failed; a late failure of a client since replaced (its engine restarted, the
+        request sent before) leaves the restarted engine up."""
+        if client is None or self.clients[idx] is client:
+            self.down.setdefault(idx, reason)
 
     def mark_up(self, idx: int) -> None:
         """Replica ``idx`` answered after all (a transient failure): use it again."""
@@ -178,10 +181,10 @@ class EnginePool:
         retries, self._retries = self._retries, []
         return retries
 
-    def replica_failed(self, idx: int, rid: str, attempt: int, reason: str) -> None:
-        """Request ``rid``'s send number ``attempt`` failed with replica ``idx``: mark it down
-        and record the retry that follows."""
-        self.mark_down(idx, reason)
+    def replica_failed(self, idx: int, rid: str, attempt: int, reason: str, client: Any = None) -> None:
+        """Request ``rid``'s send number ``attempt`` failed with replica ``idx`` (``client``, as
+        for ``mark_down``): mark it down and record the retry that follows."""
+        self.mark_down(idx, reason, client)
         self._retries.append(Retry(rid, attempt, idx, reason))
 
     async def live_replica(self, leave_on_hold: bool = False) -> int:
@@ -316,19 +319,21 @@ class EnginePool:
             while True:
                 attempt += 1
                 idx = await self.live_replica(leave_on_hold=True)
+                client = self.clients[idx]
                 try:
                     async with self.slot(idx, leave_on_hold=True, prompts=len(prompts)) as slot:
-                        outs = await self.unless_down(idx, self._send(slot.client, prompts, sampling_params, rids))
+                        client = slot.client
+                        outs = await self.unless_down(idx, self._send(client, prompts, sampling_params, rids))
                 except (EngineError, ReplicaDown) as err:
                     if isinstance(err, EngineError) and err.status is not None:
                         raise  # the engine answered: a refusal, not a failure of the replica
                     reason = str(err)
                     if attempt == self.max_attempts:
-                        self.mark_down(idx, reason)
+                        self.mark_down(idx, reason, client)
                         raise EngineError("/generate", f"request {label} failed on {attempt} replicas, "
                                           f"the last: {reason}") from err
                     for rid in rids:
-                        self.replica_failed(idx, rid, attempt, reason)
+                        self.replica_failed(idx, rid, attempt, reason, client)
                     continue
                 for out in outs:
                     out.meta_info["attempt"] = attempt
