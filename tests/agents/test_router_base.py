@@ -96,3 +96,38 @@ def test_a_private_router_over_the_runs_pool_uses_that_pool(scripted_engine, age
         assert agent.router_for(client).pool.clients == [client]
     finally:
         agent.close()
+
+
+class TimesOutAfterOneTurn(RouterAgentBase):
+    """Every trajectory makes one real model call through the router; trajectory 0's second
+    call then times out in the openai SDK, as a turn slower than the client's timeout does."""
+
+    async def run_trajectory(self, prompt, urls, key, sampling_params) -> Outcome:
+        import httpx
+        import openai
+
+        from loongsage_agents.agents.chat import openai_client
+
+        async with openai_client(urls, key) as client:
+            reply = await client.chat.completions.create(model="policy", messages=prompt.messages,
+                                                         max_tokens=8)
+            if key.split(":")[0].endswith("-0"):
+                raise openai.APITimeoutError(request=httpx.Request("POST", urls["openai"]))
+        return Outcome(text=reply.choices[0].message.content)
+
+
+def test_a_model_call_that_times_out_fails_its_trajectory_not_the_group(scripted_engine, agent_context):
+    """An SDK timeout (or lost connection) on an agent's call to the router is that
+    trajectory's failure, handed to ``rollout.failed_trajectory`` with the turns it recorded;
+    the group and the run go on. It used to propagate and end the run."""
+    agent = TimesOutAfterOneTurn(None, agent_context())
+    prompt = Prompt("p", 0, [{"role": "user", "content": "x"}])
+    try:
+        samples = asyncio.run(agent.run_group(prompt, 3, scripted_engine(["a", "b", "c"]), {}))
+    finally:
+        agent.close()
+    by_trajectory = {s.reward_info["trajectory_id"][-1]: s for s in samples}
+    assert sorted(by_trajectory) == ["0", "1", "2"] and all(s.response_ids for s in samples)
+    assert by_trajectory["0"].reward_info["failed"] == "a model call failed: APITimeoutError: Request timed out."
+    for i in "12":
+        assert by_trajectory[i].text in {"a", "b", "c"} and "failed" not in by_trajectory[i].reward_info

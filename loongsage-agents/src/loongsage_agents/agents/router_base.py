@@ -31,7 +31,10 @@ decides as for a timed-out trajectory (``zero_reward``: reward 0 in its group, n
 train on; ``drop_group``: the group again) and the run goes on. Only when *no* trajectory of
 the group called the model does ``run_group`` raise, with the first one's details: that is
 an agent program that cannot reach the model at all (wrong argv, missing binary, broken
-config), which no regeneration fixes and which must not train silently on nothing.
+config), which no regeneration fixes and which must not train silently on nothing. A
+white-box agent whose call to the router fails in its SDK (a timeout, a lost connection:
+``model_call_errors``) ends that trajectory as failed the same way, with the turns it
+recorded; any other exception from ``run_trajectory`` is the agent's own and ends the run.
 
 Partial rollout (``continues_turns_in_place``): the agent program cannot stop at a weight
 update, so it never returns an aborted group; the router continues a turn the engine aborted
@@ -74,12 +77,34 @@ def prompt_task(prompt: Prompt) -> str:
     raise ValueError(f"prompt {prompt.source}#{prompt.index} has no user message: {prompt.messages}")
 
 
+def model_call_errors() -> tuple[type[BaseException], ...]:
+    """What a white-box agent's failed call to its router raises: the SDKs' API errors
+    (timeouts, connection resets, HTTP errors) and httpx's own. A trajectory ending in one is
+    a failed trajectory, as when the router marks a turn failed; any other exception is the
+    agent's own and fails the run. Imported only when a trajectory raised."""
+    import importlib
+
+    import httpx
+
+    errors: list[type[BaseException]] = [httpx.HTTPError, TimeoutError]
+    for sdk in ("openai", "anthropic"):
+        try:
+            errors.append(importlib.import_module(sdk).APIError)
+        except ImportError:
+            continue
+    return tuple(errors)
+
+
 def trajectory_failure(router: Any, tid: str, outcome: "Outcome") -> str | None:
     """Why trajectory ``tid`` failed, if it did: the agent process timed out (killed with its
-    process group), its sandbox could not run a tool call (``sandbox_failed``: the supervisor
-    died), or a turn's engine request failed (the router marked it)."""
+    process group), a white-box agent's model call failed (``model_call_failed``: its SDK
+    timed out or lost the connection), its sandbox could not run a tool call
+    (``sandbox_failed``: the supervisor died), or a turn's engine request failed (the router
+    marked it)."""
     if outcome.info.get("timed_out"):
         return "the agent process timed out and was killed"
+    if outcome.info.get("model_call_failed"):
+        return f"a model call failed: {outcome.info['model_call_failed']}"
     if outcome.info.get("sandbox_failed"):
         return f"its sandbox could not run a tool call: {outcome.info.get('sandbox_error')}"
     traj = router.store.lookup(tid, "0")
@@ -175,6 +200,13 @@ class RouterAgentBase:
         try:
             outcome = await self.run_trajectory(prompt, router.base_urls(tid, "0"), router.trajectory_key(tid, "0"),
                                                 dict(sampling_params))
+        except Exception as exc:
+            if not isinstance(exc, model_call_errors()):
+                router.finish_trajectory(tid, "0", error=f"agent: {type(exc).__name__} {exc}".strip())
+                raise  # the agent's own error (a bug, a wrong config): the run must not train on it
+            log.warning("%s: trajectory %s: a model call failed: %s: %s", type(self).__name__, tid,
+                        type(exc).__name__, exc)
+            outcome = Outcome(info={"model_call_failed": f"{type(exc).__name__}: {exc}"})
         except BaseException as exc:  # closed as failed, so the saved line does not read as finished
             router.finish_trajectory(tid, "0", error=f"agent: {type(exc).__name__} {exc}".strip())
             raise
