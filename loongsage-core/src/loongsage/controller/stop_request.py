@@ -35,7 +35,7 @@ class StopRequest:
         self._previous: Any = None
         self._installed = False
 
-    def __enter__(self) -> "StopRequest":
+    def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
             self._installed = True
