@@ -79,7 +79,7 @@ def test_trajectories_of_a_failed_or_cancelled_group_are_saved_as_failed_with_th
              map(json.loads, (tmp_path / "trajectories.jsonl").read_text().splitlines())}
     assert sorted(saved) == ["0", "1", "2"] and {row["status"] for row in saved.values()} == {"failed"}
     if how == "failure":
-        assert saved["0"]["error"] == "agent: ValueError trajectory 0 failed"
+        assert saved["0"]["error"] == "agent: ValueError: trajectory 0 failed"
     assert {saved[i]["error"] for i in ("1", "2")} == {"agent: CancelledError"}
 
 
@@ -98,9 +98,14 @@ def test_a_private_router_over_the_runs_pool_uses_that_pool(scripted_engine, age
         agent.close()
 
 
-class TimesOutAfterOneTurn(RouterAgentBase):
-    """Every trajectory makes one real model call through the router; trajectory 0's second
-    call then times out in the openai SDK, as a turn slower than the client's timeout does."""
+class FailingModelCalls(RouterAgentBase):
+    """Every trajectory calls the model through the router; trajectory 0 then fails as
+    ``how`` says: its second call times out in the openai SDK (a turn slower than the client's
+    timeout), its first one does, or the router refuses it (HTTP 400: ``n`` > 1)."""
+
+    def __init__(self, context, how):
+        super().__init__(None, context)
+        self.how = how
 
     async def run_trajectory(self, prompt, urls, key, sampling_params) -> Outcome:
         import httpx
@@ -108,26 +113,56 @@ class TimesOutAfterOneTurn(RouterAgentBase):
 
         from loongsage_agents.agents.chat import openai_client
 
+        first = key.split(":")[0].endswith("-0")
+        timeout = openai.APITimeoutError(request=httpx.Request("POST", urls["openai"] + "/chat/completions"))
         async with openai_client(urls, key) as client:
+            if first and self.how == "first_call":
+                raise timeout
+            extra = {"n": 2} if first and self.how == "refused" else {}
             reply = await client.chat.completions.create(model="policy", messages=prompt.messages,
-                                                         max_tokens=8)
-            if key.split(":")[0].endswith("-0"):
-                raise openai.APITimeoutError(request=httpx.Request("POST", urls["openai"]))
+                                                         max_tokens=8, **extra)
+            if first:
+                raise timeout
         return Outcome(text=reply.choices[0].message.content)
 
 
-def test_a_model_call_that_times_out_fails_its_trajectory_not_the_group(scripted_engine, agent_context):
+@pytest.mark.parametrize("how", ["second_call", "first_call"])
+def test_a_model_call_that_times_out_fails_its_trajectory_not_the_group(
+        how, scripted_engine, agent_context, recording_router, tmp_path):
     """An SDK timeout (or lost connection) on an agent's call to the router is that
-    trajectory's failure, handed to ``rollout.failed_trajectory`` with the turns it recorded;
-    the group and the run go on. It used to propagate and end the run."""
-    agent = TimesOutAfterOneTurn(None, agent_context())
+    trajectory's failure, handed to ``rollout.failed_trajectory`` with the turns it recorded
+    (one marked sample when it failed on its first call) and saved as failed; the group and the
+    run go on. It used to propagate and end the run."""
+    import json
+
+    agent = FailingModelCalls(agent_context(), how)
+    recording_router(agent, scripted_engine(["a", "b", "c"]), tmp_path)
     prompt = Prompt("p", 0, [{"role": "user", "content": "x"}])
-    try:
-        samples = asyncio.run(agent.run_group(prompt, 3, scripted_engine(["a", "b", "c"]), {}))
-    finally:
-        agent.close()
+    samples = asyncio.run(agent.run_group(prompt, 3, None, {}))
     by_trajectory = {s.reward_info["trajectory_id"][-1]: s for s in samples}
-    assert sorted(by_trajectory) == ["0", "1", "2"] and all(s.response_ids for s in samples)
-    assert by_trajectory["0"].reward_info["failed"] == "a model call failed: APITimeoutError: Request timed out."
+    assert sorted(by_trajectory) == ["0", "1", "2"]
+    failed = by_trajectory["0"]
+    assert failed.reward_info["failed"] == "a model call failed: APITimeoutError: Request timed out."
+    assert bool(failed.response_ids) == (how == "second_call")
+    assert not failed.reward_info.get("died_before_model_call")
     for i in "12":
         assert by_trajectory[i].text in {"a", "b", "c"} and "failed" not in by_trajectory[i].reward_info
+    saved = {row["trajectory_id"][-1]: row for row in
+             map(json.loads, (tmp_path / "trajectories.jsonl").read_text().splitlines())}
+    assert saved["0"]["status"] == "failed" and saved["0"]["error"] == failed.reward_info["failed"]
+    assert saved["1"]["status"] == saved["2"]["status"] == "finished"
+
+
+def test_a_request_the_router_refuses_is_the_agents_error_and_ends_the_group(
+        scripted_engine, agent_context):
+    """A 4xx from the router is a malformed request, the agent's bug: it is not trained as a
+    failed trajectory with reward 0 but ends the group (and the run)."""
+    import openai
+
+    agent = FailingModelCalls(agent_context(), "refused")
+    prompt = Prompt("p", 0, [{"role": "user", "content": "x"}])
+    try:
+        with pytest.raises(openai.BadRequestError, match="only n=1 is supported"):
+            asyncio.run(agent.run_group(prompt, 3, scripted_engine(["a", "b", "c"]), {}))
+    finally:
+        agent.close()

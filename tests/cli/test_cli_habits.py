@@ -1,7 +1,7 @@
 """CLI habits: ``--version``, ``train --help`` listing every config group with its options,
-help and ``plugins`` without torch,
-``-v``/``-q`` through logging, and a delegated subcommand's failure printed as one error line
-(its traceback only with ``-v``). The real ``loongsage`` entry point runs in a subprocess."""
+help and ``plugins`` without importing torch, ``-v``/``-q`` through logging, and a delegated
+subcommand's failure printed as one error line (its traceback only with ``-v``). The real
+``loongsage`` entry point runs in a subprocess."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_help_and_plugins_import_no_torch():
     for args in (["--help"], ["train", "--help"], ["plugins"]):
         code = ("import sys\nfrom loongsage.cli import main\n"
                 f"sys.argv = ['loongsage', *{args!r}]\n"
-                "try:\n    main()\nexcept SystemExit as exit:\n    assert not exit.code, exit.code\n"
+                "try:\n    raise SystemExit(main())\nexcept SystemExit as exit:\n    assert not exit.code, exit.code\n"
                 "print('heavy:', sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stderr

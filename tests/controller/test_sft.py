@@ -52,7 +52,7 @@ def test_sft_lowers_answer_loss_and_restores_optimizer(tiny_model_dir):
     mask = batch.loss_mask > 0
     assert -after[mask].mean() < 0.5 * -before[mask].mean()
     assert engine.optimizer.param_groups[0]["lr"] == 1e-5 and not engine.optimizer.state
-    assert train_sft(engine, data, SFTConfig(steps=1, batch_size=2, lr=1e-3))[0] < losses[0]  # engine's tokenizer
+    assert train_sft(engine, data, SFTConfig(steps=1, batch_size=2, lr=1e-3), 0)[0] < losses[0]  # engine's tokenizer
 
 
 def test_each_step_trains_at_the_scheduled_rate_and_rl_gets_train_lr_back(tiny_model_dir):
@@ -61,7 +61,7 @@ def test_each_step_trains_at_the_scheduled_rate_and_rl_gets_train_lr_back(tiny_m
     step = engine.train_step
     engine.train_step = lambda batch, loss: seen.append(engine.optimizer.param_groups[0]["lr"]) or step(batch, loss)
     sft = SFTConfig(steps=5, batch_size=2, lr=4e-3, warmup_steps=2, lr_decay="linear")
-    losses = train_sft(engine, examples(), sft)
+    losses = train_sft(engine, examples(), sft, 0)
     assert len(losses) == 5
     assert seen == pytest.approx([2e-3, 4e-3, 4e-3, 4e-3 * 2 / 3, 4e-3 / 3])
     assert engine.optimizer.param_groups[0]["lr"] == 1e-5 and not engine.optimizer.state

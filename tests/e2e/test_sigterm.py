@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 STEPS = 8
 OVERRIDES = (f"trainer.steps={STEPS}", "trainer.sft.steps=0", "rollout.prompts_per_step=4",
-          "rollout.n_samples_per_prompt=2", "rollout.max_new_tokens=12", "logging.progress_bar=false")
+             "rollout.n_samples_per_prompt=2", "rollout.max_new_tokens=12", "logging.progress_bar=false")
 
 
 def session_processes(sid: int) -> list[int]:

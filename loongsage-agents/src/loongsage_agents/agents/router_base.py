@@ -32,9 +32,11 @@ train on; ``drop_group``: the group again) and the run goes on. Only when *no* t
 the group called the model does ``run_group`` raise, with the first one's details: that is
 an agent program that cannot reach the model at all (wrong argv, missing binary, broken
 config), which no regeneration fixes and which must not train silently on nothing. A
-white-box agent whose call to the router fails in its SDK (a timeout, a lost connection:
-``model_call_errors``) ends that trajectory as failed the same way, with the turns it
-recorded; any other exception from ``run_trajectory`` is the agent's own and ends the run.
+white-box agent whose call to the router fails on the way (a timeout, a lost connection, the
+router's 5xx: ``failed_model_call``) ends that trajectory as failed the same way, with the
+turns it recorded, even before its first one; any other exception from ``run_trajectory`` is
+the agent's own and ends the run. A failed trajectory is saved with status ``failed`` and
+the reason.
 
 Partial rollout (``continues_turns_in_place``): the agent program cannot stop at a weight
 update, so it never returns an aborted group; the router continues a turn the engine aborted
@@ -77,39 +79,53 @@ def prompt_task(prompt: Prompt) -> str:
     raise ValueError(f"prompt {prompt.source}#{prompt.index} has no user message: {prompt.messages}")
 
 
-def model_call_errors() -> tuple[type[BaseException], ...]:
-    """What a white-box agent's failed call to its router raises: the SDKs' API errors
-    (timeouts, connection resets, HTTP errors) and httpx's own. A trajectory ending in one is
-    a failed trajectory, as when the router marks a turn failed; any other exception is the
-    agent's own and fails the run. Imported only when a trajectory raised."""
+def described(exc: BaseException) -> str:
+    """``Type: message`` (just ``Type`` when the message is empty, as for a cancellation)."""
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def failed_model_call(exc: BaseException, router_url: str) -> bool:
+    """Whether ``exc`` is a white-box agent's request to its router (``router_url``) failing on
+    the way: the SDKs' connection errors and timeouts (``APIConnectionError``, of which
+    ``APITimeoutError`` is one), the router's 5xx for a turn it failed, httpx's transport
+    errors. Such a trajectory fails as one whose turn the router failed does. Anything else,
+    a 4xx refusal of a malformed request or the agent's own timeouts and HTTP calls included,
+    is the agent's error and ends the run. The SDKs are imported only once a trajectory raised."""
     import importlib
 
     import httpx
 
-    errors: list[type[BaseException]] = [httpx.HTTPError, TimeoutError]
+    kinds: list[type[BaseException]] = [httpx.TransportError]
     for sdk in ("openai", "anthropic"):
         try:
-            errors.append(importlib.import_module(sdk).APIError)
+            module = importlib.import_module(sdk)
         except ImportError:
             continue
-    return tuple(errors)
+        kinds += [module.APIConnectionError, module.InternalServerError]
+    if not isinstance(exc, tuple(kinds)):
+        return False
+    try:
+        url = str(exc.request.url)
+    except (AttributeError, RuntimeError):  # httpx: an error raised without its request
+        return False
+    return url.startswith(router_url)
 
 
 def trajectory_failure(router: Any, tid: str, outcome: "Outcome") -> str | None:
     """Why trajectory ``tid`` failed, if it did: the agent process timed out (killed with its
-    process group), a white-box agent's model call failed (``model_call_failed``: its SDK
-    timed out or lost the connection), its sandbox could not run a tool call
-    (``sandbox_failed``: the supervisor died), or a turn's engine request failed (the router
-    marked it)."""
+    process group), a turn's engine request failed (the router marked it), a white-box
+    agent's model call failed (``model_call_failed``: its SDK timed out or lost the
+    connection), or its sandbox could not run a tool call (``sandbox_failed``: the supervisor
+    died). The router's own reason comes first: it names the engine's error."""
+    traj = router.store.lookup(tid, "0")
+    if traj is not None and traj.status == "failed":
+        return f"a turn failed: {traj.error}"
     if outcome.info.get("timed_out"):
         return "the agent process timed out and was killed"
     if outcome.info.get("model_call_failed"):
         return f"a model call failed: {outcome.info['model_call_failed']}"
     if outcome.info.get("sandbox_failed"):
         return f"its sandbox could not run a tool call: {outcome.info.get('sandbox_error')}"
-    traj = router.store.lookup(tid, "0")
-    if traj is not None and traj.status == "failed":
-        return f"a turn failed: {traj.error}"
     return None
 
 
@@ -124,7 +140,7 @@ def unsampled_sample(router: Any, prompt: Prompt, tid: str, outcome: Outcome,
                          f"before its first model call{': ' + stderr if stderr else ''}")
     info = {"trajectory_id": tid, "attempt_id": "0", "segment_id": 0, "origin": "root",
             "parent": None, "sampling_overridden_turns": 0, **outcome.info,
-            "died_before_model_call": True, "failed": reason}
+            "died_before_model_call": not outcome.info.get("model_call_failed"), "failed": reason}
     return Sample(prompt_ids=prompt_ids, response_ids=[], response_logprobs=[], weight_versions=[],
                   loss_mask=[], text=outcome.text, reward_info=info)
 
@@ -201,17 +217,16 @@ class RouterAgentBase:
             outcome = await self.run_trajectory(prompt, router.base_urls(tid, "0"), router.trajectory_key(tid, "0"),
                                                 dict(sampling_params))
         except Exception as exc:
-            if not isinstance(exc, model_call_errors()):
-                router.finish_trajectory(tid, "0", error=f"agent: {type(exc).__name__} {exc}".strip())
+            if not failed_model_call(exc, router.url):
+                router.finish_trajectory(tid, "0", error=f"agent: {described(exc)}")
                 raise  # the agent's own error (a bug, a wrong config): the run must not train on it
-            log.warning("%s: trajectory %s: a model call failed: %s: %s", type(self).__name__, tid,
-                        type(exc).__name__, exc)
-            outcome = Outcome(info={"model_call_failed": f"{type(exc).__name__}: {exc}"})
+            log.warning("%s: trajectory %s: a model call failed: %s", type(self).__name__, tid, described(exc))
+            outcome = Outcome(info={"model_call_failed": described(exc)})
         except BaseException as exc:  # closed as failed, so the saved line does not read as finished
-            router.finish_trajectory(tid, "0", error=f"agent: {type(exc).__name__} {exc}".strip())
+            router.finish_trajectory(tid, "0", error=f"agent: {described(exc)}")
             raise
         failure = trajectory_failure(router, tid, outcome)
-        samples = router.finish_trajectory(tid, "0")
+        samples = router.finish_trajectory(tid, "0", error=failure)
         for sample in samples:
             sample.text = outcome.text
             sample.reward_info.update(outcome.info)

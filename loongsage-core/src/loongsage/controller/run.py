@@ -47,13 +47,15 @@ def train_one_step(run: Run, step: int) -> dict[str, float]:
 
 def run_training(spec: RunConfig) -> str:
     """Train per ``spec``; return the run directory. A run that fails because an actor died
-    and left a checkpoint starts again from it, up to ``trainer.auto_resume`` times."""
+    and left a checkpoint starts again from it, up to ``trainer.auto_resume`` times, unless it
+    was sent SIGTERM (a scheduler stopping every process of the job kills the actors too)."""
     restarts = spec.cfg.trainer.auto_resume
+    stop = StopRequest()
     while True:
         try:
-            return _train(spec)
+            return _train(spec, stop)
         except RunFailed as err:
-            if err.resume_dir is None or restarts <= 0:
+            if err.resume_dir is None or restarts <= 0 or stop.requested:
                 raise
             restarts -= 1
             log.warning(f"{err}\ntrainer.auto_resume: resuming ({restarts} more allowed)")
@@ -68,12 +70,12 @@ def resuming(spec: RunConfig, run_dir: Path) -> RunConfig:
     return dataclasses.replace(spec, cfg=cfg)
 
 
-def _train(spec: RunConfig) -> str:
-    with build_run(spec) as run:
+def _train(spec: RunConfig, stop: StopRequest) -> str:
+    with build_run(spec) as run, stop:  # the handler goes in after ray.init, which sets Ray's
         log.info(f"run directory: {run.run_dir.path}")
         first_step = resume_or_warm_start(run)
         run.phases.to_rollout()
-        with StopRequest() as stop, FailureGuard(run) as guard:
+        with FailureGuard(run) as guard:
             for step in run.progress(range(first_step, run.cfg.trainer.steps)):
                 guard.begin(step)
                 train_one_step(run, step)

@@ -175,7 +175,7 @@ def run_sft(
     return losses
 
 
-def train_sft(engine: Any, examples: Sequence[Demonstration], sft: Any, seed: int = 0) -> list[float]:
+def train_sft(engine: Any, examples: Sequence[Demonstration], sft: Any, seed: int) -> list[float]:
     """``run_sft`` with the engine's own tokenizer (shipped into the train actor), as
     ``trainer.sft`` (an ``SFTConfig``) asks, its batches drawn in the order ``seed`` (the run's
     ``trainer.seed``) gives."""

@@ -6,7 +6,10 @@ steps trained since the last checkpoint were lost: Ray's own SIGTERM handler abo
 driver on the spot. Inside ``StopRequest`` the first SIGTERM only asks: the loop finishes the
 step in progress, saves a checkpoint of it and raises ``RunStopped``, which names the step
 and the resume command (the CLI prints it and exits with status 2). A second SIGTERM stops
-at once (``KeyboardInterrupt``, without a checkpoint).
+at once (``KeyboardInterrupt``, without a checkpoint). The handler is in place from the end of
+the run's start-up (after ``ray.init``, which sets Ray's own) to its end: a SIGTERM during the
+warm start takes effect after the first RL step, one during the final evaluation and export
+lets them finish, and a run asked to stop is never restarted by ``trainer.auto_resume``.
 
 Ctrl-C is left as it was (an immediate stop): a terminal sends SIGINT to the whole foreground
 process group, which holds Ray's GCS and raylet, so the step could not finish anyway. A
@@ -42,7 +45,7 @@ class StopRequest:
         return self
 
     def __exit__(self, *exc: Any) -> bool:
-        if self._installed:  # None: the handler was set outside Python (Ray's)
+        if self._installed:  # None: a C-level handler, which Python cannot put back
             signal.signal(signal.SIGTERM, signal.SIG_DFL if self._previous is None else self._previous)
             self._installed = False
         return False

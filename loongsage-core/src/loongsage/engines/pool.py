@@ -273,11 +273,12 @@ class EnginePool:
         """``abort_all`` on every live replica; one that cannot be reached is marked down (its
         requests fail over, as a failed request's replica does) instead of failing the update."""
         live = [i for i in range(len(self.clients)) if i not in self.down]
-        results = await asyncio.gather(*(self.clients[i].aabort(abort_all=True) for i in live),
+        clients = [self.clients[i] for i in live]
+        results = await asyncio.gather(*(client.aabort(abort_all=True) for client in clients),
                                        return_exceptions=True)
-        for idx, result in zip(live, results):
+        for idx, client, result in zip(live, clients, results):
             if isinstance(result, EngineError) and result.status is None:
-                self.mark_down(idx, f"abort at a weight update: {result}")
+                self.mark_down(idx, f"abort at a weight update: {result}", client)
             elif isinstance(result, BaseException):
                 raise result
 
@@ -319,7 +320,6 @@ class EnginePool:
             while True:
                 attempt += 1
                 idx = await self.live_replica(leave_on_hold=True)
-                client = self.clients[idx]
                 try:
                     async with self.slot(idx, leave_on_hold=True, prompts=len(prompts)) as slot:
                         client = slot.client
