@@ -86,16 +86,15 @@ def described(exc: BaseException) -> str:
 
 def failed_model_call(exc: BaseException, router_url: str) -> bool:
     """Whether ``exc`` is a white-box agent's request to its router (``router_url``) failing on
-    the way: the SDKs' connection errors and timeouts (``APIConnectionError``, of which
-    ``APITimeoutError`` is one), the router's 5xx for a turn it failed, httpx's transport
-    errors. Such a trajectory fails as one whose turn the router failed does. Anything else,
-    a 4xx refusal of a malformed request or the agent's own timeouts and HTTP calls included,
-    is the agent's error and ends the run. The SDKs are imported only once a trajectory raised."""
+    the way: the openai or anthropic SDK's connection errors and timeouts
+    (``APIConnectionError``, of which ``APITimeoutError`` is one) and the router's 5xx for a
+    turn it failed. Such a trajectory fails as one whose turn the router failed does. Anything
+    else, a 4xx refusal of a malformed request or the agent's own timeouts and HTTP calls
+    included, is the agent's error and ends the run. The SDKs are imported only once a
+    trajectory raised."""
     import importlib
 
-    import httpx
-
-    kinds: list[type[BaseException]] = [httpx.TransportError]
+    kinds: list[type[BaseException]] = []
     for sdk in ("openai", "anthropic"):
         try:
             module = importlib.import_module(sdk)
@@ -104,11 +103,8 @@ def failed_model_call(exc: BaseException, router_url: str) -> bool:
         kinds += [module.APIConnectionError, module.InternalServerError]
     if not isinstance(exc, tuple(kinds)):
         return False
-    try:
-        url = str(exc.request.url)
-    except (AttributeError, RuntimeError):  # httpx: an error raised without its request
-        return False
-    return url.startswith(router_url)
+    request = getattr(exc, "request", None)
+    return request is not None and str(request.url).startswith(router_url)
 
 
 def trajectory_failure(router: Any, tid: str, outcome: "Outcome") -> str | None:
