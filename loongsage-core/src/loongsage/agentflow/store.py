@@ -286,8 +286,9 @@ class TrajectoryStore:
                drop: bool = True, error: str | None = None) -> list[Sample]:
         """Close a trajectory, persist it to the run directory, and return its samples.
 
-        ``error`` (the agent program raised or was cancelled) closes it as failed with that
-        reason, unless a turn already failed it with its own."""
+        ``error`` (why it failed: its agent program raised or was cancelled, a model call or
+        its sandbox failed) closes it as failed with that reason, unless a turn already failed
+        it with its own."""
         key = (str(trajectory_id), str(attempt_id))
         traj = self._items.get(key)
         if traj is None:

@@ -79,9 +79,10 @@ def _train(spec: RunConfig, stop: StopRequest) -> str:
             for step in run.progress(range(first_step, run.cfg.trainer.steps)):
                 guard.begin(step)
                 train_one_step(run, step)
-                if checkpoint_due(run, step) or stop.requested:
+                stopping = stop.requested  # read once: a SIGTERM may land between two reads
+                if checkpoint_due(run, step) or stopping:
                     save_checkpoint(run, step)
-                if stop.requested:
+                if stopping:
                     raise stop.stopped(run.run_dir, step)
         if run.eval_due(run.cfg.trainer.steps):
             run.record(run.cfg.trainer.steps, run.evaluate(), [])
