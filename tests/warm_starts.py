@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from loongsage.models.cache import build_once
 from loongsage.models.tiny import default_cache_root
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,21 +42,23 @@ def source_digest(root: Path = REPO) -> str:
 
 def cached(name: str, key_parts: tuple[str, ...], build: Callable[[Path], object],
            cache_root: Path | None = None) -> Path:
-    """The folder ``build(tmp)`` fills, built once per key under an exclusive file lock."""
+    """The folder ``build(folder)`` fills, built once per key under an exclusive file lock.
+
+    ``cache_root``: ``$LOONGSAGE_CACHE`` by default (kept across sessions); a test session's
+    shared temporary folder (``tmp_path_factory.getbasetemp().parent``) for what one session's
+    xdist workers share and nobody keeps."""
     root = (cache_root or default_cache_root()) / "test-warm-starts"
     root.mkdir(parents=True, exist_ok=True)
     key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()[:16]
     final = root / f"{name}-{key}"
     with open(root / f"{name}-{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
-        if not (final / "done").exists():
-            build_once(final, lambda tmp: _build_and_mark(build, tmp))
+        if not (final / "done").exists():  # built in place (paths inside stay true); a
+            shutil.rmtree(final, ignore_errors=True)  # half-built folder of a killed build goes
+            final.mkdir()
+            build(final)
+            (final / "done").touch()
     return final
-
-
-def _build_and_mark(build: Callable[[Path], object], folder: Path) -> None:
-    build(folder)
-    (folder / "done").touch()  # only a finished build counts
 
 
 def warm_start(recipe: str, *overrides: str, env: dict[str, str] | None = None,
