@@ -25,13 +25,13 @@ $(STAMP): $(SOURCES)
 DURATIONS := .pytest-durations.jsonl
 test: setup
 	@start=$$(date +%s); rm -f $(DURATIONS); export LOONGSAGE_DURATIONS_FILE=$(DURATIONS); \
-	$(BIN)/pytest -n 2 --dist loadfile -m "not serial"; parallel=$$?; \
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not serial"; parallel=$$?; \
 	$(BIN)/pytest -m serial; serial=$$?; \
 	$(BIN)/python tests/suite_timing.py $(DURATIONS) $$(( $$(date +%s) - start )); \
 	[ $$parallel -eq 0 ] && [ $$serial -eq 0 ]
 
 test-fast: setup
-	$(BIN)/pytest -n 2 --dist loadfile -m "not slow and not serial"; parallel=$$?; \
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not serial"; parallel=$$?; \
 	$(BIN)/pytest -m "serial and not slow"; serial=$$?; \
 	[ $$parallel -eq 0 ] && [ $$serial -eq 0 ]
 
