@@ -323,6 +323,7 @@ class TrainerConfig:
     resume: bool = False
     auto_resume: int = 0  # restarts from the last checkpoint when an actor dies (0 = stop with the resume command)
     run_dir: Optional[str] = None  # resume into / write to this directory
+    overwrite: bool = False  # a fresh run in a run_dir holding another run's files deletes them first
     eval_interval: int = 0  # steps between evaluations (0 = never); also before step 0
     eval_prompts: int = 64  # fixed prompts per evaluation, split over the data sources
     eval_temperature: float = 0.0  # 0 = greedy, so the eval curve is free of sampling noise

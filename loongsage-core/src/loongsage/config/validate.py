@@ -155,6 +155,9 @@ def _check_modes(cfg: DictConfig) -> None:
             "disaggregated placement without async.enable=true leaves rollout and training "
             "resources idle in turn; use colocated (optionally rollout.partial=true) or enable async",
         )
+    if cfg.trainer.resume and cfg.trainer.overwrite:
+        raise ConfigError("trainer.overwrite", "deletes the previous run's files, which trainer.resume=true "
+                          "resumes from; set one of them")
     if cfg.rollout.mask_offpolicy_in_partial_rollout and not (cfg.rollout.partial or asynchronous):
         raise ConfigError(
             "rollout.mask_offpolicy_in_partial_rollout",

@@ -224,13 +224,23 @@ def _start_rollout(run: Run, plain: dict) -> None:
 
 @contextmanager
 def build_run(spec: RunConfig, rollout: bool = True) -> Iterator[Run]:
-    """Start every component of ``spec``; close them all on exit, also after errors."""
-    from transformers import AutoTokenizer
-
+    """Start every component of ``spec`` in a run directory it holds (``RunDirectory.claimed``:
+    refused before anything starts when another run owns it); close them all on exit, also
+    after errors."""
     cfg = spec.cfg.copy()
     cfg.model.path = str(resolve_model_path(cfg.model.path))
     spec = dataclasses.replace(spec, cfg=cfg)
-    run_dir = RunDirectory.for_config(cfg)
+    with RunDirectory.for_config(cfg).claimed(cfg.trainer.resume, cfg.trainer.overwrite) as run_dir:
+        with _started(spec, run_dir, rollout) as run:
+            yield run
+
+
+@contextmanager
+def _started(spec: RunConfig, run_dir: RunDirectory, rollout: bool) -> Iterator[Run]:
+    """``build_run`` in a run directory this run holds."""
+    from transformers import AutoTokenizer
+
+    cfg = spec.cfg
     run_dir.write_config(cfg)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
     start_ray(cfg.placement)

@@ -11,6 +11,13 @@ Layout::
     <run_dir>/checkpoints/step_000003/    trainer state + controller state (state.json)
     <run_dir>/checkpoints/latest          name of the newest complete checkpoint
     <run_dir>/final_model/                the last checkpoint's model (hard links) + README.md card
+    <run_dir>/.lock                       held (``flock``) by the live run, which wrote its pid in it
+
+A run directory belongs to one run (``RunDirectory.claimed``): a second live run is refused
+(the lock is the kernel's, so a killed run leaves nothing stuck), and so is a fresh run
+(``trainer.resume=false``) in a directory holding another run's checkpoints or metrics: it
+would mix its metrics with that run's and ``keep_last`` would prune its own new checkpoints
+as older than the other run's. ``trainer.overwrite=true`` deletes that run's files first.
 
 A checkpoint is written to a temporary folder, its manifest (every file's size and SHA-256,
 ``checkpoint_manifest``) last, then renamed into place, and ``latest`` is replaced atomically
@@ -25,6 +32,7 @@ the file and why, removes its partial files and keeps the previous checkpoint.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import logging
 import os
@@ -32,17 +40,23 @@ import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
 from loongsage.controller.checkpoint_manifest import checkpoint_bytes, problems, write_manifest
 from loongsage.data.types import Group
 from loongsage.engines.embedded_train_state import STATE_FILE
-from loongsage.errors import LoongSageError
+from loongsage.errors import ConfigError, LoongSageError
 
 log = logging.getLogger(__name__)
 MB = 1 << 20
+# what a run writes at the top of its directory (trackers' defaults included): what
+# ``trainer.overwrite`` deletes; anything else a user put there stays
+RUN_ENTRIES = ("checkpoints", "samples", "trajectories", "final_model", "warm_start_model", "sft_model",
+               "metrics.jsonl", "engine_events.jsonl", "config.yaml", "layout.json", "tensorboard", "mlruns",
+               "mlflow_run_id")
 
 
 class CheckpointDamaged(LoongSageError):
@@ -73,6 +87,52 @@ class RunDirectory:
         for folder in (run.path, run.checkpoints, run.samples):
             folder.mkdir(parents=True, exist_ok=True)
         return run
+
+    @contextmanager
+    def claimed(self, resume: bool, overwrite: bool) -> Iterator["RunDirectory"]:
+        """Hold the directory for this run (see the module docstring); released on exit."""
+        lock = open(self.path / ".lock", "a+", encoding="utf-8")
+        try:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock.seek(0)
+                owner = lock.read().strip() or "unknown"
+                raise ConfigError("trainer.run_dir", f"{self.path} is in use by another live run (pid {owner}); "
+                                  "wait for it to end, or give this run another trainer.run_dir") from None
+            lock.seek(0)
+            lock.truncate()
+            lock.write(str(os.getpid()))
+            lock.flush()
+            if not resume:
+                self._make_fresh(overwrite)
+            yield self
+        finally:
+            lock.close()  # closing the file releases the lock
+
+    def _make_fresh(self, overwrite: bool) -> None:
+        checkpoints = sorted(p.name for p in self.checkpoints.glob("*step_*") if not p.name.startswith("."))
+        metrics = self.path / "metrics.jsonl"
+        rows = sum(1 for _ in open(metrics, "rb")) if metrics.is_file() else 0
+        if not checkpoints and not rows:
+            return
+        if overwrite:
+            for name in RUN_ENTRIES:
+                entry = self.path / name
+                if entry.is_dir():
+                    shutil.rmtree(entry)
+                elif entry.exists():
+                    entry.unlink()
+            for folder in (self.checkpoints, self.samples):
+                folder.mkdir()
+            log.warning(f"trainer.overwrite: deleted the previous run's files in {self.path}")
+            return
+        held = "; ".join(filter(None, [f"checkpoints {', '.join(checkpoints)}" if checkpoints else "",
+                                       f"metrics.jsonl with {rows} rows" if rows else ""]))
+        raise ConfigError("trainer.run_dir", f"{self.path} holds another run ({held}); a fresh run there would "
+                          "mix its metrics with that run's and lose checkpoints to keep_last. Resume it "
+                          "(trainer.resume=true), start in a new directory (another trainer.run_dir, or none "
+                          "for a new timestamped one), or delete that run's files (trainer.overwrite=true)")
 
     def write_config(self, cfg: DictConfig) -> None:
         (self.path / "config.yaml").write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
