@@ -107,6 +107,7 @@ class RolloutConfig:
     n_samples_per_prompt: int = 4  # G: samples per prompt group
     max_new_tokens: int = 64
     max_prompt_tokens: int = 512
+    long_prompts: str = "refuse"  # a prompt above max_prompt_tokens (or the context): refuse | drop (counted)
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
@@ -225,6 +226,7 @@ class BudgetConfig:
     dataset_load_s: float = 600.0  # building one data source's dataset (reading its file)
     dataset_get_s: float = 60.0  # one dataset.get(index)
     filter_s: float = 120.0  # one data filter call on a round of groups
+    prompt_check_s: float = 120.0  # reading, rendering, measuring every record at start-up (the rest: when drawn)
 
 
 @dataclass

@@ -43,6 +43,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "algorithm.kl.use_as": ("loss", "reward"),
     "reward.on_error": ("zero", "drop_group", "fail"),
     "rollout.failed_trajectory": ("zero_reward", "drop_group"),
+    "rollout.long_prompts": ("refuse", "drop"),
     "algorithm.loss_agg_mode": (
         "token_mean",
         "seq_mean_token_mean",
@@ -83,6 +84,8 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "budgets.dataset_load_s": (lambda v: v > 0, "a positive number of seconds"),
     "budgets.dataset_get_s": (lambda v: v > 0, "a positive number of seconds"),
     "budgets.filter_s": (lambda v: v > 0, "a positive number of seconds"),
+    "budgets.prompt_check_s": (lambda v: v > 0, "a positive number of seconds"),
+    "rollout.max_prompt_tokens": (lambda v: v >= 1, ">= 1"),
 }
 
 

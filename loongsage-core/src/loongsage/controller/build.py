@@ -54,6 +54,7 @@ from loongsage.controller.weight_sync_distributed import DistributedWeightSync
 from loongsage.controller.weight_sync_tensor import TensorWeightSync
 from loongsage.data.mixer import DataMixer
 from loongsage.data.scoring import RewardScorer, reward_modules
+from loongsage.data.prompt_check import CheckedSource, prompt_checker
 from loongsage.data.sources import build_sources, training_sources
 from loongsage.deadline.budget import Budget
 from loongsage.deadline.pool import DeadlinePool
@@ -214,7 +215,8 @@ def _start_rollout(run: Run, plain: dict) -> None:
                                  sampling_params(cfg, run.tokenizer), scorer,
                                  on_scored=run.agent_routers.record_rewards,
                                  failed_trajectory=cfg.rollout.failed_trajectory)
-    mixer = DataMixer.from_sources(training_sources(run.sources), cfg.trainer.seed,
+    checked = [CheckedSource(source, run.prompt_check) for source in training_sources(run.sources).values()]
+    mixer = DataMixer.from_sources(checked, cfg.trainer.seed,
                                    batch_size=cfg.rollout.prompts_per_step,
                                    mini_batches=cfg.train.mini_batches_per_step,
                                    dp_size=cfg.train.dp_size)
@@ -249,6 +251,9 @@ def _started(spec: RunConfig, run_dir: RunDirectory, rollout: bool) -> Iterator[
     run = Run(spec, run_dir, tokenizer, Objective(spec.algorithm), placement)
     try:
         run.sources = build_sources(spec.sources, spec.registries, cfg.trainer.seed, tokenizer)
+        if rollout:
+            run.prompt_check = prompt_checker(cfg, tokenizer)
+            run.prompt_check.scan(run.sources)
         hosted = host_seats(cfg, spec.rollout_engine.obj, plan.role("train"), plan.role("rollout") if rollout else [])
         estimate = check_run_memory(cfg, run.sources, tokenizer, engines_in_train_processes=len(hosted))
         if estimate:
