@@ -258,6 +258,8 @@ class AgentFlowConfig:
     middlewares: List[Any] = field(default_factory=list)
     api_key: Optional[str] = None  # else LOONGSAGE_ROUTER_API_KEY; with one, agents get per-trajectory tokens
     max_body_bytes: int = 32 << 20  # request bodies past this are refused with 413
+    header_timeout_s: float = 30.0  # a connection whose request headers are not in by then is closed
+    body_timeout_s: float = 120.0  # a request body not read whole by then is refused with 408
 
 
 @dataclass
