@@ -247,7 +247,8 @@ def _started(spec: RunConfig, run_dir: RunDirectory, rollout: bool) -> Iterator[
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
     start_ray(cfg.placement)
     plan = plan_placement(cfg, local_cores(cfg))
-    placement = Placement.reserve(plan, cfg.placement.nodes, cfg.placement.timeout_s)
+    fixed = not (cfg.placement.ray_address or os.environ.get("RAY_ADDRESS"))  # a local cluster cannot grow
+    placement = Placement.reserve(plan, cfg.placement.nodes, cfg.placement.timeout_s, fixed)
     run = Run(spec, run_dir, tokenizer, Objective(spec.algorithm), placement)
     try:
         run.sources = build_sources(spec.sources, spec.registries, cfg.trainer.seed, tokenizer)
