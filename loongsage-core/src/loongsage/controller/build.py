@@ -27,6 +27,7 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -47,6 +48,7 @@ from loongsage.controller.phases import PHASES
 from loongsage.controller.placement import Placement, Seat, format_layout, layout, plan_placement
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
+from loongsage.models.folder_check import check_model_folder
 from loongsage.controller.train_group import TrainGroup
 from loongsage.controller.verbs import Run
 from loongsage.controller.weight_sync import WeightSync
@@ -245,6 +247,7 @@ def _started(spec: RunConfig, run_dir: RunDirectory, rollout: bool) -> Iterator[
     cfg = spec.cfg
     run_dir.write_config(cfg)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
+    check_model_folder(Path(cfg.model.path), tokenizer)
     start_ray(cfg.placement)
     plan = plan_placement(cfg, local_cores(cfg))
     fixed = not (cfg.placement.ray_address or os.environ.get("RAY_ADDRESS"))  # a local cluster cannot grow
