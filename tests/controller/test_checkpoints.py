@@ -168,3 +168,22 @@ def test_another_write_failure_is_named_with_its_own_reason(tmp_path, engine):
                               f"[Errno 13] Permission denied: '{run_dir.checkpoints / '.tmp_step_000000' / 'critic' / 'model.safetensors'}'; "
                               "its partial files were removed; no earlier checkpoint exists")
     assert list(run_dir.checkpoints.iterdir()) == []
+
+
+def test_the_cli_refuses_a_resume_with_no_intact_checkpoint_before_ray_starts(two_checkpoints):
+    """The real ``loongsage train``: the checkpoints are verified before anything starts."""
+    import os
+    import subprocess
+    import sys
+
+    (two_checkpoints.checkpoint_dir(3) / "trainer" / "train_state.pt").unlink()
+    (two_checkpoints.checkpoint_dir(2) / MANIFEST).unlink()
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    result = subprocess.run([sys.executable, "-m", "loongsage.cli", "train", "--config-name", "tiny/grpo",
+                             f"trainer.run_dir={two_checkpoints.path}", "trainer.resume=true"],
+                            capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert (f"error: no intact checkpoint to resume from in {two_checkpoints.checkpoints}: step_000003: "
+            "trainer/train_state.pt is missing; step_000002: manifest.json is missing (the checkpoint was never "
+            "completed)") in result.stderr
+    assert "Started a local Ray instance" not in result.stderr + result.stdout

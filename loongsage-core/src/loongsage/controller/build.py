@@ -248,11 +248,12 @@ def _started(spec: RunConfig, run_dir: RunDirectory, rollout: bool) -> Iterator[
     run_dir.write_config(cfg)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
     check_model_folder(Path(cfg.model.path), tokenizer)
+    resume_from = run_dir.resume_checkpoint() if cfg.trainer.resume else None  # verified before Ray starts
     start_ray(cfg.placement)
     plan = plan_placement(cfg, local_cores(cfg))
     fixed = not (cfg.placement.ray_address or os.environ.get("RAY_ADDRESS"))  # a local cluster cannot grow
     placement = Placement.reserve(plan, cfg.placement.nodes, cfg.placement.timeout_s, fixed)
-    run = Run(spec, run_dir, tokenizer, Objective(spec.algorithm), placement)
+    run = Run(spec, run_dir, tokenizer, Objective(spec.algorithm), placement, resume_from=resume_from)
     try:
         run.sources = build_sources(spec.sources, spec.registries, cfg.trainer.seed, tokenizer)
         if rollout:

@@ -97,8 +97,9 @@ def save_checkpoint(run: Run, step: int) -> None:
 
 
 def resume_or_warm_start(run: Run) -> int:
-    """Restore the latest checkpoint when resuming; otherwise warm start. Return the first step."""
-    latest = run.run_dir.resume_checkpoint() if run.cfg.trainer.resume else None
+    """Restore the checkpoint ``build_run`` chose and verified when resuming (``Run.resume_from``:
+    the newest intact one); otherwise warm start. Return the first step."""
+    latest = run.resume_from
     if latest is None:
         warm_start(run)
         return 0
