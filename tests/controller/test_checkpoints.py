@@ -164,8 +164,9 @@ def test_another_write_failure_is_named_with_its_own_reason(tmp_path, engine):
 
     with pytest.raises(CheckpointWriteFailed) as err:
         run_dir.write_checkpoint(0, refuses, {"step": 0}, 2)
+    partial = run_dir.checkpoints / ".tmp_step_000000" / "critic" / "model.safetensors"
     assert str(err.value) == ("checkpoint step_000000 failed writing critic/model.safetensors: PermissionError: "
-                              f"[Errno 13] Permission denied: '{run_dir.checkpoints / '.tmp_step_000000' / 'critic' / 'model.safetensors'}'; "
+                              f"[Errno 13] Permission denied: '{partial}'; "
                               "its partial files were removed; no earlier checkpoint exists")
     assert list(run_dir.checkpoints.iterdir()) == []
 

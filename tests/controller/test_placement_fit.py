@@ -13,7 +13,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from loongsage.config.store import root_schema
-from loongsage.controller.placement import GroupPlan, Placement, PlacementError, PlacementPlan, plan_placement, shortfall
+from loongsage.controller.placement import (GroupPlan, Placement, PlacementError, PlacementPlan, plan_placement,
+                                            shortfall)
 
 
 def plan(**overrides):

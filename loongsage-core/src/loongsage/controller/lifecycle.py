@@ -3,8 +3,8 @@
 A checkpoint is the trainer's state (weights, optimizer, RNG), the critic's when the run has
 one (value model with its head, optimizer), plus the controller's (step,
 weight version, the scheduler's state with its data order); ``resume_or_warm_start`` either
-restores the newest intact one (its manifest verified, falling back past damaged ones) and republishes its weights, or runs the supervised warm
-start of a fresh run.
+restores the newest intact one (its manifest verified by ``build_run``, falling back past
+damaged ones) and republishes its weights, or runs the supervised warm start of a fresh run.
 """
 
 from __future__ import annotations
