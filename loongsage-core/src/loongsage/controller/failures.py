@@ -23,6 +23,7 @@ from typing import Any
 
 from loongsage.controller.lifecycle import save_checkpoint
 from loongsage.controller.memory import is_train_role
+from loongsage.controller.run_dir import CheckpointWriteFailed
 from loongsage.errors import LoongSageError
 
 PING_TIMEOUT_S = 30.0
@@ -117,7 +118,8 @@ class FailureGuard:
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        if not isinstance(exc, Exception) or isinstance(exc, RunStopped) or self.step is None:
+        passes = (RunStopped, CheckpointWriteFailed)  # the latter says what it kept: do not save again
+        if not isinstance(exc, Exception) or isinstance(exc, passes) or self.step is None:
             return False
         deaths = dead_actors(self.run.memory.actors)
         saved = self._save_trainer(alive=not any(is_train_role(d.role) for d in deaths))
