@@ -20,7 +20,8 @@ same ``.call`` / ``.run`` / ``.inspect`` / ``.memory`` / ``.where`` / ``.release
 calls as an actor handle. The two take turns on the bundle anyway; one process saves the
 second copy of torch and transformers (about 10 CPU-seconds of start-up and 0.3 GB of summed
 PSS on a one-step tiny run, docs/cluster.md). The price: the engine cannot be killed and restarted alone, so
-its failure is its train rank's (``trainer.auto_resume``), and the engine monitor does not run.
+its failure is its train rank's (``trainer.auto_resume`` resumes from the step snapshot,
+``step_snapshot``), and the engine monitor does not run.
 
 Devices come from Ray: an actor that was given GPUs (``ray.get_gpu_ids()``; Ray narrows
 ``CUDA_VISIBLE_DEVICES`` to them) builds its engine on ``cuda:0``, any other on the CPU.

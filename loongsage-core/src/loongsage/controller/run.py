@@ -82,6 +82,8 @@ def _train(spec: RunConfig, stop: StopRequest) -> str:
                 stopping = stop.requested  # read once: a SIGTERM may land between two reads
                 if checkpoint_due(run, step) or stopping:
                     save_checkpoint(run, step)
+                else:
+                    guard.keep(step)  # the step snapshot: an actor death loses only the step in flight
                 if stopping:
                     raise stop.stopped(run.run_dir, step)
         if run.eval_due(run.cfg.trainer.steps):
