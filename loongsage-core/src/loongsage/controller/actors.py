@@ -40,6 +40,7 @@ from typing import Any
 import ray
 
 from loongsage.controller.memory import PeakSampler, release_free_memory, rss_bytes
+from loongsage.controller.ray_sessions import daemons_in_own_sessions, start_reaper
 from loongsage.engines.openmp_wait import openmp_wait_env
 
 # A local cluster starts no idle workers ahead of time: Ray prestarts one per CPU for the
@@ -52,7 +53,8 @@ SHARED_SLOT = "rollout"  # the slot of a rollout engine living in its train rank
 
 
 def start_ray(placement: Any) -> None:
-    """Attach to ``placement.ray_address`` / ``RAY_ADDRESS``, else start a local cluster."""
+    """Attach to ``placement.ray_address`` / ``RAY_ADDRESS``, else start a local cluster whose
+    daemons run in sessions of their own and end with this process (``ray_sessions``)."""
     if ray.is_initialized():
         return
     address = placement.ray_address or os.environ.get("RAY_ADDRESS")
@@ -61,15 +63,17 @@ def start_ray(placement: Any) -> None:
     if address:
         ray.init(address=address, ignore_reinit_error=True, runtime_env=runtime_env)
         return
-    ray.init(
-        num_cpus=placement.num_cpus or os.cpu_count(),
-        include_dashboard=False,
-        object_store_memory=placement.object_store_memory,
-        ignore_reinit_error=True,
-        log_to_driver=True,
-        runtime_env=runtime_env,
-        _system_config=LOCAL_SYSTEM_CONFIG,
-    )
+    with daemons_in_own_sessions() as daemons:  # a signal to the driver's group reaches the driver only
+        ray.init(
+            num_cpus=placement.num_cpus or os.cpu_count(),
+            include_dashboard=False,
+            object_store_memory=placement.object_store_memory,
+            ignore_reinit_error=True,
+            log_to_driver=True,
+            runtime_env=runtime_env,
+            _system_config=LOCAL_SYSTEM_CONFIG,
+        )
+    start_reaper(daemons)  # and every one of them goes when the driver does, however it ends
 
 
 def actor_runtime_env(environ: Mapping[str, str]) -> dict[str, Any]:

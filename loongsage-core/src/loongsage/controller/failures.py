@@ -43,7 +43,7 @@ class RunFailed(LoongSageError):
 
 
 class RunStopped(LoongSageError):
-    """The run stopped on SIGTERM (``stop_request``) after checkpointing its last finished
+    """The run stopped on SIGTERM or SIGINT (``stop_request``) after checkpointing its last finished
     step; not a failure, so ``FailureGuard`` lets it through untouched."""
 
 
