@@ -15,15 +15,20 @@ ratio is an upper bound on the snapshot's share of a step.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-import torch
+from loongsage.engines.openmp_wait import openmp_wait_env
 
-from loongsage.algorithms.objective import Objective
+os.environ.update(openmp_wait_env(os.environ))  # before torch loads OpenMP, as the CLI does
+
+import torch  # noqa: E402
+
+from loongsage.algorithms.objective import Objective  # noqa: E402
 from loongsage.controller.step_snapshot import folder_bytes
 from loongsage.controller.trainer_ops import train_on_rollout
 from loongsage.engines.distributed import RankShards
