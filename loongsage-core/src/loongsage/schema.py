@@ -304,6 +304,9 @@ class CheckpointConfig:
 
     interval: int = 0  # steps between checkpoints; 0 = only at the end
     keep_last: int = 2
+    # save the trainer after every step that is not checkpointed (checkpoints/.snapshot_step_N, one kept):
+    # an actor death then loses at most the step in flight (controller/step_snapshot.py)
+    snapshot: bool = True
 
 
 @dataclass
@@ -325,7 +328,7 @@ class TrainerConfig:
     steps: int = 10
     seed: int = 0
     resume: bool = False
-    auto_resume: int = 0  # restarts from the last checkpoint when an actor dies (0 = stop with the resume command)
+    auto_resume: int = 3  # restarts from the last checkpoint when an actor dies (0 = stop with the resume command)
     run_dir: Optional[str] = None  # resume into / write to this directory
     overwrite: bool = False  # a fresh run in a run_dir holding another run's files deletes them first
     eval_interval: int = 0  # steps between evaluations (0 = never); also before step 0

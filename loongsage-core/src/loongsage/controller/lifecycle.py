@@ -82,18 +82,25 @@ def checkpoint_due(run: Run, step: int) -> bool:
 def save_checkpoint(run: Run, step: int) -> None:
     """Checkpoint ``step`` (``RunDirectory.write_checkpoint``: verified by its manifest; a failed
     write names the file and why and keeps the previous checkpoint)."""
+    run.run_dir.write_checkpoint(step, lambda folder: save_actor_state(run, folder), controller_state(run, step),
+                                 run.cfg.checkpoint.keep_last)
 
-    def write(folder: Path) -> None:
-        run.trainers.call("save", str(folder / "trainer"))
-        if run.critic is not None:
-            run.critic.call("save", str(folder / "critic"))
 
-    state = {
+def save_actor_state(run: Run, folder: Path) -> None:
+    """The trainer's state (and the critic's) into ``folder``, as a checkpoint holds them."""
+    run.trainers.call("save", str(folder / "trainer"))
+    if run.critic is not None:
+        run.critic.call("save", str(folder / "critic"))
+
+
+def controller_state(run: Run, step: int) -> dict:
+    """What a checkpoint of ``step`` keeps of the controller: the step, the weight version and the
+    scheduler's state with its data order."""
+    return {
         "step": step,
         "version": run.version,
         "scheduler": run.scheduler.state_dict() if run.scheduler else None,
     }
-    run.run_dir.write_checkpoint(step, write, state, run.cfg.checkpoint.keep_last)
 
 
 def resume_or_warm_start(run: Run) -> int:

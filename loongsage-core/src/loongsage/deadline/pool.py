@@ -17,7 +17,10 @@ worker runs calls in its main thread, so a plugin's own ``SIGALRM`` timeouts (ma
 work there. Workers get this process's ``sys.path`` as it is when the pool is built, so a
 config-local plugin module importable here is importable there. On Linux a worker is
 killed when the fork server exits, which it does when this process ends, however it ends:
-a worker stuck in a call is not left spinning after a killed run.
+a worker stuck in a call is not left spinning after a killed run. Neither the fork server nor
+a worker takes a signal meant for this process's group (Ctrl-C, ``timeout``, a scheduler's time
+limit): the fork server's first preload (``fork_server_group``) moves it to a process group of
+its own, which its workers inherit, so a run asked to stop can still score the step it finishes.
 
 Like every ``forkserver`` or ``spawn`` child, a worker imports this process's main module
 first, so a script that starts a run must guard it with ``if __name__ == "__main__":``
@@ -49,6 +52,8 @@ import cloudpickle
 import pebble
 
 from loongsage.errors import LoongSageError
+
+FORK_SERVER_GROUP = "loongsage.deadline.fork_server_group"  # by name: importing it here would move this process
 
 
 class CallFailed(LoongSageError):
@@ -115,7 +120,8 @@ class DeadlinePool:
     def __init__(self, workers: int = 0, preload: Sequence[str] = ()) -> None:
         self.workers = workers or default_workers()
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(sorted(set(preload)))  # takes effect if the server is not running yet
+        # takes effect if the server is not running yet; the first moves it out of this process's group
+        context.set_forkserver_preload([FORK_SERVER_GROUP, *sorted(set(preload))])
         path = [p or os.getcwd() for p in sys.path]
         self._pool = pebble.ProcessPool(self.workers, initializer=_init_worker, initargs=(path,),
                                         context=context)
