@@ -130,8 +130,9 @@ def check_engines(device: str) -> dict:
         checked["rollout_onloaded"] = assert_on(module_tensors(engine.model), device, "rollout onload")
         generated = client.generate(prompt, sampling)
         ids = list(prompt) + list(generated.output_ids)
-        row = TrainBatch(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long),
-                         torch.zeros(1, len(ids)))
+        scored = torch.zeros(1, len(ids))  # the engine scores only loss-mask positions
+        scored[0, len(prompt):] = 1.0
+        row = TrainBatch(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long), scored)
         train_lp = trainer.compute_logprobs(row)["logprobs"][0, len(prompt):]
         rollout_lp = torch.tensor(generated.output_logprobs)
         log_ratio = train_lp - rollout_lp
