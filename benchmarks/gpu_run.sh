@@ -15,7 +15,7 @@ wheels="${GPU_WHEELS:-.gpu_wheels}"
 site="${GPU_SITE:-/tmp/loongsage-gpu-site}"
 out="${OUT:-gpu-check-out}"
 mkdir -p "$out"
-export PYTHONPATH="$PWD/loongsage-core/src:$site${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD/loongsage-core/src:$PWD/loongsage-agents/src:$site${PYTHONPATH:+:$PYTHONPATH}"
 export RAY_AUTH_MODE=disabled PYTHONUNBUFFERED=1
 
 status=0

@@ -28,6 +28,7 @@ for stage in first ray; do
     [ "$group" = "$stage" ] || continue
     case "$spec" in
       antlr4-python3-runtime==*) sources+=("$spec") ;;  # source archive only on PyPI: pure Python
+      ./*) sources+=("$repo/${spec#./}") ;;  # this repository's distribution
       *) specs+=("$spec") ;;
     esac
   done < <(grep -v '^#' "$repo/benchmarks/gpu_wheels.txt")
