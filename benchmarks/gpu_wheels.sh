@@ -48,5 +48,5 @@ fi
 cat <<MSG
 carry: [".gpu_wheels"]
 command (one call; the Ray-free stage first, within 240 s, then the Ray stage; JSON under \$OUT):
-  bash benchmarks/gpu_run.sh
+  bash benchmarks/gpu_run.sh; python3 benchmarks/gpu_check_verdict.py "$OUT"
 MSG
