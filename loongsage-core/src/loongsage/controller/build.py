@@ -213,7 +213,8 @@ def _start_rollout(run: Run, plain: dict) -> None:
     run.rollout = RolloutManager(run.sources, pool, run.loop, cfg.rollout.n_samples_per_prompt,
                                  sampling_params(cfg, run.tokenizer), scorer,
                                  on_scored=run.agent_routers.record_rewards,
-                                 failed_trajectory=cfg.rollout.failed_trajectory)
+                                 failed_trajectory=cfg.rollout.failed_trajectory,
+                                 seed=cfg.trainer.seed)
     mixer = DataMixer.from_sources(training_sources(run.sources), cfg.trainer.seed,
                                    batch_size=cfg.rollout.prompts_per_step,
                                    mini_batches=cfg.train.mini_batches_per_step,
