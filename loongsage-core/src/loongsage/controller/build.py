@@ -45,6 +45,7 @@ from loongsage.controller.memory import RunMemory
 from loongsage.controller.memory_budget import check_run_memory
 from loongsage.controller.phases import PHASES
 from loongsage.controller.placement import Placement, Seat, format_layout, layout, plan_placement
+from loongsage.controller.recorded_rollout import RecordedBatches, RecordedRollout, check_recording
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
 from loongsage.controller.train_group import TrainGroup
@@ -223,11 +224,25 @@ def _start_rollout(run: Run, plain: dict) -> None:
     run.phases = PHASES[cfg.placement.mode](run.scheduler, run.trainers, run.rollout_actors, run.critic)
 
 
+def _start_recorded(run: Run, recording: Any) -> None:
+    """The recorded batches as the run's scheduler, and no engine (``recorded_rollout``)."""
+    run.scheduler = RecordedBatches(recording)
+    run.rollout = RecordedRollout()
+    run.phases = PHASES[run.cfg.placement.mode](run.scheduler, run.trainers, run.rollout_actors, run.critic)
+    log.info(f"rollout.from_recording: training on the batches recorded in {recording}; no rollout engine runs")
+
+
 @contextmanager
 def build_run(spec: RunConfig, rollout: bool = True) -> Iterator[Run]:
-    """Start every component of ``spec``; close them all on exit, also after errors."""
+    """Start every component of ``spec``; close them all on exit, also after errors. With
+    ``rollout.from_recording`` the rollout is the recording's batches: no engine starts."""
     from transformers import AutoTokenizer
 
+    recording = None
+    if rollout and spec.cfg.rollout.from_recording:
+        recording = check_recording(spec.cfg.rollout.from_recording, spec.cfg.trainer.steps,
+                                    spec.cfg.trainer.eval_interval)
+    engines = rollout and recording is None
     cfg = spec.cfg.copy()
     cfg.model.path = str(resolve_model_path(cfg.model.path))
     spec = dataclasses.replace(spec, cfg=cfg)
@@ -240,21 +255,23 @@ def build_run(spec: RunConfig, rollout: bool = True) -> Iterator[Run]:
     run = Run(spec, run_dir, tokenizer, Objective(spec.algorithm), placement)
     try:
         run.sources = build_sources(spec.sources, spec.registries, cfg.trainer.seed, tokenizer)
-        hosted = host_seats(cfg, spec.rollout_engine.obj, plan.role("train"), plan.role("rollout") if rollout else [])
+        hosted = host_seats(cfg, spec.rollout_engine.obj, plan.role("train"), plan.role("rollout") if engines else [])
         estimate = check_run_memory(cfg, run.sources, tokenizer, engines_in_train_processes=len(hosted))
         if estimate:
             log.info(estimate)
-        _start_actors(run, as_container(cfg), rollout)
-        if rollout:
+        _start_actors(run, as_container(cfg), engines)
+        if engines:
             _start_rollout(run, as_container(cfg))
-        if rollout and spec.distill is not None:
+        elif recording is not None:
+            _start_recorded(run, recording)
+        if engines and spec.distill is not None:
             run.distiller = build_distiller(spec.distill, as_container(cfg), placement.plan.role("train")[0],
                                           placement)
             run.objective = Objective(spec.algorithm, run.distiller.train_term)
         others = {**(run.distiller.actors if run.distiller else {}), **(run.critic.actors if run.critic else {})}
         run.memory = RunMemory.for_run(cfg, run.trainers.actors, run.rollout_actors, others)
         run.trackers = build_trackers(spec, run_dir)
-        if rollout and run.monitors_engines:
+        if engines and run.monitors_engines:
             run.engine_monitor = EngineMonitor(run, run.rollout.pool, as_container(cfg),
                                                run_dir.path / "engine_events.jsonl").start()
         yield run

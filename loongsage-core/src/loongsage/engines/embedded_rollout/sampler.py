@@ -76,8 +76,8 @@ def _filter(scaled: torch.Tensor, s: RowSettings) -> torch.Tensor:
 def draw(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """One token per row of ``probs`` [B, V] (rows need not sum to 1), by inverse CDF: the
     row's uniform in [0, 1) (``uniforms`` [B], float64; the scheduler gives each row its own,
-    from its request's seed and position, ``engines.sampling_seed``) against the row's cumulative sum, taken in float64 so a 49k-entry sum keeps
-    its precision. Draws the same distribution as ``torch.multinomial(probs, 1)``, which costs
+    from its request's seed and position, ``engines.sampling_seed``) against the row's
+    cumulative sum, taken in float64 so a 49k-entry sum keeps its precision. Draws the same distribution as ``torch.multinomial(probs, 1)``, which costs
     about 1 ms a row on CPU for a 49k vocabulary (it was a sixth of a SmolLM2 decode step at
     batch 32); this costs tens of microseconds a row. A token of probability 0 is never drawn:
     ``right=True`` picks the first index whose cumulative sum exceeds the uniform, and a uniform
