@@ -15,6 +15,7 @@ import pytest
 
 from loongsage.engines.client import EngineClient, EngineError
 from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
+from loongsage.engines.pool import EnginePool
 from loongsage.engines.sampling_seed import derive_seed, sample_seed, token_uniform
 
 PROMPT = [5, 17, 42, 99, 7]
@@ -75,6 +76,9 @@ def test_a_request_samples_the_same_tokens_alone_in_a_batch_of_32_and_after_a_re
             unseeded_batched = asyncio.run(run_batch(client, [(PROMPT, PARAMS, "fixed-rid")]
                                                      + mixed_batch(seeded)[:31]))[0]
             other_seed = client.generate(PROMPT, {**PARAMS, "sampling_seed": 424243}).output_ids
+            # one batched /generate through the pool, one sampling_params per prompt (a group's form)
+            group = asyncio.run(EnginePool([client]).agenerate_batch(
+                [PROMPT, PROMPT], [{**PARAMS, "sampling_seed": 424243}, seeded], rids=["g0", "g1"]))
             with pytest.raises(EngineError, match="sampling_seed"):
                 client.generate(PROMPT, {**PARAMS, "sampling_seed": -1})
     finally:
@@ -84,6 +88,7 @@ def test_a_request_samples_the_same_tokens_alone_in_a_batch_of_32_and_after_a_re
     assert again == alone
     assert unseeded_batched == unseeded_alone  # no seed: the engine's seed and the rid decide
     assert other_seed != alone
+    assert [o.output_ids for o in group] == [other_seed, alone]
     assert len(set(map(tuple, batched))) > 25  # the others drew their own tokens
 
     restarted = start(tiny_model_dir)
