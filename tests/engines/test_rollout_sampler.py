@@ -18,8 +18,8 @@ def draws(settings: RowSettings, n: int = 400) -> torch.Tensor:
     s = settings
     many = replace(s, temperature=s.temperature.repeat(n), top_p=s.top_p.repeat(n),
                    top_k=s.top_k.repeat(n), min_p=s.min_p.repeat(n))
-    gen = torch.Generator().manual_seed(0)
-    return sample(LOGITS.repeat(n, 1), many, gen)[0].view(n, -1)
+    uniforms = torch.rand(n * len(s.temperature), dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    return sample(LOGITS.repeat(n, 1), many, uniforms)[0].view(n, -1)
 
 
 def test_rows_follow_their_own_settings():
@@ -42,8 +42,7 @@ def test_unfiltered_sampling_matches_the_model_distribution():
 
 def test_low_temperature_sharpens_but_logprob_stays_raw():
     s = RowSettings.build([0.2] * 4, [1.0] * 4, [-1] * 4, [0.0] * 4)
-    gen = torch.Generator().manual_seed(1)
-    tokens, logprobs = sample(LOGITS, s, gen)
+    tokens, logprobs = sample(LOGITS, s, torch.rand(4, dtype=torch.float64, generator=torch.Generator().manual_seed(1)))
     assert torch.equal(logprobs, RAW.gather(-1, tokens[:, None]).squeeze(-1))
     assert (draws(s)[:, 0] == 0).float().mean() > 0.95  # p = 0.99 at T=0.2 vs 0.61 at T=1
 
@@ -52,7 +51,7 @@ def test_inverse_cdf_draw_follows_unnormalised_rows_and_never_draws_a_zero():
     """``draw`` replaced ``torch.multinomial`` (1 ms a row at a 49k vocabulary): it must draw
     the same distribution, from rows that need not sum to 1, and never a token of mass 0."""
     probs = torch.tensor([[0.0, 3.0, 1.0, 0.0, 0.0], [2.0, 0.0, 0.0, 0.0, 2.0]]).repeat(4000, 1)
-    got = draw(probs, torch.Generator().manual_seed(0)).view(4000, 2)
+    got = draw(probs, torch.rand(8000, dtype=torch.float64, generator=torch.Generator().manual_seed(0))).view(4000, 2)
     first = torch.bincount(got[:, 0], minlength=5).float() / 4000
     second = torch.bincount(got[:, 1], minlength=5).float() / 4000
     assert torch.allclose(first, torch.tensor([0.0, 0.75, 0.25, 0.0, 0.0]), atol=0.03)

@@ -38,6 +38,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "loongsage.agentflow.plugin",
     "loongsage.models.plugin",
     "loongsage.viz.plugin",
+    "loongsage.controller.plugin",
 )
 
 

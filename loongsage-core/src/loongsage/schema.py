@@ -121,6 +121,12 @@ class RolloutConfig:
     # with reward 0; drop_group generates the group again (at most reward.drop_group_retries times)
     failed_trajectory: str = "zero_reward"
     sglang: SGLangConfig = field(default_factory=SGLangConfig)
+    # keep every step's trained batch in <run_dir>/batches/ (what `loongsage replay` and
+    # rollout.from_recording read; controller.recording)
+    record: bool = False
+    # train on a recorded run's batches (its run directory) with no rollout engine
+    # (controller.recorded_rollout)
+    from_recording: Optional[str] = None
 
 
 @dataclass

@@ -20,7 +20,10 @@ distinct client, and stops them in ``close()``.
 
 The rollout's sampling parameters are enforced by the router on every trained turn
 (``params.enforce_sampling``): a CLI's own temperature never reaches the engine, so the
-trained tokens come from the distribution the algorithm assumes.
+trained tokens come from the distribution the algorithm assumes. The group's
+``sampling_params["sampling_seed"]`` (the rollout manager's) gives trajectory ``i`` the seed
+``sample_seed(group seed, i)``, which its router trajectory keeps (``metadata["sampling_seed"]``)
+and derives each turn's engine seed from, unless the agent's own request carries a ``seed``.
 
 Each sample's ``text`` is the agent's final answer (``Outcome.text``), so the data source's
 reward scores it; ``reward_info`` also carries ``Outcome.info`` (exit code, output, ...).
@@ -53,6 +56,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from loongsage.data.types import Prompt, Sample
+from loongsage.engines.sampling_seed import SEED_KEY, sample_seed
 
 from loongsage_agents.agents.router_params import RouterAgentParams
 from loongsage_agents.agents.tasks import gather_all
@@ -66,6 +70,12 @@ class Outcome:
 
     text: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+
+
+def _sample_params(sampling_params: dict[str, Any], index: int) -> dict[str, Any]:
+    """The group's sampling parameters with trajectory ``index``'s seed in place of the group's."""
+    base = sampling_params.get(SEED_KEY)
+    return sampling_params if base is None else {**sampling_params, SEED_KEY: sample_seed(base, index)}
 
 
 def prompt_task(prompt: Prompt) -> str:
@@ -206,9 +216,12 @@ class RouterAgentBase:
 
     async def _one(self, router: Any, prompt: Prompt, tid: str,
                    sampling_params: dict[str, Any]) -> tuple[list[Sample], Outcome]:
+        seed = sampling_params.get(SEED_KEY)
+        sampling_params = {k: v for k, v in sampling_params.items() if k != SEED_KEY}
         enforced = dict(sampling_params) if self.params.enforce_sampling else None
+        seeded = {} if seed is None else {SEED_KEY: seed}  # the router derives each turn's from it
         router.open_trajectory(tid, "0", sampling=enforced, source=prompt.source,
-                               index=prompt.index)
+                               index=prompt.index, **seeded)
         try:
             outcome = await self.run_trajectory(prompt, router.base_urls(tid, "0"), router.trajectory_key(tid, "0"),
                                                 dict(sampling_params))
@@ -246,7 +259,7 @@ class RouterAgentBase:
         async def bounded(i: int):
             async with limit:
                 return await self._one(router, prompt, f"{prompt.source}-{prompt.index}-{group}-{i}",
-                                       sampling_params)
+                                       _sample_params(sampling_params, i))
 
         tasks = [asyncio.ensure_future(bounded(i)) for i in range(n)]
         results = await gather_all(tasks)

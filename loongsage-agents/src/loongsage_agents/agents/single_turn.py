@@ -18,6 +18,10 @@ sampling_params, rid=None)``, each output an object with ``output_ids``, ``outpu
 (``loongsage.engines.client.GenerateOutput``; MoE routes of prompt + output, kept on the sample
 for router replay; a continued sample takes the continuation's, which cover all its tokens). Rewards are not computed
 here: the controller scores samples with the data source's reward.
+
+``sampling_params["sampling_seed"]``, when the rollout manager sets it, is the group's seed:
+sample ``i`` is drawn with ``sample_seed(group seed, i)`` (each prompt of the batched request
+carries its own ``sampling_seed``), kept on the sample so a continuation draws on with it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import uuid
 from typing import Any
 
 from loongsage.data.types import Prompt, Sample
+from loongsage.engines.sampling_seed import SEED_KEY, sample_seed
 
 from loongsage_agents.agents.params import SingleTurnParams
 
@@ -47,7 +52,7 @@ class SingleTurnAgent:
         )
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def _sample(self, prompt_ids: list[int], out: Any) -> Sample:
+    def _sample(self, prompt_ids: list[int], out: Any, seed: int | None = None) -> Sample:
         ids = [int(t) for t in out.output_ids]
         if out.output_logprobs is None:
             raise ValueError(f"single_turn: request {out.rid} came back without logprobs")
@@ -68,6 +73,7 @@ class SingleTurnAgent:
             finish_reason=out.finish_reason,
             text=self.tokenizer.decode(ids, skip_special_tokens=True),
             routed_experts=getattr(out, "routed_experts", None),
+            sampling_seed=seed,
         )
 
     async def run_group(
@@ -79,8 +85,11 @@ class SingleTurnAgent:
         prompt_ids = self.prompt_ids(prompt)
         group = uuid.uuid4().hex[:8]
         rids = [f"{prompt.source}-{prompt.index}-{group}-{i}" for i in range(n)]
-        outputs = await client.agenerate_batch([prompt_ids] * n, dict(sampling_params), rids=rids)
-        return [self._sample(prompt_ids, out) for out in outputs]
+        base = sampling_params.get(SEED_KEY)
+        seeds = [None if base is None else sample_seed(base, i) for i in range(n)]
+        per_sample = [_with_seed(sampling_params, seed) for seed in seeds]
+        outputs = await client.agenerate_batch([prompt_ids] * n, per_sample, rids=rids)
+        return [self._sample(prompt_ids, out, seed) for out, seed in zip(outputs, seeds)]
 
     async def continue_sample(self, sample: Sample, client: Any, sampling_params: dict[str, Any]) -> Sample:
         """Continue a sample aborted at a weight update from its tokens (partial rollout).
@@ -92,10 +101,9 @@ class SingleTurnAgent:
         if budget <= 0:
             sample.finish_reason = "length"
             return sample
-        out = await client.agenerate(
-            sample.prompt_ids + sample.response_ids, {**sampling_params, "max_new_tokens": budget}
-        )
-        more = self._sample(sample.prompt_ids + sample.response_ids, out)
+        params = _with_seed({**sampling_params, "max_new_tokens": budget}, sample.sampling_seed)
+        out = await client.agenerate(sample.prompt_ids + sample.response_ids, params)
+        more = self._sample(sample.prompt_ids + sample.response_ids, out, sample.sampling_seed)
         ids = sample.response_ids + more.response_ids
         return Sample(
             prompt_ids=sample.prompt_ids,
@@ -106,4 +114,13 @@ class SingleTurnAgent:
             finish_reason=more.finish_reason,
             text=self.tokenizer.decode(ids, skip_special_tokens=True),
             routed_experts=more.routed_experts,
+            sampling_seed=sample.sampling_seed,
         )
+
+
+def _with_seed(sampling_params: dict[str, Any], seed: int | None) -> dict[str, Any]:
+    """``sampling_params`` with one sample's ``sampling_seed`` (none: the engine picks)."""
+    out = {k: v for k, v in sampling_params.items() if k != SEED_KEY}
+    if seed is not None:
+        out[SEED_KEY] = seed
+    return out

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loongsage.agentflow.errors import RequestError
+from loongsage.engines.sampling_seed import SEED_KEY
 
 
 @dataclass
@@ -29,7 +30,7 @@ class SamplingOptions:
     top_p: float = 1.0
     top_k: int = -1
     stop: list[str] = field(default_factory=list)
-    seed: int | None = None  # accepted from clients; engines here sample from their own seed
+    seed: int | None = None  # the client's; sent to the engine as its sampling_seed
 
     def __post_init__(self) -> None:
         """Refuse values no engine takes, naming the field (the engine's refusal would reach
@@ -49,6 +50,8 @@ class SamplingOptions:
         }
         if self.stop:
             out["stop"] = list(self.stop)
+        if self.seed is not None:  # any int a client sends, folded into the engine's range
+            out[SEED_KEY] = self.seed % (1 << 63)
         return out
 
 

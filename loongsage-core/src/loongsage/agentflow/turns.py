@@ -3,7 +3,11 @@
 ``TurnRunner.prepare`` does everything that can refuse a request before any byte is sent
 (parse errors, unknown model, oversize context), so a refused streaming request still gets a
 plain HTTP error; a trajectory opened with the rollout's sampling parameters gets them on
-every trained turn, whatever the client sent (``messages.enforce_sampling``).
+every trained turn, whatever the client sent (``messages.enforce_sampling``). A turn samples
+with the client's ``seed`` (any of the three wire protocols) as the engine's ``sampling_seed``;
+without one, a trajectory opened with a seed (``metadata["sampling_seed"]``, the rollout's)
+gives each of its segments a seed derived from it, so its tokens depend on neither the
+engine nor the batch they were decoded in (``engines.sampling_seed``).
 ``TurnRunner.events`` then generates and yields ``StreamEvent``s; the last one carries the
 finished ``TurnResult``. A failed or abandoned turn aborts its engine
 request, rolls its prompt tokens back when nothing was appended after them, and marks the
@@ -46,6 +50,7 @@ from loongsage.agentflow.generation import (
     Generated, TurnDecoder, abort, generate, stream_generation,
 )
 from loongsage.agentflow.messages import enforce_sampling
+from loongsage.engines.sampling_seed import SEED_KEY, derive_seed
 from loongsage.agentflow.middleware import RouterMiddleware, TurnContext
 from loongsage.agentflow.protocols.base import StreamEvent, TurnResult
 from loongsage.agentflow.tito import ChatRenderer, TurnPlan, plan_turn, record_generation
@@ -99,6 +104,9 @@ class TurnRunner:
                          max_context=self.max_context, max_new=sampling["max_new_tokens"],
                          clamp=self.clamp_max_tokens)
         sampling["max_new_tokens"] = plan.max_new
+        traj_seed = traj.metadata.get(SEED_KEY)
+        if SEED_KEY not in sampling and traj_seed is not None:  # the client sent no seed
+            sampling[SEED_KEY] = derive_seed(traj_seed, plan.segment.segment_id)
         busy.add(plan.segment.segment_id)
         ctx.request.prompt_tokens = len(plan.prompt_ids)
         rid = f"{traj.trajectory_id}#{traj.attempt_id}#{next(self._counter)}"

@@ -46,6 +46,7 @@ from loongsage.controller.memory import RunMemory
 from loongsage.controller.memory_budget import check_run_memory
 from loongsage.controller.phases import PHASES
 from loongsage.controller.placement import Placement, Seat, format_layout, layout, plan_placement
+from loongsage.controller.recorded_rollout import RecordedBatches, RecordedRollout, check_recording
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
 from loongsage.models.folder_check import check_model_folder
@@ -216,7 +217,8 @@ def _start_rollout(run: Run, plain: dict) -> None:
     run.rollout = RolloutManager(run.sources, pool, run.loop, cfg.rollout.n_samples_per_prompt,
                                  sampling_params(cfg, run.tokenizer), scorer,
                                  on_scored=run.agent_routers.record_rewards,
-                                 failed_trajectory=cfg.rollout.failed_trajectory)
+                                 failed_trajectory=cfg.rollout.failed_trajectory,
+                                 seed=cfg.trainer.seed)
     checked = [CheckedSource(source, run.prompt_check) for source in training_sources(run.sources).values()]
     mixer = DataMixer.from_sources(checked, cfg.trainer.seed,
                                    batch_size=cfg.rollout.prompts_per_step,
@@ -226,25 +228,39 @@ def _start_rollout(run: Run, plain: dict) -> None:
     run.phases = PHASES[cfg.placement.mode](run.scheduler, run.trainers, run.rollout_actors, run.critic)
 
 
+def _start_recorded(run: Run, recording: Any) -> None:
+    """The recorded batches as the run's scheduler, and no engine (``recorded_rollout``)."""
+    run.scheduler = RecordedBatches(recording)
+    run.rollout = RecordedRollout()
+    run.phases = PHASES[run.cfg.placement.mode](run.scheduler, run.trainers, run.rollout_actors, run.critic)
+    log.info(f"rollout.from_recording: training on the batches recorded in {recording}; no rollout engine runs")
+
+
 @contextmanager
 def build_run(spec: RunConfig, rollout: bool = True) -> Iterator[Run]:
     """Start every component of ``spec`` in a run directory it holds (``RunDirectory.claimed``:
     refused before anything starts when another run owns it); close them all on exit, also
-    after errors."""
+    after errors. With ``rollout.from_recording`` the rollout is the recording's batches: no
+    engine starts."""
+    recording = None
+    if rollout and spec.cfg.rollout.from_recording:
+        recording = check_recording(spec.cfg.rollout.from_recording, spec.cfg.trainer.steps,
+                                    spec.cfg.trainer.eval_interval)
     cfg = spec.cfg.copy()
     cfg.model.path = str(resolve_model_path(cfg.model.path))
     spec = dataclasses.replace(spec, cfg=cfg)
     with RunDirectory.for_config(cfg).claimed(cfg.trainer.resume, cfg.trainer.overwrite) as run_dir:
-        with _started(spec, run_dir, rollout) as run:
+        with _started(spec, run_dir, rollout, recording) as run:
             yield run
 
 
 @contextmanager
-def _started(spec: RunConfig, run_dir: RunDirectory, rollout: bool) -> Iterator[Run]:
+def _started(spec: RunConfig, run_dir: RunDirectory, rollout: bool, recording: Any) -> Iterator[Run]:
     """``build_run`` in a run directory this run holds."""
     from transformers import AutoTokenizer
 
     cfg = spec.cfg
+    engines = rollout and recording is None
     run_dir.write_config(cfg)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
     check_model_folder(Path(cfg.model.path), tokenizer)
@@ -256,24 +272,26 @@ def _started(spec: RunConfig, run_dir: RunDirectory, rollout: bool) -> Iterator[
     run = Run(spec, run_dir, tokenizer, Objective(spec.algorithm), placement, resume_from=resume_from)
     try:
         run.sources = build_sources(spec.sources, spec.registries, cfg.trainer.seed, tokenizer)
-        if rollout:
+        if engines:
             run.prompt_check = prompt_checker(cfg, tokenizer)
             run.prompt_check.scan(run.sources)
-        hosted = host_seats(cfg, spec.rollout_engine.obj, plan.role("train"), plan.role("rollout") if rollout else [])
+        hosted = host_seats(cfg, spec.rollout_engine.obj, plan.role("train"), plan.role("rollout") if engines else [])
         estimate = check_run_memory(cfg, run.sources, tokenizer, engines_in_train_processes=len(hosted))
         if estimate:
             log.info(estimate)
-        _start_actors(run, as_container(cfg), rollout)
-        if rollout:
+        _start_actors(run, as_container(cfg), engines)
+        if engines:
             _start_rollout(run, as_container(cfg))
-        if rollout and spec.distill is not None:
+        elif recording is not None:
+            _start_recorded(run, recording)
+        if engines and spec.distill is not None:
             run.distiller = build_distiller(spec.distill, as_container(cfg), placement.plan.role("train")[0],
                                           placement)
             run.objective = Objective(spec.algorithm, run.distiller.train_term)
         others = {**(run.distiller.actors if run.distiller else {}), **(run.critic.actors if run.critic else {})}
         run.memory = RunMemory.for_run(cfg, run.trainers.actors, run.rollout_actors, others)
         run.trackers = build_trackers(spec, run_dir)
-        if rollout and run.monitors_engines:
+        if engines and run.monitors_engines:
             run.engine_monitor = EngineMonitor(run, run.rollout.pool, as_container(cfg),
                                                run_dir.path / "engine_events.jsonl").start()
         yield run

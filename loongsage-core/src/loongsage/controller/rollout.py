@@ -13,6 +13,12 @@ waits for a slot a dropped group left empty. A sample its agent marked failed
 (``drop_group``); both are counted (``rollout/failed_trajectories``). Its coroutines run on the run's one rollout
 event loop, whichever scheduler drives them: the synchronous scheduler through
 ``generate_groups``, the asynchronous one by awaiting ``generate_group``.
+
+Every group is generated under its own seed, ``sampling_params["sampling_seed"]`` as its agent
+receives it: a function of ``trainer.seed``, the weight version it was dispatched at (the step, in
+a synchronous run), the prompt's source and index and how many times the group was generated
+again (``engines.sampling_seed``). The agent derives each sample's seed from it
+(``sample_seed``), so what a sample draws depends on neither its batch nor its engine.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from loongsage.data.scoring import RewardScorer
 from loongsage.data.sources import DataSource
 from loongsage.data.types import Group, Prompt, Sample
 from loongsage.engines.pool import EnginePool
+from loongsage.engines.sampling_seed import SEED_KEY, derive_seed
 from loongsage.errors import LoongSageError
 from loongsage.runtime.event_loop import EventLoopThread
 
@@ -43,6 +50,7 @@ class RolloutManager:
         scorer: RewardScorer,
         on_scored: OnScored | None = None,
         failed_trajectory: str = "zero_reward",
+        seed: int = 0,
     ) -> None:
         self.sources = dict(sources)
         self.pool = pool
@@ -53,6 +61,7 @@ class RolloutManager:
         self.on_scored = on_scored
         self.drop_failed = failed_trajectory == "drop_group"
         self._failed_samples = self._failed_groups = 0
+        self.seed = seed
 
     async def _score(self, source: DataSource, prompt: Prompt, samples: list[Sample]) -> bool:
         """Score the group (``False``: dropped by ``on_error: drop_group``) and report it."""
@@ -95,8 +104,15 @@ class RolloutManager:
         source = self.sources[prompt.source]
         params = {**self.sampling_params, **source.sampling, **(sampling or {})}
         count = n or self.n_samples if resume_from is None else len(resume_from.samples)
+        generated = 0
+
+        def seeded() -> dict[str, Any]:  # each generation of the group draws anew
+            nonlocal generated
+            generated += 1
+            return {**params, SEED_KEY: derive_seed(self.seed, version, prompt.source, prompt.index, generated)}
+
         if resume_from is None:
-            samples = await source.agent.run_group(prompt, count, self.pool, params)
+            samples = await source.agent.run_group(prompt, count, self.pool, seeded())
         else:
             samples = list(await asyncio.gather(*(self._resume(source, s, params) for s in resume_from.samples)))
         drops = failures = 0
@@ -108,12 +124,12 @@ class RolloutManager:
                     f"rollout.failed_trajectory=drop_group: the group of prompt {prompt.source}[{prompt.index}] "
                     f"had a failed trajectory {failures} times in a row (regenerated at most "
                     f"reward.drop_group_retries={self.scorer.drop_group_retries} times); the last: {_failed(samples)[0]}")
-            samples = await source.agent.run_group(prompt, count, self.pool, params)
+            samples = await source.agent.run_group(prompt, count, self.pool, seeded())
         self._failed_samples += len(_failed(samples))
         while not _aborted(samples) and not await self._score(source, prompt, samples):
             drops += 1
             self.scorer.dropped(source, prompt, drops)
-            samples = await source.agent.run_group(prompt, count, self.pool, params)
+            samples = await source.agent.run_group(prompt, count, self.pool, seeded())
         dispatched = version if resume_from is None else resume_from.dispatch_version
         return Group(group_id=group_id, prompt=prompt, samples=samples, dispatch_version=dispatched)
 

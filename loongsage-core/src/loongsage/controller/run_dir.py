@@ -146,7 +146,8 @@ class RunDirectory:
         """Save up to ``limit`` trajectories of this step: decoded text, token ids and, aligned
         with ``response_ids``, the loss mask, the rollout engine's and the trainer's (pi_old)
         logprob, the weight version, the advantage and the critic's value of every response
-        token (the last two empty where the step computed none: no RL loss, no critic)."""
+        token (the last two empty where the step computed none: no RL loss, no critic), and the
+        seed its tokens were drawn with (``engines.sampling_seed``; null where the agent keeps none)."""
         rows = []
         for group in groups:
             for sample in group.samples:
@@ -171,6 +172,7 @@ class RunDirectory:
                         "weight_versions": sample.weight_versions,
                         "advantages": sample.advantages,
                         "values": sample.values,
+                        "sampling_seed": sample.sampling_seed,
                     }
                 )
         path = self.samples / f"step_{step:06d}.jsonl"

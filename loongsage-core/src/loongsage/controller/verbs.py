@@ -30,6 +30,7 @@ from loongsage.controller.critic import Critic
 from loongsage.controller.distill import Distiller
 from loongsage.controller.memory import RunMemory
 from loongsage.controller.placement import Placement
+from loongsage.controller.recording import save_batch
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
 from loongsage.controller.train_group import TrainGroup
@@ -110,10 +111,13 @@ class Run:
     def train(self, groups: list, step: int, metrics: dict) -> dict[str, float]:
         """Train on ``groups``: cut into (mini-batch, rank) shards, one batch for all ranks, to
         which the distiller's teachers first add their outputs and the critic its values; the
-        policy waits during the critic's warm-up steps, the critic trains after it; the samples
+        policy waits during the critic's warm-up steps, the critic trains after it; with
+        ``rollout.record`` the groups are first written as the step's batch (``recording``); the samples
         ``record`` saves (the first ``logging.samples_per_step``) get their pi_old logprobs,
         advantages and the critic's values (``batching.attach_rows``)."""
         train = self.cfg.train
+        if self.cfg.rollout.record:  # the step's input as it arrived, before anything masks it
+            save_batch(self.run_dir.path, step, groups)
         sources = [source.name for source in self.spec.sources]
         ordered, shards = plan_shards(groups, sources, train.mini_batches_per_step, train.dp_size,
                                       offset=step)
@@ -161,7 +165,12 @@ class Run:
 
     def publish_weights(self, version: int | None = None) -> dict[str, float]:
         """Send the trainer's weights to every engine as ``version`` (default: the next one),
-        then tell the scheduler they are live; return the sync's ``perf/`` metrics."""
+        then tell the scheduler they are live; return the sync's ``perf/`` metrics (none when no
+        engine runs: a run trained from a recording)."""
+        if self.weight_sync is None:
+            self.version = self.version + 1 if version is None else version
+            self.scheduler.on_weights_updated(self.version)
+            return {}
         with self.weights_lock:
             self.version = self.version + 1 if version is None else version
             try:

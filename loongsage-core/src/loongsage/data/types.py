@@ -48,6 +48,7 @@ class Sample:
     advantages: list[float] = field(default_factory=list)  # advantage per response token, if kept
     values: list[float] = field(default_factory=list)  # the critic's V(s_t) per response token, if kept
     routed_experts: Any = None  # numpy [prompt + response tokens, layers, top_k] int16, MoE only
+    sampling_seed: int | None = None  # the seed its tokens were drawn with (``engines.sampling_seed``)
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)

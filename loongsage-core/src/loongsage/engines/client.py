@@ -154,6 +154,15 @@ def _output(out: dict[str, Any], rid: str) -> GenerateOutput:
     )
 
 
+# One dict for every prompt of a request, or (a batch) a list of one dict per prompt.
+SamplingParams = "dict[str, Any] | list[dict[str, Any]] | None"
+
+
+def per_prompt(sampling_params: SamplingParams, index: int) -> dict[str, Any] | None:
+    """The sampling parameters of a batch's ``index``-th prompt."""
+    return sampling_params[index] if isinstance(sampling_params, list) else sampling_params
+
+
 def batch_rids(prompts: Sequence[Sequence[int]], rids: Sequence[str] | None) -> list[str]:
     """One rid per prompt of a batch: the caller's (as many as the prompts) or fresh ones."""
     rids = list(rids) if rids is not None else [uuid.uuid4().hex for _ in prompts]
@@ -248,12 +257,14 @@ class EngineClient:
         await self.aclose()
 
     # ---- generation ----------------------------------------------------------------------
-    def _generate_body(self, input_ids: Sequence[int] | list[list[int]], sampling_params: dict[str, Any] | None,
+    def _generate_body(self, input_ids: Sequence[int] | list[list[int]], sampling_params: SamplingParams,
                        return_logprob: bool, rid: str | list[str] | None, stream: bool) -> dict[str, Any]:
-        """A ``/generate`` body: one prompt and its rid, or (a batch) a list of each."""
+        """A ``/generate`` body: one prompt and its rid, or (a batch) a list of each; a batch's
+        ``sampling_params`` may be one per prompt (SGLang's batch form: each its own seed)."""
         body = {
             "input_ids": list(input_ids),
-            "sampling_params": dict(sampling_params or {}),
+            "sampling_params": ([dict(p) for p in sampling_params] if isinstance(sampling_params, list)
+                                else dict(sampling_params or {})),
             "return_logprob": return_logprob,
             "rid": rid or uuid.uuid4().hex,
             "stream": stream,
@@ -277,7 +288,7 @@ class EngineClient:
         return _output(await self._acall("POST", "/generate", body), body["rid"])
 
     async def agenerate_batch(self, prompts: Sequence[Sequence[int]],
-                              sampling_params: dict[str, Any] | None = None, *,
+                              sampling_params: SamplingParams = None, *,
                               return_logprob: bool = True,
                               rids: Sequence[str] | None = None) -> list[GenerateOutput]:
         """One ``/generate`` for several prompts (a list of ``input_ids``; SGLang's batch form),

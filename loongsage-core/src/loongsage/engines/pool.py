@@ -52,7 +52,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, AsyncGenerator, AsyncIterator, Hashable, Sequence
 
-from loongsage.engines.client import EngineError, GenerateOutput, batch_rids
+from loongsage.engines.client import EngineError, GenerateOutput, SamplingParams, batch_rids, per_prompt
 
 DOWN_POLL_S = 0.2  # how often a waiting request looks whether its replica went down
 HOLD_POLL_S = 0.02  # how often a held request (or abort_for_update) looks again
@@ -306,7 +306,7 @@ class EnginePool:
         return out
 
     async def agenerate_batch(self, prompts: Sequence[Sequence[int]],
-                              sampling_params: dict[str, Any] | None = None,
+                              sampling_params: SamplingParams = None,
                               rids: Sequence[str] | None = None) -> list[Any]:
         """``agenerate`` for several prompts in one request to one replica (a group's samples,
         which then share a prefill there): failed over, retried and held as one. A batch whose
@@ -342,11 +342,11 @@ class EnginePool:
             return [held_output(rid, len(ids), attempt) for rid, ids in zip(rids, prompts)]
 
     @staticmethod
-    async def _send(client: Any, prompts: Sequence[Sequence[int]], sampling_params: dict[str, Any] | None,
+    async def _send(client: Any, prompts: Sequence[Sequence[int]], sampling_params: SamplingParams,
                     rids: list[str]) -> list[Any]:
         """One prompt as a plain ``agenerate`` (what every engine client has), several batched."""
         if len(prompts) == 1:
-            return [await client.agenerate(prompts[0], sampling_params, rid=rids[0])]
+            return [await client.agenerate(prompts[0], per_prompt(sampling_params, 0), rid=rids[0])]
         return await client.agenerate_batch(prompts, sampling_params, rids=rids)
 
     async def aabort(self, rid: str | None = None, *, abort_all: bool = False) -> None:

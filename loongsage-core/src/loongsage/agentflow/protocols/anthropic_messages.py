@@ -103,6 +103,7 @@ class AnthropicMessagesAdapter:
             temperature=float(get_field(body, "temperature", (int, float), 1.0)),
             top_p=float(get_field(body, "top_p", (int, float), 1.0)),
             top_k=int(get_field(body, "top_k", int, -1)),
+            seed=get_field(body, "seed", int),
             stop=stop_list(body.get("stop_sequences"), "stop_sequences"))
         return ChatRequest(wire=self.wire, model=get_field(body, "model", str, required=True),
                            messages=messages, tools=tools, sampling=sampling,

@@ -104,7 +104,8 @@ class OpenAIResponsesAdapter:
         sampling = SamplingOptions(
             max_tokens=get_field(body, "max_output_tokens", int),
             temperature=float(get_field(body, "temperature", (int, float), 1.0)),
-            top_p=float(get_field(body, "top_p", (int, float), 1.0)))
+            top_p=float(get_field(body, "top_p", (int, float), 1.0)),
+            seed=get_field(body, "seed", int))
         return ChatRequest(wire=self.wire, model=get_field(body, "model", str, required=True),
                            messages=messages, tools=tools, sampling=sampling,
                            stream=bool(get_field(body, "stream", bool, False)), raw=body)

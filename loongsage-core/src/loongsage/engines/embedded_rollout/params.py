@@ -17,7 +17,7 @@ from typing import Any
 _COSMETIC = {"skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim", "n"}
 _SUPPORTED = {
     "max_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids",
-    "ignore_eos",
+    "ignore_eos", "sampling_seed",
 }
 # top-level /generate keys: accepted and used, accepted and meaningless here, the rest reject.
 _REQUEST_KEYS = {"input_ids", "text", "sampling_params", "rid", "return_logprob", "stream",
@@ -45,6 +45,8 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     skip_special_tokens: bool = True
+    # the request's randomness (SGLang's field); None: derived from the engine's seed and the rid
+    sampling_seed: int | None = None
 
 
 @dataclass
@@ -129,6 +131,11 @@ def parse_sampling_params(raw: Any, vocab_size: int) -> SamplingParams:
         if not isinstance(raw["ignore_eos"], bool):
             raise RequestError("sampling_params.ignore_eos", "expected true or false")
         p.ignore_eos = raw["ignore_eos"]
+    if raw.get("sampling_seed") is not None:
+        p.sampling_seed = int(_number(raw["sampling_seed"], "sampling_params.sampling_seed", integer=True))
+        if not 0 <= p.sampling_seed < 1 << 64:
+            raise RequestError("sampling_params.sampling_seed",
+                               f"expected an integer in [0, 2**64), got {p.sampling_seed}")
     if "skip_special_tokens" in raw:
         p.skip_special_tokens = bool(raw["skip_special_tokens"])
     if raw.get("n", 1) != 1:

@@ -73,24 +73,25 @@ def _filter(scaled: torch.Tensor, s: RowSettings) -> torch.Tensor:
     return scaled
 
 
-def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One token per row of ``probs`` [B, V] (rows need not sum to 1), by inverse CDF: one
-    uniform per row against the row's cumulative sum, taken in float64 so a 49k-entry sum keeps
-    its precision. Draws the same distribution as ``torch.multinomial(probs, 1)``, which costs
+def draw(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One token per row of ``probs`` [B, V] (rows need not sum to 1), by inverse CDF: the
+    row's uniform in [0, 1) (``uniforms`` [B], float64; the scheduler gives each row its own,
+    from its request's seed and position, ``engines.sampling_seed``) against the row's
+    cumulative sum, taken in float64 so a 49k-entry sum keeps its precision. Draws the same distribution as ``torch.multinomial(probs, 1)``, which costs
     about 1 ms a row on CPU for a 49k vocabulary (it was a sixth of a SmolLM2 decode step at
     batch 32); this costs tens of microseconds a row. A token of probability 0 is never drawn:
     ``right=True`` picks the first index whose cumulative sum exceeds the uniform, and a uniform
     that rounds up to the total is held to the last token of positive probability."""
     cdf = probs.cumsum(dim=-1, dtype=torch.float64)
     total = cdf[:, -1:].contiguous()
-    u = torch.rand(total.shape, dtype=torch.float64, generator=generator, device=probs.device) * total
+    u = uniforms.to(device=probs.device, dtype=torch.float64).view(-1, 1) * total
     last_positive = torch.searchsorted(cdf, total)
     return torch.minimum(torch.searchsorted(cdf, u, right=True), last_positive).squeeze(-1)
 
 
 def sample(logits: torch.Tensor, s: RowSettings,
-           generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one token per row from fp32 ``logits`` [B, V].
+           uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row from fp32 ``logits`` [B, V], row ``i`` with ``uniforms[i]``.
 
     Returns ``(tokens [B] long, logprobs [B] float32)`` where ``logprobs`` is the raw
     model distribution's log-probability of each sampled token (see the module docstring).
@@ -100,7 +101,7 @@ def sample(logits: torch.Tensor, s: RowSettings,
         tokens = logits.argmax(dim=-1)
     else:
         temp = torch.where(s.temperature > 0, s.temperature, 1.0).unsqueeze(-1)
-        tokens = draw(_filter(logits / temp, s).softmax(dim=-1), generator)
+        tokens = draw(_filter(logits / temp, s).softmax(dim=-1), uniforms)
         if s.any_greedy:
             tokens = torch.where(s.temperature > 0, tokens, logits.argmax(dim=-1))
     logprobs = logits.log_softmax(dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)

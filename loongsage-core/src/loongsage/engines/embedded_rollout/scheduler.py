@@ -13,6 +13,11 @@ and no lock guards the model. One iteration of the loop:
 3. finished rows (stop token, EOS, ``max_new_tokens``, context limit) leave the batch and
    their callers are notified; streaming callers are notified after every step.
 
+Each row samples with its own uniform, a function of its request's seed and the token's position
+in the sequence (``engines.sampling_seed``): the client's ``sampling_seed``, else one derived from
+the engine's seed and the request's rid. What a request samples therefore depends on neither the
+batch it shares nor the engine's history (one generator per engine made it depend on both).
+
 Each sampled token is tagged with the weight version that produced it, so a partial rollout
 that spans an update knows which tokens came from which policy. On an MoE model every forward
 also records the experts each layer routed each input token to (``engines.routing``): a
@@ -39,6 +44,7 @@ from loongsage.engines.embedded_rollout.params import SamplingParams
 from loongsage.engines.embedded_rollout.sampler import RowSettings, sample
 from loongsage.engines.embedded_rollout.slack_cache import compacting_order
 from loongsage.engines.routing import MoeRouters, RoutingPass
+from loongsage.engines.sampling_seed import derive_seed, token_uniform
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +67,7 @@ class Request:
     finish: dict[str, Any] | None = None
     done: bool = False  # set last, after finish and outputs are final
     created: float = field(default_factory=time.monotonic)
+    seed: int = 0  # its sampling seed, set when queued (the client's, else from the engine's and rid)
 
 
 class Scheduler:
@@ -77,7 +84,7 @@ class Scheduler:
         self.max_running = max_running
         self.version = weight_version
         self.num_threads = num_threads
-        self._generator = torch.Generator(self.device).manual_seed(seed)
+        self.seed = seed
         self._cmds: queue.SimpleQueue = queue.SimpleQueue()
         self._waiting: list[Request] = []
         self._rows: list[Request] = []
@@ -221,6 +228,8 @@ class Scheduler:
                 return
 
     def _admit_later(self, req: Request) -> None:
+        asked = req.params.sampling_seed
+        req.seed = asked if asked is not None else derive_seed(self.seed, req.rid)
         if self._lost:
             self._finish(req, {"type": "abort", "message": self._lost})
         elif req.params.max_new_tokens == 0:
@@ -317,7 +326,9 @@ class Scheduler:
                                  [p.top_k for p in ps], [p.min_p for p in ps], self.device)
 
     def _append(self, reqs: list[Request], logits: torch.Tensor, settings: RowSettings) -> None:
-        tokens, logprobs = sample(logits, settings, self._generator)
+        uniforms = torch.tensor([token_uniform(r.seed, len(r.prompt_ids) + len(r.output_ids))
+                                 for r in reqs], dtype=torch.float64)
+        tokens, logprobs = sample(logits, settings, uniforms)
         for r, tok, lp in zip(reqs, tokens.tolist(), logprobs.tolist()):
             r.output_ids.append(tok)
             r.logprobs.append(lp)
