@@ -19,10 +19,11 @@ config-local plugin module importable here is importable there. On Linux a worke
 killed when the fork server exits, which it does when this process ends, however it ends:
 a worker stuck in a call is not left spinning after a killed run.
 
-Like every ``forkserver`` or ``spawn`` child, a worker imports this process's main module
-first, so a script that starts a run must guard it with ``if __name__ == "__main__":``
-(``loongsage train`` does); without the guard the workers die as they start and the pool
-says so, instead of every call failing one by one.
+Unlike a plain ``forkserver`` child, a worker does not import this process's main module
+(``loongsage.deadline.forkserver_main``, preloaded by the fork server, drops that step), so a
+script that starts a run at module level, with no ``if __name__ == "__main__":`` guard, runs
+once, as written. Should the workers still die as they start, the pool says so, instead of
+every call failing one by one.
 
 A call travels pickled with cloudpickle: module-level functions and classes by reference,
 and what a caller registered by value (``cloudpickle.register_pickle_by_value``: a notebook's
@@ -49,6 +50,8 @@ import cloudpickle
 import pebble
 
 from loongsage.errors import LoongSageError
+
+FORKSERVER_MAIN = "loongsage.deadline.forkserver_main"  # the fork server's workers skip the main module
 
 
 class CallFailed(LoongSageError):
@@ -115,7 +118,8 @@ class DeadlinePool:
     def __init__(self, workers: int = 0, preload: Sequence[str] = ()) -> None:
         self.workers = workers or default_workers()
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(sorted(set(preload)))  # takes effect if the server is not running yet
+        # takes effect if the server is not running yet; FORKSERVER_MAIN first, before any plugin module
+        context.set_forkserver_preload([FORKSERVER_MAIN, *sorted(set(preload) - {FORKSERVER_MAIN})])
         path = [p or os.getcwd() for p in sys.path]
         self._pool = pebble.ProcessPool(self.workers, initializer=_init_worker, initargs=(path,),
                                         context=context)
@@ -142,9 +146,7 @@ class DeadlinePool:
             raise CallFailed(f"the worker process died (exit code {err.exitcode})") from None
         except BrokenProcessPool as err:
             raise LoongSageError(
-                f"the worker pool broke ({err}): its workers exit as they start. A worker starts by "
-                "importing this process's main module: a script that starts a run needs "
-                "`if __name__ == '__main__':` around it (see the traceback above)") from err
+                f"the worker pool broke ({err}): its workers exit as they start (see the traceback above)") from err
         if isinstance(outcome, _Raised):
             raise CallFailed(outcome.reason, traceback_text=outcome.traceback_text)
         try:
