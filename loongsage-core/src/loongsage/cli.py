@@ -166,17 +166,23 @@ def cmd_config(args: argparse.Namespace, registries: Registries) -> int:
 
 def cmd_train(args: argparse.Namespace, _registries: Registries) -> int:
     from loongsage.config.compose import load_config
+
+    # the config is validated before the controller (Ray, the engines) is imported, so a config
+    # error comes back as fast as from `config show`
+    run = load_config(args.config_name, args.overrides, args.config_dir)
     from loongsage.controller import run_training
 
-    run_training(load_config(args.config_name, args.overrides, args.config_dir))
+    run_training(run)
     return 0
 
 
 def cmd_sft(args: argparse.Namespace, _registries: Registries) -> int:
     from loongsage.config.compose import load_config
+
+    run = load_config(args.config_name, args.overrides, args.config_dir)  # before the controller's imports
     from loongsage.controller import run_sft_only
 
-    run_sft_only(load_config(args.config_name, args.overrides, args.config_dir))
+    run_sft_only(run)
     return 0
 
 

@@ -16,6 +16,7 @@ failing override (``loongsage.hints``).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
@@ -65,6 +66,8 @@ def _compose(config_name: str, overrides: Sequence[str], config_dir: str | None,
     try:
         return _hydra_compose(config_name, overrides, config_dir)
     except MissingConfigException as err:
+        if err.missing_cfg_file == config_name:
+            raise unknown_recipe_error(config_name, config_dir) from None
         raise _missing_option_error(err, registries) from None
     except HydraException as err:
         raise _composition_error(err, config_name, overrides, config_dir) from None
@@ -91,6 +94,16 @@ def _refuse_listing_groups(overrides: Sequence[str]) -> None:
             f"show --group {group.group}`) but cannot select one, as {group.field} is "
             f"{'a list entry' if '[*]' in group.field else 'a bare name'}; set it instead, e.g. {example}",
         )
+
+
+def unknown_recipe_error(config_name: str, config_dir: str | None) -> ConfigError:
+    """No recipe ``config_name``: suggest the closest ones (``tiny/grop`` -> ``tiny/grpo``)."""
+    recipes = list_recipes() + (list_recipes(Path(config_dir).resolve()) if config_dir else [])
+    close = difflib.get_close_matches(config_name, recipes, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    where = f"in {config_dir} or the bundled recipes" if config_dir else "among the bundled recipes"
+    return ConfigError("--config-name", f"no recipe {config_name!r} {where}; {hint}"
+                                        "`loongsage config recipes` lists them")
 
 
 def _missing_option_error(err: MissingConfigException, registries: Registries) -> Exception:
