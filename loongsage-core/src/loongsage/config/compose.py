@@ -23,9 +23,10 @@ from typing import Any, Sequence
 
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import OverrideType
 from hydra.errors import HydraException, MissingConfigException
-from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from loongsage.config.store import PLUGIN_GROUPS, publish_plugin_params, root_schema
 from loongsage.config.validate import RunConfig, validate_config
@@ -70,7 +71,29 @@ def _compose(config_name: str, overrides: Sequence[str], config_dir: str | None,
             raise unknown_recipe_error(config_name, config_dir) from None
         raise _missing_option_error(err, registries) from None
     except HydraException as err:
-        raise _composition_error(err, config_name, overrides, config_dir) from None
+        culprit = _node_replacement(err, overrides)
+        if culprit is None:
+            raise _composition_error(err, config_name, overrides, config_dir) from None
+    cfg = _compose(config_name, [o for o in overrides if o != culprit.input_line], config_dir, registries)
+    with open_dict(cfg):
+        OmegaConf.update(cfg, culprit.key_or_group, culprit.value(), merge=False)
+    return cfg
+
+
+def _node_replacement(err: HydraException, overrides: Sequence[str]) -> Any:
+    """The override ``KEY={...}`` that Hydra could not merge into the node at ``KEY`` (a key
+    the node lacks), or None. Hydra merges a mapping into a node; a user writing
+    ``data_sources.0.dataset='{format: jsonl, path: x.jsonl}'`` means to replace the node, so
+    ``_compose`` then composes without that override and sets the node to the mapping whole
+    (validation then fills the plugin's defaults). Only what used to be an error changes:
+    a mapping whose keys the node has still merges, as in Hydra."""
+    cause = err.__cause__
+    if not isinstance(cause, ConfigKeyError):
+        return None
+    culprit = _culprit(getattr(cause, "full_key", "") or "", overrides)
+    if culprit is None or culprit.type is not OverrideType.CHANGE or not isinstance(culprit.value(), dict):
+        return None
+    return culprit
 
 
 def _parsed(overrides: Sequence[str]) -> list[Any]:
