@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SOURCES := requirements-dev.txt constraints.txt $(wildcard */pyproject.toml)
 
-.PHONY: setup test test-fast train train-tiny train-tools
+.PHONY: setup test test-fast train train-tiny train-tools wheels
 
 setup: $(STAMP)
 
@@ -39,3 +39,14 @@ train-tiny: setup
 
 train-tools: setup
 	$(BIN)/loongsage train --config-name smollm2/tool_calculator
+
+# The five distributions' wheels into dist/ (the README's install). Each is built from a copy in a
+# temporary folder, so setuptools' build/ and *.egg-info never land in the checkout.
+DISTRIBUTIONS := loongsage-core loongsage-algos loongsage-agents loongsage-distill loongsage-sandbox
+wheels:
+	@rm -rf dist
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	tar -c --exclude=__pycache__ --exclude='*.egg-info' $(addsuffix /pyproject.toml,$(DISTRIBUTIONS)) \
+	  $(addsuffix /README.md,$(DISTRIBUTIONS)) $(addsuffix /LICENSE,$(DISTRIBUTIONS)) $(addsuffix /src,$(DISTRIBUTIONS)) \
+	  | tar -x -C "$$tmp" && \
+	$(PYTHON) -m pip wheel --quiet --no-deps -w dist $(addprefix "$$tmp"/,$(DISTRIBUTIONS))
