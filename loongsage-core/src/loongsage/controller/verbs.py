@@ -30,6 +30,7 @@ from loongsage.controller.critic import Critic
 from loongsage.controller.distill import Distiller
 from loongsage.controller.memory import RunMemory
 from loongsage.controller.placement import Placement
+from loongsage.tracking.base import sample_rows
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
 from loongsage.controller.train_group import TrainGroup
@@ -179,7 +180,12 @@ class Run:
             metrics.update(self.memory.step_metrics())
         for tracker in self.trackers:
             tracker.log(metrics, step)
-        self.run_dir.write_samples(step, groups, self.tokenizer, self.cfg.logging.samples_per_step)
+        saved = self.run_dir.write_samples(step, groups, self.tokenizer, self.cfg.logging.samples_per_step)
+        every = self.cfg.logging.tracker_samples_every
+        if every > 0 and step % every == 0 and saved:
+            rows = sample_rows(saved)
+            for tracker in self.trackers:
+                tracker.log_samples(rows, step)
         if self._bar is not None:
             self._bar.set_postfix(
                 reward=f"{metrics.get('rollout/reward_mean', float('nan')):.3f}",

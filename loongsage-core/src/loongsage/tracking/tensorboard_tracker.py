@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from loongsage.tracking.base import Tracker
+from loongsage.tracking.base import SAMPLE_COLUMNS, Tracker
 from loongsage.tracking.optional import finite, flatten, require
 
 
@@ -50,6 +50,18 @@ class TensorBoardTracker(Tracker):
             self._write_hparams()
         for key, value in finite(metrics):
             self._writer.add_scalar(key, value, step)
+        self._writer.flush()
+
+    def log_samples(self, rows: list[list], step: int) -> None:
+        """The samples as one markdown table (TensorBoard's TEXT tab), tag ``samples``."""
+        if self._writer is None:
+            return
+        def cell(value: object) -> str:
+            return str(value).replace("|", "\\|").replace("\n", "<br>")
+
+        lines = ["| " + " | ".join(SAMPLE_COLUMNS) + " |", "|" + "---|" * len(SAMPLE_COLUMNS)]
+        lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+        self._writer.add_text("samples", "\n".join(lines), step)
         self._writer.flush()
 
     def _write_hparams(self) -> None:
