@@ -41,12 +41,14 @@ train-tools: setup
 	$(BIN)/loongsage train --config-name smollm2/tool_calculator
 
 # The five distributions' wheels into dist/ (the README's install). Each is built from a copy in a
-# temporary folder, so setuptools' build/ and *.egg-info never land in the checkout.
+# temporary folder, so setuptools' build/ and *.egg-info never land in the checkout. The wheels are
+# pure Python: any python3 with pip builds them (the active venv's, in the README's install).
 DISTRIBUTIONS := loongsage-core loongsage-algos loongsage-agents loongsage-distill loongsage-sandbox
+WHEEL_PYTHON ?= python3
 wheels:
 	@rm -rf dist
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	tar -c --exclude=__pycache__ --exclude='*.egg-info' $(addsuffix /pyproject.toml,$(DISTRIBUTIONS)) \
 	  $(addsuffix /README.md,$(DISTRIBUTIONS)) $(addsuffix /LICENSE,$(DISTRIBUTIONS)) $(addsuffix /src,$(DISTRIBUTIONS)) \
 	  | tar -x -C "$$tmp" && \
-	$(PYTHON) -m pip wheel --quiet --no-deps -w dist $(addprefix "$$tmp"/,$(DISTRIBUTIONS))
+	$(WHEEL_PYTHON) -m pip wheel --quiet --no-deps -w dist $(addprefix "$$tmp"/,$(DISTRIBUTIONS))
