@@ -1,7 +1,8 @@
 """What a new user's first commands print: a config error from ``train`` comes before Ray or
 the controller is imported (as fast as ``config show``, and the same line); a misspelled recipe
-name gets the close ones; under ``-q`` Ray's own INFO line ("Started a local Ray instance")
-stays out too. Real processes: the CLI and a real local Ray start in subprocesses."""
+name gets the close ones; a list the shell split at its spaces gets the quoted form; under
+``-q`` Ray's own INFO line ("Started a local Ray instance") stays out too. Real processes: the
+CLI and a real local Ray start in subprocesses."""
 
 from __future__ import annotations
 
@@ -57,3 +58,12 @@ def test_quiet_keeps_rays_info_line_out_too():
         output[verbosity] = done.stdout + done.stderr
     assert "Started a local Ray instance" in output[0]  # the line is there to hide
     assert "Started a local Ray instance" not in output[-1] and " INFO " not in output[-1]
+
+
+def test_an_unquoted_list_split_by_the_shell_gets_the_quoted_form():
+    result = subprocess.run([*CLI, "config", "show", "--config-name", "tiny/grpo", "logging.trackers=[console,",
+                             "jsonl]"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: logging.trackers: its value was split by the shell at its spaces into "
+        "['logging.trackers=[console,', 'jsonl]']; quote the whole override: 'logging.trackers=[console, jsonl]'")

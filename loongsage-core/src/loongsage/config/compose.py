@@ -63,6 +63,7 @@ def _hydra_compose(config_name: str, overrides: Sequence[str], config_dir: str |
 
 def _compose(config_name: str, overrides: Sequence[str], config_dir: str | None,
              registries: Registries) -> DictConfig:
+    _refuse_split_values(overrides)
     _refuse_listing_groups(overrides)
     try:
         return _hydra_compose(config_name, overrides, config_dir)
@@ -101,6 +102,24 @@ def _parsed(overrides: Sequence[str]) -> list[Any]:
         return OverridesParser.create().parse_overrides(list(overrides))
     except HydraException:
         return []
+
+
+def _refuse_split_values(overrides: Sequence[str]) -> None:
+    """An override whose list or mapping the shell split at its spaces (``key=[a, b]`` unquoted
+    arrives as ``key=[a,`` and ``b]``): name it and the quoted form that works."""
+    for i, override in enumerate(overrides):
+        depth = sum(override.count(c) for c in "[{") - sum(override.count(c) for c in "]}")
+        if "=" not in override or depth <= 0 or i + 1 == len(overrides):
+            continue
+        pieces = [override]
+        for piece in overrides[i + 1:]:
+            pieces.append(piece)
+            depth += sum(piece.count(c) for c in "[{") - sum(piece.count(c) for c in "]}")
+            if depth <= 0:
+                break
+        key = override.split("=", 1)[0]
+        raise ConfigError(key, f"its value was split by the shell at its spaces into {pieces}; quote the "
+                               f"whole override: '{' '.join(pieces)}'")
 
 
 def _refuse_listing_groups(overrides: Sequence[str]) -> None:
