@@ -20,14 +20,18 @@ $(STAMP): $(SOURCES)
 
 # Two test files at a time: most of the suite's time is runs starting up (imports, Ray, actors),
 # which leaves one of two cores idle. Tests marked serial (wall-clock deadlines, hang detection)
-# run alone afterwards; the command fails if either part does.
+# run alone afterwards; the command fails if either part does, and ends with the suite's wall
+# time and its ten slowest tests (tests/suite_timing.py), so a regression shows in every log.
+DURATIONS := .pytest-durations.jsonl
 test: setup
-	$(BIN)/pytest -n 2 --dist loadfile -m "not serial"; parallel=$$?; \
+	@start=$$(date +%s); rm -f $(DURATIONS); export LOONGSAGE_DURATIONS_FILE=$(DURATIONS); \
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not serial"; parallel=$$?; \
 	$(BIN)/pytest -m serial; serial=$$?; \
+	$(BIN)/python tests/suite_timing.py $(DURATIONS) $$(( $$(date +%s) - start )); \
 	[ $$parallel -eq 0 ] && [ $$serial -eq 0 ]
 
 test-fast: setup
-	$(BIN)/pytest -n 2 --dist loadfile -m "not slow and not serial"; parallel=$$?; \
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not serial"; parallel=$$?; \
 	$(BIN)/pytest -m "serial and not slow"; serial=$$?; \
 	[ $$parallel -eq 0 ] && [ $$serial -eq 0 ]
 

@@ -1,6 +1,6 @@
 """Shared fixtures: the tiny test model, built once and cached by content hash, a local
-two-CPU Ray cluster for tests that start train ranks, and the check behind
-``@pytest.mark.calls_hook``.
+two-CPU Ray cluster for tests that start train ranks, embedded rollout engines on loopback
+(``running_engine``, ``tiny_engine_url``), and the check behind ``@pytest.mark.calls_hook``.
 
 OpenMP threads sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``, inherited by Ray
 workers and subprocesses started by tests): on a shared 2-core machine a 15-step tiny SFT
@@ -64,6 +64,33 @@ def _random_groups(count: int, seed: int = 0, *, sources: tuple[str, ...] = ("ma
     if shuffle:
         rng.shuffle(groups)
     return groups
+
+
+@contextmanager
+def _running_engine(model_dir, **options):
+    from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
+
+    engine = EmbeddedRolloutEngine(str(model_dir), **{"seed": 0, "num_threads": 1, **options})
+    engine.start()
+    try:
+        yield engine
+    finally:
+        engine.stop()
+
+
+@pytest.fixture(scope="session")
+def running_engine():
+    """``with running_engine(model_dir, seed=..., max_running_requests=...) as engine:`` an
+    embedded rollout engine serving on loopback (seed 0, one thread unless given), stopped at
+    the block's end; the one way tests start an in-process engine."""
+    return _running_engine
+
+
+@pytest.fixture(scope="module")
+def tiny_engine_url(tiny_model_dir):
+    """The URL of an embedded engine on the tiny model (seed 0, one thread), one per module."""
+    with _running_engine(tiny_model_dir) as engine:
+        yield engine.url
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,7 @@ import sys
 import textwrap
 
 import pytest
+from tool_guard import optional_reason
 
 from loongsage.plugins import get_registries
 from loongsage_sandbox.errors import SandboxUnavailableError
@@ -37,7 +38,8 @@ def _engine_available() -> bool:
         return False
 
 
-@pytest.mark.skipif(not _engine_available(), reason="no Docker engine on this machine (docker backend needs one)")
+@pytest.mark.skipif(not _engine_available(),
+                    reason=optional_reason("no Docker engine on this machine (docker backend needs one)"))
 def test_real_docker_sandbox_has_no_network_and_a_read_only_root():
     async def go():
         async with get_registries().sandbox.get("docker")({"pull": True}) as sb:

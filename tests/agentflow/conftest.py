@@ -40,13 +40,9 @@ def tokenizer(tiny_model_dir):
 
 
 @pytest.fixture(scope="session")
-def engine_url(tiny_model_dir):
-    from loongsage.engines.embedded_rollout.engine import EmbeddedRolloutEngine
-
-    engine = EmbeddedRolloutEngine(str(tiny_model_dir), seed=0)
-    url = engine.start()
-    yield url
-    engine.stop()
+def engine_url(running_engine, tiny_model_dir):
+    with running_engine(tiny_model_dir, num_threads=0) as engine:  # 0: torch's own thread count
+        yield engine.url
 
 
 @pytest.fixture

@@ -69,3 +69,81 @@ def test_bodies_past_the_cap_are_refused_in_the_callers_format(make_router, engi
     streamed = httpx.post(f"{router.url}/v1/chat/completions", content=chunks(), headers=headers)
     assert streamed.status_code == 413
     assert httpx.post(f"{router.url}/v1/chat/completions", json=CHAT, headers=headers).status_code == 200
+
+
+def test_a_served_router_with_a_key_accepts_its_own_key_and_its_printed_urls(engine_url):
+    """``loongsage serve`` with ``agentflow.api_key``: before, the key holder got 401 both with
+    ``Authorization: Bearer <key>`` and on the URL the router printed."""
+    import io
+    import re
+
+    from loongsage.config.compose import load_config
+    from loongsage.controller.serve import serve
+
+    from loongsage.models.resolve import resolve_model_path
+
+    run = load_config("tiny/grpo", ["agentflow.api_key=secret"])
+    run.cfg.model.path = str(resolve_model_path(run.cfg.model.path))
+    out = io.StringIO()
+    router = serve(run, [engine_url], block=False, out=out)
+    try:
+        printed = re.search(r"OPENAI_BASE_URL=(\S+) ANTHROPIC_BASE_URL=(\S+)", out.getvalue()).groups()
+        assert "/demo/" not in printed[0]  # an issued token, not the guessable id
+        assert "Authorization: Bearer <key>" in out.getvalue()
+        as_printed = httpx.post(printed[0] + "/chat/completions", json=CHAT)
+        assert as_printed.status_code == 200, as_printed.text
+        claude = httpx.post(printed[1] + "/v1/messages", json=CHAT, headers={"x-api-key": "anything"})
+        assert claude.status_code == 200, claude.text
+        key = {"authorization": "Bearer secret"}
+        by_id = httpx.post(f"{router.url}/mine/0/v1/chat/completions", json=CHAT, headers=key)
+        assert by_id.status_code == 200, by_id.text
+        no_path = httpx.post(f"{router.url}/v1/chat/completions", json=CHAT, headers=key)
+        assert no_path.status_code == 200, no_path.text
+        listing = httpx.get(f"{router.url}/v1/trajectories", headers=key).json()["trajectories"]
+        assert {t["trajectory_id"] for t in listing} == {"demo", "mine", "default"}
+        wrong = httpx.post(f"{router.url}/mine/0/v1/chat/completions", json=CHAT,
+                           headers={"authorization": "Bearer not-the-key"})
+        assert wrong.status_code == 401  # still: a bare id without the key is refused
+        assert httpx.post(f"{router.url}/mine/0/v1/chat/completions", json=CHAT).status_code == 401
+    finally:
+        router.stop()
+
+
+def _raw(url: str):
+    import socket
+
+    host, port = url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=30)
+
+
+def _closed_after(sock) -> float:
+    """Seconds until the server closes ``sock`` (what it sent before closing is ignored)."""
+    import time
+
+    start = time.monotonic()
+    while sock.recv(4096):
+        pass
+    return time.monotonic() - start
+
+
+def test_connections_sending_headers_slowly_are_closed(make_router, engine_url):
+    """Before, uvicorn held a connection that never finished its headers for ever."""
+    router = make_router([EngineClient(engine_url)], auto_create_trajectories=True, header_timeout_s=1.0)
+    silent = _raw(router.url)
+    trickling = _raw(router.url)
+    trickling.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: router\r\n")  # the rest never comes
+    assert _closed_after(silent) < 10 and _closed_after(trickling) < 10
+    reused = httpx.Client()  # a prompt client on a kept-alive connection is not affected
+    for _ in range(2):
+        ok = reused.post(f"{router.url}/v1/chat/completions", json=CHAT, headers={"authorization": "Bearer k:0"})
+        assert ok.status_code == 200
+
+
+def test_a_body_sent_too_slowly_is_refused_with_408(make_router, engine_url):
+    router = make_router([EngineClient(engine_url)], auto_create_trajectories=True, body_timeout_s=1.0)
+    sock = _raw(router.url)
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: router\r\nAuthorization: Bearer k:0\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"model\": ")
+    reply = sock.recv(65536).decode()
+    assert reply.startswith("HTTP/1.1 408"), reply
+    assert "request body not received whole within the router's 1 s (agentflow.body_timeout_s)" in reply

@@ -16,7 +16,6 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from loongsage.engines.client import EngineClient
-from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
 from loongsage.engines.pool import EnginePool
 
 anthropic = pytest.importorskip("anthropic")
@@ -39,11 +38,9 @@ def weights(path, version: int):
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_model_dir):
-    eng = EmbeddedRolloutEngine(str(tiny_model_dir), seed=0, num_threads=1)
-    eng.start()
-    yield eng
-    eng.stop()
+def engine(running_engine, tiny_model_dir):
+    with running_engine(tiny_model_dir) as eng:
+        yield eng
 
 
 @pytest.fixture

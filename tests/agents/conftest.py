@@ -64,13 +64,9 @@ def long_tiny_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def engine_url(long_tiny_model_dir):
-    from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
-
-    engine = EmbeddedRolloutEngine(str(long_tiny_model_dir), seed=0, num_threads=1)
-    url = engine.start()
-    yield url
-    engine.stop()
+def engine_url(running_engine, long_tiny_model_dir):
+    with running_engine(long_tiny_model_dir) as engine:
+        yield engine.url
 
 
 @pytest.fixture(scope="session")

@@ -1,28 +1,51 @@
-"""``StopRequest``: the first SIGTERM only sets ``requested`` (the loop finishes its step), a
-second one stops at once, and the handler that was there before is back afterwards. The
-end-to-end run is tests/e2e/test_sigterm.py."""
+"""``StopRequest``: the first SIGTERM or SIGINT only sets ``requested`` (the loop finishes its
+step), a second one stops at once unless it repeats the first within ``REPEAT_S`` (``timeout``
+signals the driver, then its group), and the handlers that were there before are back
+afterwards. The end-to-end runs are tests/e2e/test_sigterm.py."""
 
 from __future__ import annotations
 
 import os
 import signal
+import time
+from pathlib import Path
 
 import pytest
 
+from loongsage.controller import stop_request
+from loongsage.controller.run_dir import RunDirectory
 from loongsage.controller.stop_request import StopRequest
 
 
-def test_first_sigterm_asks_a_second_stops_and_the_old_handler_comes_back():
+def test_first_sigterm_asks_a_second_stops_and_the_old_handlers_come_back(monkeypatch):
+    monkeypatch.setattr(stop_request, "REPEAT_S", 0.0)
     seen = []
-    before = signal.signal(signal.SIGTERM, lambda *_: seen.append("old handler"))
+    before = {signum: signal.signal(signum, lambda signum, _: seen.append(signal.Signals(signum).name))
+              for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
-        with pytest.raises(KeyboardInterrupt, match="second SIGTERM"):
+        with pytest.raises(KeyboardInterrupt, match=r"a second signal \(SIGINT\): stopped at once"):
             with StopRequest() as stop:
                 assert not stop.requested
                 os.kill(os.getpid(), signal.SIGTERM)
-                assert stop.requested and seen == []
-                os.kill(os.getpid(), signal.SIGTERM)
+                assert stop.requested and stop.signal_name == "SIGTERM" and seen == []
+                os.kill(os.getpid(), signal.SIGINT)
         os.kill(os.getpid(), signal.SIGTERM)
-        assert seen == ["old handler"]
+        os.kill(os.getpid(), signal.SIGINT)
+        assert seen == ["SIGTERM", "SIGINT"]
     finally:
-        signal.signal(signal.SIGTERM, before)
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
+def test_sigint_asks_like_sigterm_and_an_immediate_repeat_is_the_same_request(tmp_path: Path):
+    with StopRequest() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)  # timeout(1): the driver, then its whole group
+        assert stop.requested and stop.signal_name == "SIGINT"
+        time.sleep(stop_request.REPEAT_S)
+        with pytest.raises(KeyboardInterrupt, match="second signal"):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)  # the handler runs between bytecodes
+    run_dir = RunDirectory(tmp_path)
+    assert str(stop.stopped(run_dir, 3)) == (f"stopped by SIGINT after step 3, saved as checkpoint step_000003; "
+                                             f"resume with trainer.resume=true trainer.run_dir={tmp_path}")

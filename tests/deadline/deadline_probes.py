@@ -19,7 +19,8 @@ RELEASE = threading.Event()  # set by a test to let stalled filters and datasets
 @dataclass
 class ProbeParams:
     """``SPIN`` in the text: loop forever (after writing this pid under ``pid_dir``);
-    ``RAISE``: raise; ``EXIT``: end the process; otherwise score 1 and report the pid."""
+    ``RAISE``: raise; ``EXIT``: end the process; ``NAN``: return NaN; ``INF``: a dict whose
+    score is -inf; otherwise score 1 and report the pid."""
 
     pid_dir: str = ""
 
@@ -34,6 +35,10 @@ def probe_reward(sample_text, ground_truth, params, **context):
         raise ValueError(f"probe reward rejects {sample_text!r}")
     if "EXIT" in sample_text:
         os._exit(7)
+    if "NAN" in sample_text:
+        return float("nan")
+    if "INF" in sample_text:
+        return {"score": float("-inf"), "pid": os.getpid()}
     return {"score": 1.0, "pid": os.getpid()}
 
 

@@ -26,17 +26,8 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.serial]
 B = 4
 
 
-@pytest.fixture(scope="module")
-def engine_url(tiny_model_dir):
-    from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
-
-    engine = EmbeddedRolloutEngine(str(tiny_model_dir), seed=0, num_threads=1)
-    yield engine.start()
-    engine.stop()
-
-
 @pytest.fixture
-def rollout(registries, engine_url, tiny_model_dir, tmp_path):
+def rollout(registries, tiny_engine_url, tiny_model_dir, tmp_path):
     """A rollout manager whose reward (``flaky``) fails the first call of every even prompt."""
     from transformers import AutoTokenizer
 
@@ -49,7 +40,7 @@ def rollout(registries, engine_url, tiny_model_dir, tmp_path):
     loop = EventLoopThread()
     with DeadlinePool(2, preload=["deadline_probes"]) as workers:
         sampling = {"max_new_tokens": 4, "temperature": 1.0, "stop_token_ids": [tokenizer.eos_token_id]}
-        manager = RolloutManager(sources, EnginePool([EngineClient(engine_url)]), loop, 2, sampling,
+        manager = RolloutManager(sources, EnginePool([EngineClient(tiny_engine_url)]), loop, 2, sampling,
                                  RewardScorer(workers))
         yield manager, DataMixer.from_sources(sources, seed=0, batch_size=B)
     loop.close()

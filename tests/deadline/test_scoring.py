@@ -109,3 +109,28 @@ def test_on_error_fail_names_the_source_the_reward_and_the_sample(registries, po
                               "(on_error=fail; 1 of 2 samples of the group failed)")
     assert "in probe_reward" in message  # the worker's traceback
     assert scorer.metrics()["rollout/reward_errors"] == 1.0
+
+
+@pytest.mark.parametrize("on_error", ["zero", "drop_group"])
+def test_a_non_finite_score_is_a_reward_error(registries, pool, on_error):
+    """NaN or inf would pass into the advantages and end the run at the first optimizer step
+    (``NonFiniteLossError``) naming no reward: it is a failed call like an exception."""
+    scorer = RewardScorer(pool)
+    prompt, samples = group("fine", "NAN", "INF")
+    trained = score(scorer, source(registries, {"name": "probe"}, on_error=on_error), prompt, samples)
+    assert trained is (on_error == "zero")
+    assert [s.reward for s in samples] == [1.0, 0.0, 0.0]
+    assert samples[1].reward_info["reward_failure"] == "error"
+    assert samples[1].reward_info["reward_error"] == (
+        "ValueError: reward of source 'p' returned a non-finite score: nan")
+    assert samples[2].reward_info["reward_error"] == (
+        "ValueError: reward of source 'p' returned a non-finite score: -inf")
+    assert scorer.metrics() == {**NO_FAILURES, "rollout/reward_errors": 2.0}
+
+
+def test_a_non_finite_score_under_on_error_fail_names_the_reward(registries, pool):
+    scorer = RewardScorer(pool)
+    prompt, samples = group("NAN")
+    with pytest.raises(RewardFailed, match=r"reward 'probe' failed on sample 0 of prompt p\[0\] "
+                       r"\(response 'NAN'\): ValueError: reward of source 'p' returned a non-finite score: nan"):
+        score(scorer, source(registries, {"name": "probe", "on_error": "fail"}), prompt, samples)

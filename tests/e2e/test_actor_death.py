@@ -31,6 +31,7 @@ COMMON = (
     "rollout.max_new_tokens=12",
     "rollout.health.enable=false",
     "placement.share_process=false",  # the engine an actor of its own, to die alone
+    "trainer.auto_resume=0",  # stop with the resume command (the default resumes on its own)
 )
 
 

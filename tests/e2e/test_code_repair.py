@@ -3,8 +3,8 @@ asynchronous: GRPO steps whose rollouts are ``tool_loop`` conversations (openai 
 run's router -> embedded engine) whose tool calls run in the task's bubblewrap sandbox, and
 whose answer is ``solution.py`` as the sandbox holds it afterwards, scored by the task's
 hidden tests in a fresh sandbox. Both runs start from one warm start on the tasks' bash
-demonstrations (``loongsage sft`` on the same recipe with the recipe's own warm start, once per
-module: it is the slow part). That warm start decays its learning rate to zero: at a constant
+demonstrations (``loongsage sft`` on the same recipe with the recipe's own warm start: the slow
+part, built once per source tree and cached by tests/warm_starts.py). That warm start decays its learning rate to zero: at a constant
 3e-3 the tiny model's tool calling hinged on the noise of its last batches (three 200-step warm
 starts that differed only in seed or thread count wrote a well-formed first call greedily on 35,
 40 and 6 of 40 tasks, and a CI machine's made no call in 24 trajectories); decayed, 100 steps
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import subprocess
 
 import pytest
+from warm_starts import warm_start
 
 pytestmark = pytest.mark.slow
 
@@ -40,15 +40,10 @@ SHRUNK = (f"trainer.steps={STEPS}", f"rollout.prompts_per_step={PROMPTS}",
 
 
 @pytest.fixture(scope="module")
-def warm_model(tmp_path_factory, runs):
+def warm_model(runs):
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed (the recipe's sandbox)")
-    out = tmp_path_factory.mktemp("code-repair-sft")
-    args = [*runs.cli, "sft", "--config-name", "tiny/code_repair", f"trainer.run_dir={out}",
-            "logging.progress_bar=false"]
-    result = subprocess.run(args, capture_output=True, text=True, env=runs.env(), timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out / "sft_model"
+    return warm_start("tiny/code_repair", env=runs.env())
 
 
 def _hidden_test_verdicts(prompts: dict, files: str) -> dict:

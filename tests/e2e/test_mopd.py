@@ -18,9 +18,9 @@ first ones. The full 20-step recipe's figures are in docs/distillation.md.
 from __future__ import annotations
 
 import statistics
-import subprocess
 
 import pytest
+from warm_starts import warm_start
 
 pytestmark = pytest.mark.slow
 
@@ -32,18 +32,11 @@ SOURCES = ("add", "sub")
 
 
 @pytest.fixture(scope="module")
-def teachers(tmp_path_factory, runs) -> dict[str, str]:
-    """The two teacher model folders, each from a real ``loongsage sft`` run."""
-    root = tmp_path_factory.mktemp("mopd_teachers")
-    folders = {}
-    for name, operation in (("add", "+"), ("sub", "-")):
-        args = [*runs.cli, "sft", "--config-name", "tiny/mopd_teacher", f"trainer.run_dir={root / name}",
-                f"trainer.sft.steps={SFT_STEPS}", "trainer.sft.examples=512", "logging.progress_bar=false",
-                f"data_sources.0.dataset.operations=[{operation}]"]
-        result = subprocess.run(args, capture_output=True, text=True, env=runs.env(), timeout=600)
-        assert result.returncode == 0, result.stderr[-3000:]
-        folders[name] = str(root / name / "sft_model")
-    return folders
+def teachers(runs) -> dict[str, str]:
+    """The two teacher model folders, each from a real ``loongsage sft`` run (tests/warm_starts.py)."""
+    return {name: str(warm_start("tiny/mopd_teacher", f"trainer.sft.steps={SFT_STEPS}", "trainer.sft.examples=512",
+                                 f"data_sources.0.dataset.operations=[{operation}]", env=runs.env()))
+            for name, operation in (("add", "+"), ("sub", "-"))}
 
 
 def distil(runs, run_dir, teachers, *overrides) -> list[dict]:

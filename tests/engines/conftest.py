@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
 
 
 @pytest.fixture
-def engine(tiny_model_dir):
-    eng = EmbeddedRolloutEngine(str(tiny_model_dir), seed=3, num_threads=1)
-    eng.start()
-    yield eng
-    eng.stop()
+def engine(running_engine, tiny_model_dir):
+    with running_engine(tiny_model_dir, seed=3) as eng:
+        yield eng

@@ -18,18 +18,15 @@ from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 
 from loongsage.engines.client import EngineClient, EngineError
-from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
 
 PROMPT = [11, 22, 33, 44]
 GREEDY = {"max_new_tokens": 12, "temperature": 0, "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_model_dir):
-    eng = EmbeddedRolloutEngine(str(tiny_model_dir), seed=5, num_threads=1)
-    eng.start()
-    yield eng
-    eng.stop()
+def engine(running_engine, tiny_model_dir):
+    with running_engine(tiny_model_dir, seed=5) as eng:
+        yield eng
 
 
 @pytest.fixture(scope="module")

@@ -21,15 +21,6 @@ from loongsage.engines.pool import EnginePool
 SAMPLING = {"max_new_tokens": 4, "temperature": 0.0}
 
 
-@pytest.fixture(scope="module")
-def engine_url(tiny_model_dir):
-    from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
-
-    engine = EmbeddedRolloutEngine(str(tiny_model_dir), seed=0, num_threads=1)
-    yield engine.start()
-    engine.stop()
-
-
 @pytest.fixture
 def dead_url():
     with socket.socket() as sock:
@@ -39,8 +30,8 @@ def dead_url():
 
 
 
-def test_a_dead_replica_is_marked_down_and_its_requests_retried_on_a_live_one(engine_url, dead_url):
-    pool = EnginePool([EngineClient(dead_url), EngineClient(engine_url)])
+def test_a_dead_replica_is_marked_down_and_its_requests_retried_on_a_live_one(tiny_engine_url, dead_url):
+    pool = EnginePool([EngineClient(dead_url), EngineClient(tiny_engine_url)])
 
     async def many() -> list:
         return await asyncio.gather(*(pool.agenerate([1, 2, 3], SAMPLING, rid=f"r{i}") for i in range(6)))
@@ -60,11 +51,11 @@ def test_a_dead_replica_is_marked_down_and_its_requests_retried_on_a_live_one(en
     assert pool.pick("s") == 1 and pool.sessions == [0, 1]
 
 
-def test_a_batch_goes_to_one_replica_as_one_request_and_fails_over_whole(engine_url, dead_url):
+def test_a_batch_goes_to_one_replica_as_one_request_and_fails_over_whole(tiny_engine_url, dead_url):
     """A group's prompts in one request: the dead replica's failure sends the whole batch to the
     live one (one retry recorded, naming the batch), outputs in the order of the rids; the load
     and the served counts are in prompts; a batch held for an update comes back aborted, each."""
-    pool = EnginePool([EngineClient(dead_url), EngineClient(engine_url)])
+    pool = EnginePool([EngineClient(dead_url), EngineClient(tiny_engine_url)])
     rids = ["g-0", "g-1", "g-2"]
     outs = asyncio.run(pool.agenerate_batch([[1, 2, 3], [1, 2, 3], [4, 5]], SAMPLING, rids=rids))
     assert [o.rid for o in outs] == rids and [o.prompt_tokens for o in outs] == [3, 3, 2]
@@ -82,11 +73,11 @@ def test_a_batch_goes_to_one_replica_as_one_request_and_fails_over_whole(engine_
         asyncio.run(pool.agenerate_batch([[1], [2]], SAMPLING, rids=["x"]))
 
 
-def test_a_batch_counts_each_prompt_against_max_inflight(engine_url):
+def test_a_batch_counts_each_prompt_against_max_inflight(tiny_engine_url):
     """Two batches of 3 on a replica that takes 4 prompts at once: the second waits for the
     first (it cannot take its 3 units while 3 of 4 are held), and neither holds part of its
     units while waiting; a batch larger than the limit takes all of it and still goes."""
-    pool = EnginePool([EngineClient(engine_url)], max_inflight=4)
+    pool = EnginePool([EngineClient(tiny_engine_url)], max_inflight=4)
     order: list[str] = []
 
     async def batch(name: str, size: int) -> None:
@@ -103,9 +94,9 @@ def test_a_batch_counts_each_prompt_against_max_inflight(engine_url):
     assert pool.inflight == [0]
 
 
-def test_a_hung_replica_marked_down_from_another_thread_loses_no_request(engine_url, hung_url):
+def test_a_hung_replica_marked_down_from_another_thread_loses_no_request(tiny_engine_url, hung_url):
     """The monitor's thread marks the hung replica down; the waiting request goes elsewhere."""
-    pool = EnginePool([EngineClient(hung_url, timeout=120), EngineClient(engine_url)])
+    pool = EnginePool([EngineClient(hung_url, timeout=120), EngineClient(tiny_engine_url)])
     pool.inflight[1] = 5  # make the hung replica the least loaded one
 
     async def one():
@@ -120,14 +111,14 @@ def test_a_hung_replica_marked_down_from_another_thread_loses_no_request(engine_
     assert [(r.rid, r.attempt, r.replica, r.reason) for r in pool.take_retries()] == [("stuck", 1, 0, "hung")]
 
 
-def test_a_restarted_replica_takes_its_place_and_a_refusal_is_not_retried(engine_url, dead_url):
+def test_a_restarted_replica_takes_its_place_and_a_refusal_is_not_retried(tiny_engine_url, dead_url):
     pool = EnginePool([EngineClient(dead_url)], wait_s=30)
 
     async def during_restart():
         task = asyncio.ensure_future(pool.agenerate([1, 2, 3], SAMPLING, rid="wait"))
         await asyncio.sleep(1.0)
         assert not task.done() and pool.down  # no replica up: the request waits
-        pool.replace(0, EngineClient(engine_url))
+        pool.replace(0, EngineClient(tiny_engine_url))
         return await asyncio.wait_for(task, 30)
 
     out = asyncio.run(during_restart())
@@ -138,7 +129,7 @@ def test_a_restarted_replica_takes_its_place_and_a_refusal_is_not_retried(engine
     assert err.value.status is not None and pool.take_retries() == [] and not pool.down
 
 
-def test_a_late_failure_of_a_replaced_engine_leaves_the_restarted_one_up(engine_url, hung_url):
+def test_a_late_failure_of_a_replaced_engine_leaves_the_restarted_one_up(tiny_engine_url, hung_url):
     """A request sent before its engine was restarted fails after the restart (here: timing out
     on the hung one): it is recorded and sent again, but the replica, now the restarted
     engine, stays up; marked down it would take nothing until the monitor's next look."""
@@ -147,7 +138,7 @@ def test_a_late_failure_of_a_replaced_engine_leaves_the_restarted_one_up(engine_
     async def restart_while_in_flight():
         task = asyncio.ensure_future(pool.agenerate([1, 2, 3], SAMPLING, rid="late"))
         await asyncio.sleep(0.5)
-        pool.replace(0, EngineClient(engine_url))  # the monitor's restart, the request still out
+        pool.replace(0, EngineClient(tiny_engine_url))  # the monitor's restart, the request still out
         return await asyncio.wait_for(task, 30)
 
     out = asyncio.run(restart_while_in_flight())
@@ -161,12 +152,12 @@ def test_no_replica_up_fails_with_an_error_naming_the_down_ones(dead_url):
         asyncio.run(pool.agenerate([1, 2], SAMPLING, rid="x"))
 
 
-def test_an_update_abort_marks_an_unreachable_replica_down_and_holds_requests(engine_url, dead_url):
+def test_an_update_abort_marks_an_unreachable_replica_down_and_holds_requests(tiny_engine_url, dead_url):
     """Partial rollout's ``abort_for_update`` aborts the live replica's requests, marks the dead
     one down rather than failing the weight update, and holds new requests until resumed: a
     router turn (``slot``) waits; a white-box request (``agenerate``) returns aborted at once,
     nothing sampled and nothing sent, for its caller to continue under the new weights."""
-    pool = EnginePool([EngineClient(dead_url), EngineClient(engine_url)])
+    pool = EnginePool([EngineClient(dead_url), EngineClient(tiny_engine_url)])
 
     async def turn():
         async with pool.slot(1) as slot:
@@ -175,7 +166,7 @@ def test_an_update_abort_marks_an_unreachable_replica_down_and_holds_requests(en
     async def run():
         long = asyncio.ensure_future(pool.clients[1].agenerate([1, 2, 3], {"max_new_tokens": 1500,
                                                                            "ignore_eos": True}))
-        while not (await asyncio.to_thread(httpx.get, engine_url + "/get_load")).json()["running"]:
+        while not (await asyncio.to_thread(httpx.get, tiny_engine_url + "/get_load")).json()["running"]:
             await asyncio.sleep(0.005)
         await pool.abort_for_update()
         sent = pool.served[1]

@@ -23,11 +23,9 @@ PROMPTS = [[5, 17, 42, 99, 7], [300, 12], [8, 8, 9, 10, 11, 12, 13, 14, 15, 200,
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_model_dir):
-    eng = EmbeddedRolloutEngine(str(tiny_model_dir), max_running_requests=8, seed=1, num_threads=1)
-    eng.start()
-    yield eng
-    eng.stop()
+def engine(running_engine, tiny_model_dir):
+    with running_engine(tiny_model_dir, max_running_requests=8, seed=1) as eng:
+        yield eng
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ from loongsage.controller.batching import groups_to_batch
 from loongsage.data.types import Group, Prompt
 from loongsage.engines.batch import TrainBatch
 from loongsage.engines.client import EngineClient, EngineError
-from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 from loongsage.engines.routing import MoeRouters
 from loongsage.errors import ConfigError
@@ -37,11 +36,9 @@ def moe_dir():
 
 
 @pytest.fixture(scope="module")
-def engine(moe_dir):
-    eng = EmbeddedRolloutEngine(str(moe_dir), max_running_requests=8, seed=3, num_threads=1)
-    eng.start()
-    yield eng
-    eng.stop()
+def engine(running_engine, moe_dir):
+    with running_engine(moe_dir, max_running_requests=8, seed=3) as eng:
+        yield eng
 
 
 @pytest.fixture(scope="module")
@@ -100,19 +97,15 @@ def test_engine_routes_equal_an_unbatched_hf_forward(client, moe_dir):
         assert np.array_equal(np.sort(out.routed_experts[:-1], -1), np.sort(expected, -1))
 
 
-def test_dense_models_refuse_router_replay(tiny_model_dir):
+def test_dense_models_refuse_router_replay(tiny_model_dir, running_engine):
     with pytest.raises(ConfigError, match="trainer.router_replay.*dense model"):
         trainer(tiny_model_dir, replay="rollout")
     with pytest.raises(ConfigError, match="trainer.router_replay.*expected one of"):
         trainer(tiny_model_dir, replay="always")
-    dense = EmbeddedRolloutEngine(str(tiny_model_dir), num_threads=1)
-    dense.start()
-    try:
-        with EngineClient(dense.url, timeout=60, return_routed_experts=True) as c, \
-                pytest.raises(EngineError, match="return_routed_experts.*dense model"):
-            c.generate([5, 6, 7], GREEDY)
-    finally:
-        dense.stop()
+    with running_engine(tiny_model_dir) as dense, \
+            EngineClient(dense.url, timeout=60, return_routed_experts=True) as c, \
+            pytest.raises(EngineError, match="return_routed_experts.*dense model"):
+        c.generate([5, 6, 7], GREEDY)
 
 
 def multi_turn_sample(engine, client, tokenizer, base_routers):

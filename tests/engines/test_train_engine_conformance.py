@@ -11,7 +11,6 @@ import torch
 from loongsage.schema import ModelConfig, TrainConfig
 from loongsage.engines.batch import TrainBatch
 from loongsage.engines.client import EngineClient
-from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 from loongsage.controller.sft import token_mean_nll
 
@@ -20,11 +19,9 @@ SAMPLING = {"max_new_tokens": 16, "temperature": 1.0, "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
-def rollout(tiny_model_dir):
-    eng = EmbeddedRolloutEngine(str(tiny_model_dir), max_running_requests=8, seed=3, num_threads=1)
-    eng.start()
-    yield eng
-    eng.stop()
+def rollout(running_engine, tiny_model_dir):
+    with running_engine(tiny_model_dir, max_running_requests=8, seed=3) as eng:
+        yield eng
 
 
 def generate(url: str) -> list:

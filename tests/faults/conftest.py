@@ -11,6 +11,7 @@ import re
 import subprocess
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,14 @@ _spec.loader.exec_module(e2e_helpers)
 runs = e2e_helpers.runs
 
 
-def _session_processes(sid: int) -> list[int]:
-    """Live pids whose session is ``sid`` (a run started with a new session: all of its processes)."""
+MARKER = "LOONGSAGE_TEST_RUN"  # in a watched run's environment, so in every process it starts
+_marks: dict[int, str] = {}  # a watched run's pid (its session) -> its marker
+
+
+def _run_processes(sid: int) -> list[int]:
+    """Live pids of the run started in session ``sid``: those of that session, and those carrying
+    the run's marker (Ray's daemons and their workers run in sessions of their own)."""
+    needle = f"{MARKER}={_marks.get(sid)}".encode()
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -30,22 +37,24 @@ def _session_processes(sid: int) -> list[int]:
         try:
             with open(f"/proc/{entry}/stat", encoding="ascii") as handle:
                 fields = handle.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                marked = sid in _marks and needle in handle.read().split(b"\0")
         except OSError:
             continue
-        if int(fields[3]) == sid and fields[0] not in "ZX":
+        if (int(fields[3]) == sid or marked) and fields[0] not in "ZX":
             pids.append(int(entry))
     return pids
 
 
 @pytest.fixture
 def leftovers():
-    """``leftovers(sid)``: the processes of session ``sid`` still alive after up to 60 s."""
+    """``leftovers(sid)``: the processes of the run in session ``sid`` still alive after up to 60 s."""
 
     def wait(sid: int, timeout: float = 60.0) -> list[int]:
         deadline = time.monotonic() + timeout
-        while _session_processes(sid) and time.monotonic() < deadline:
+        while _run_processes(sid) and time.monotonic() < deadline:
             time.sleep(0.5)
-        return _session_processes(sid)
+        return _run_processes(sid)
 
     return wait
 
@@ -59,11 +68,13 @@ class WatchedRun:
                  env: dict[str, str] | None = None) -> None:
         args = [*runs.cli, "train", "--config-name", config, f"trainer.run_dir={run_dir}",
                 "logging.progress_bar=false", *overrides]
-        environ = {**runs.env(), **(env or {})}
+        mark = uuid.uuid4().hex
+        environ = {**runs.env(), **(env or {}), MARKER: mark}
         environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent),
                                                               environ.get("PYTHONPATH")]))
         self.proc = subprocess.Popen(args, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, start_new_session=True)
+        _marks[self.proc.pid] = mark
         self.out: list[str] = []
         threading.Thread(target=lambda: self.out.extend(self.proc.stdout), daemon=True).start()
 

@@ -62,16 +62,7 @@ print("done")
 """
 
 
-@pytest.fixture(scope="module")
-def engine_url(tiny_model_dir):
-    from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
-
-    engine = EmbeddedRolloutEngine(str(tiny_model_dir), seed=0, num_threads=1)
-    yield engine.start()
-    engine.stop()
-
-
-def manager(tmp_path, tiny_model_dir, engine_url, policy: str, always: bool, loop, workers,
+def manager(tmp_path, tiny_model_dir, tiny_engine_url, policy: str, always: bool, loop, workers,
             program: str = PROGRAM):
     from transformers import AutoTokenizer
 
@@ -86,7 +77,7 @@ def manager(tmp_path, tiny_model_dir, engine_url, policy: str, always: bool, loo
     spec = validate_config(cfg, get_registries())
     sources = build_sources(spec.sources, get_registries(), tokenizer=tokenizer)
     sampling = {"max_new_tokens": 4, "temperature": 1.0, "stop_token_ids": [tokenizer.eos_token_id]}
-    return RolloutManager(sources, EnginePool([EngineClient(engine_url)]), loop, 2, sampling,
+    return RolloutManager(sources, EnginePool([EngineClient(tiny_engine_url)]), loop, 2, sampling,
                           RewardScorer(workers, spec.cfg.reward.drop_group_retries),
                           failed_trajectory=spec.cfg.rollout.failed_trajectory), sources["m"]
 
@@ -113,8 +104,8 @@ def no_program_left(tmp_path) -> bool:
     return True
 
 
-def test_zero_reward_trains_the_hung_trajectory_with_reward_0(tmp_path, tiny_model_dir, engine_url, running):
-    rollout, source = manager(tmp_path, tiny_model_dir, engine_url, "zero_reward", False, *running)
+def test_zero_reward_trains_the_hung_trajectory_with_reward_0(tmp_path, tiny_model_dir, tiny_engine_url, running):
+    rollout, source = manager(tmp_path, tiny_model_dir, tiny_engine_url, "zero_reward", False, *running)
     [group] = rollout.generate_groups([source.get(0)], 0, 0)
     failed = [s for s in group.samples if s.reward_info.get("failed")]
     assert len(group.samples) == 2 and len(failed) == 1
@@ -125,8 +116,8 @@ def test_zero_reward_trains_the_hung_trajectory_with_reward_0(tmp_path, tiny_mod
     assert no_program_left(tmp_path)
 
 
-def test_drop_group_generates_the_group_again(tmp_path, tiny_model_dir, engine_url, running):
-    rollout, source = manager(tmp_path, tiny_model_dir, engine_url, "drop_group", False, *running)
+def test_drop_group_generates_the_group_again(tmp_path, tiny_model_dir, tiny_engine_url, running):
+    rollout, source = manager(tmp_path, tiny_model_dir, tiny_engine_url, "drop_group", False, *running)
     [group] = rollout.generate_groups([source.get(0)], 0, 0)
     assert len(group.samples) == 2 and not any(s.reward_info.get("failed") for s in group.samples)
     metrics = rollout.failure_metrics()
@@ -135,8 +126,8 @@ def test_drop_group_generates_the_group_again(tmp_path, tiny_model_dir, engine_u
 
 
 def test_drop_group_gives_up_with_the_reason_once_regenerations_are_spent(tmp_path, tiny_model_dir,
-                                                                          engine_url, running):
-    rollout, source = manager(tmp_path, tiny_model_dir, engine_url, "drop_group", True, *running)
+                                                                          tiny_engine_url, running):
+    rollout, source = manager(tmp_path, tiny_model_dir, tiny_engine_url, "drop_group", True, *running)
     with pytest.raises(TrajectoryFailed, match=r"prompt m\[0\] had a failed trajectory 2 times in a row .*"
                                                r"reward.drop_group_retries=1.*the agent process timed out"):
         rollout.generate_groups([source.get(0)], 0, 0)
@@ -144,13 +135,13 @@ def test_drop_group_gives_up_with_the_reason_once_regenerations_are_spent(tmp_pa
 
 
 def test_a_trajectory_dying_before_its_first_model_call_is_a_marked_sample_not_a_crash(
-        tmp_path, tiny_model_dir, engine_url, running):
+        tmp_path, tiny_model_dir, tiny_engine_url, running):
     """zero_reward: the group keeps both trajectories; the dead one is a failed sample holding
     only the prompt's tokens (nothing to train on, reward 0 in its group's baseline), naming
     the exit code and the program's last words; the batch builds with its row out of the loss."""
     from loongsage.controller.batching import groups_to_batch
 
-    rollout, source = manager(tmp_path, tiny_model_dir, engine_url, "zero_reward", False, *running,
+    rollout, source = manager(tmp_path, tiny_model_dir, tiny_engine_url, "zero_reward", False, *running,
                               program=DIES_FIRST)
     prompt = source.get(0)
     [group] = rollout.generate_groups([prompt], 0, 0)
@@ -171,8 +162,8 @@ def test_a_trajectory_dying_before_its_first_model_call_is_a_marked_sample_not_a
 
 
 def test_drop_group_generates_again_a_group_whose_trajectory_died_before_the_model(
-        tmp_path, tiny_model_dir, engine_url, running):
-    rollout, source = manager(tmp_path, tiny_model_dir, engine_url, "drop_group", False, *running,
+        tmp_path, tiny_model_dir, tiny_engine_url, running):
+    rollout, source = manager(tmp_path, tiny_model_dir, tiny_engine_url, "drop_group", False, *running,
                               program=DIES_FIRST)
     [group] = rollout.generate_groups([source.get(0)], 0, 0)
     assert len(group.samples) == 2 and not any(s.reward_info.get("failed") for s in group.samples)

@@ -2,7 +2,7 @@
 ``trainer.auto_resume`` starts the run again from it.
 
 Real processes: the CLI in a subprocess with its own Ray cluster, the tiny recipe with a
-checkpoint every 2 steps; the test SIGKILLs the train actor's process once 3 steps are
+checkpoint every 2 steps and no step snapshot; the test SIGKILLs the train actor's process once 3 steps are
 recorded. With ``trainer.auto_resume=1`` the same command goes on from the last checkpoint
 to the last step and exits 0; the metrics hold every step once (the steps after the
 checkpoint are trained again and their first rows dropped).
@@ -26,7 +26,8 @@ def test_dead_train_rank_prints_the_resume_command_and_auto_resume_finishes_the_
     run_dir = tmp_path / "run"
     run = watched(run_dir, f"trainer.steps={STEPS}", "checkpoint.interval=2", "trainer.sft.steps=0",
                   "rollout.prompts_per_step=4", "rollout.n_samples_per_prompt=2", "rollout.max_new_tokens=12",
-                  "trainer.auto_resume=1")
+                  "trainer.auto_resume=1",
+                  "checkpoint.snapshot=false")  # the checkpoint path; the step snapshot's is test_engine_death_default_layout
     proc = run.proc
     runs.wait_for(lambda: len(runs.metrics(run_dir)) >= 3, timeout=600, proc=proc)
     saved = runs.latest_step(run_dir)

@@ -249,6 +249,9 @@ def main(argv: Sequence[str] | None = None, registries: Registries | None = None
     except LoongSageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as err:  # a second SIGINT/SIGTERM in a run (stop_request), or one before it started
+        print(f"interrupted: {str(err) or 'stopped at once, before the run could save a step'}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -20,6 +20,49 @@ from typing import Any
 KEEP_ALIVE_S = 75.0  # seconds an idle client connection is kept (see the module docstring)
 
 
+def header_timeout_protocol(seconds: float) -> type:
+    """uvicorn's h11 protocol, closing a connection whose request headers are not all in
+    within ``seconds`` of its opening or of the first byte of a request on a kept-alive one
+    (uvicorn has no such limit: a client sending headers a byte at a time held a connection
+    and its file descriptor forever). An idle kept-alive connection keeps ``KEEP_ALIVE_S``."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeoutH11(H11Protocol):
+        _header_timer: Any = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._time_headers()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self._time_headers()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._stop_timer()
+            super().connection_lost(exc)
+
+        def _time_headers(self) -> None:
+            waiting = self.conn.their_state is h11.IDLE and not self.transport.is_closing()
+            if waiting and self._header_timer is None:
+                self._header_timer = self.loop.call_later(seconds, self._headers_late)
+            elif not waiting:
+                self._stop_timer()
+
+        def _stop_timer(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_late(self) -> None:
+            self._header_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeaderTimeoutH11
+
+
 class ThreadedServer:
     """``start()`` returns the base URL once uvicorn accepts connections; ``stop()`` joins."""
 

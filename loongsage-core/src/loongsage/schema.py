@@ -107,6 +107,7 @@ class RolloutConfig:
     n_samples_per_prompt: int = 4  # G: samples per prompt group
     max_new_tokens: int = 64
     max_prompt_tokens: int = 512
+    long_prompts: str = "refuse"  # a prompt above max_prompt_tokens (or the context): refuse | drop (counted)
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
@@ -225,6 +226,7 @@ class BudgetConfig:
     dataset_load_s: float = 600.0  # building one data source's dataset (reading its file)
     dataset_get_s: float = 60.0  # one dataset.get(index)
     filter_s: float = 120.0  # one data filter call on a round of groups
+    prompt_check_s: float = 120.0  # reading, rendering, measuring every record at start-up (the rest: when drawn)
 
 
 @dataclass
@@ -256,6 +258,8 @@ class AgentFlowConfig:
     middlewares: List[Any] = field(default_factory=list)
     api_key: Optional[str] = None  # else LOONGSAGE_ROUTER_API_KEY; with one, agents get per-trajectory tokens
     max_body_bytes: int = 32 << 20  # request bodies past this are refused with 413
+    header_timeout_s: float = 30.0  # a connection whose request headers are not in by then is closed
+    body_timeout_s: float = 120.0  # a request body not read whole by then is refused with 408
 
 
 @dataclass
@@ -301,6 +305,9 @@ class CheckpointConfig:
 
     interval: int = 0  # steps between checkpoints; 0 = only at the end
     keep_last: int = 2
+    # save the trainer after every step that is not checkpointed (checkpoints/.snapshot_step_N, one kept):
+    # an actor death then loses at most the step in flight (controller/step_snapshot.py)
+    snapshot: bool = True
 
 
 @dataclass
@@ -322,8 +329,9 @@ class TrainerConfig:
     steps: int = 10
     seed: int = 0
     resume: bool = False
-    auto_resume: int = 0  # restarts from the last checkpoint when an actor dies (0 = stop with the resume command)
+    auto_resume: int = 3  # restarts from the last checkpoint when an actor dies (0 = stop with the resume command)
     run_dir: Optional[str] = None  # resume into / write to this directory
+    overwrite: bool = False  # a fresh run in a run_dir holding another run's files deletes them first
     eval_interval: int = 0  # steps between evaluations (0 = never); also before step 0
     eval_prompts: int = 64  # fixed prompts per evaluation, split over the data sources
     eval_temperature: float = 0.0  # 0 = greedy, so the eval curve is free of sampling noise

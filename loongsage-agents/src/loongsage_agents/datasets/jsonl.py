@@ -3,7 +3,9 @@
 The file is scanned once at construction: every line is parsed and checked (so a bad
 line fails the run at start-up, naming the file and line, not hours later), and only the
 byte offset of each record is kept; ``get(index)`` re-reads that one line. Blank lines
-are skipped; line numbers in errors are 1-based lines of the file.
+are skipped; line numbers in errors are 1-based lines of the file, and ``locate(index)``
+names a record's line for the run's prompt check (``loongsage.data.prompt_check``), which
+also renders every record through the chat template and measures it.
 """
 
 from __future__ import annotations
@@ -47,10 +49,17 @@ class JsonlDataset:
             record = json.loads(raw)
         except json.JSONDecodeError as err:
             raise DatasetRecordError(f"{where}: invalid JSON ({err.msg} at column {err.colno})") from None
+        except UnicodeDecodeError as err:
+            raise DatasetRecordError(f"{where}: invalid UTF-8 (byte 0x{raw[err.start]:02x} at column "
+                                     f"{err.start + 1}: {err.reason})") from None
         return record_to_prompt(record, self.params, index, where, self.format)
 
     def __len__(self) -> int:
         return len(self._offsets)
+
+    def locate(self, index: int) -> str:
+        """Where record ``index`` is: ``file line N`` (for errors naming it)."""
+        return f"{self.path} line {self._offsets[index][1]}"
 
     def get(self, index: int) -> Prompt:
         """The prompt of record ``index`` (0-based, blank lines not counted)."""

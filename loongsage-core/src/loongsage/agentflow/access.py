@@ -8,14 +8,21 @@ trajectory opened gets an unguessable token (``secrets.token_urlsafe``, 128 bits
 agent uses in place of the id (path prefix ``/{token}/{attempt_id}`` or API key
 ``{token}:{attempt_id}``); a request naming a trajectory by its bare id is refused, so a
 client cannot write into another trajectory by guessing its id, and the read-only
-endpoints (trajectory listings) need the router's key as ``Authorization: Bearer``.
+endpoints (trajectory listings) need the router's key as ``Authorization: Bearer``. The holder
+of the router's own key (``Authorization: Bearer <key>`` or ``x-api-key``) may name any
+trajectory by its id (``/{trajectory_id}/{attempt_id}/v1/...``; without a path, trajectory
+``default``): it is the operator, e.g. of ``loongsage serve``, whose printed URLs carry an
+issued token.
 
 Request bodies are capped (``max_body_bytes``): a larger one is refused with 413 before it
-is read whole.
+is read whole, and one not received whole within ``body_timeout_s`` with 408; a connection
+that has not sent its request headers within ``header_timeout_s`` is closed
+(``http_thread.header_timeout_protocol``), so slow clients cannot hold connections open.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import os
@@ -72,12 +79,17 @@ class TrajectoryTokens:
         token = self._tokens.pop((str(trajectory_id), str(attempt_id)), None)
         self._keys.pop(token, None)
 
-    def resolve(self, name: str, attempt_id: str) -> tuple[str, str]:
-        """(trajectory_id, attempt_id) a request names; a bare id is refused when tokens are required."""
+    def is_router_key(self, given: str) -> bool:
+        """Whether ``given`` is the router's own key (never true without one)."""
+        return self.api_key is not None and hmac.compare_digest(given.encode(), self.api_key.encode())
+
+    def resolve(self, name: str, attempt_id: str, trusted: bool = False) -> tuple[str, str]:
+        """(trajectory_id, attempt_id) a request names; a bare id is refused when tokens are
+        required, unless the request holds the router's key (``trusted``)."""
         key = self._keys.get(name)
         if key is not None:
             return key
-        if self.required:
+        if self.required and not trusted:
             raise RequestError("unknown trajectory key: this router takes the key issued for each "
                                "trajectory, not its id", status=401, kind="authentication_error")
         return name, attempt_id
@@ -92,16 +104,25 @@ class TrajectoryTokens:
                                status=401, kind="authentication_error")
 
 
-async def capped_body(http, max_bytes: int) -> bytes:
-    """The request body, refused with 413 past ``max_bytes`` (declared or streamed)."""
+async def capped_body(http, max_bytes: int, timeout_s: float | None = None) -> bytes:
+    """The request body, refused with 413 past ``max_bytes`` (declared or streamed) and with
+    408 when it is not received whole within ``timeout_s``."""
     declared = http.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise RequestError(f"request body of {declared} bytes exceeds the router's limit of {max_bytes}",
                            status=413)
-    chunks, size = [], 0
-    async for chunk in http.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise RequestError(f"request body exceeds the router's limit of {max_bytes} bytes", status=413)
-        chunks.append(chunk)
-    return b"".join(chunks)
+
+    async def read() -> bytes:
+        chunks, size = [], 0
+        async for chunk in http.stream():
+            size += len(chunk)
+            if size > max_bytes:
+                raise RequestError(f"request body exceeds the router's limit of {max_bytes} bytes", status=413)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    try:
+        return await asyncio.wait_for(read(), timeout_s)
+    except asyncio.TimeoutError:
+        raise RequestError(f"request body not received whole within the router's {timeout_s:g} s "
+                           "(agentflow.body_timeout_s)", status=408) from None

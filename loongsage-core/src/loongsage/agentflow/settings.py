@@ -24,17 +24,20 @@ class RouterSettings:
     run_dir: str | None = None  # finished trajectories are appended to run_dir/trajectories.jsonl
     api_key: str | None = None  # needed to bind a non-loopback host (else LOONGSAGE_ROUTER_API_KEY); see access.py
     max_body_bytes: int = 32 << 20  # larger request bodies are refused with 413
+    header_timeout_s: float = 30.0  # a connection still sending its request headers then is closed
+    body_timeout_s: float = 120.0  # a body not received whole by then is refused with 408
 
     @classmethod
     def from_config(cls, agentflow: Any, **overrides: Any) -> "RouterSettings":
         """Settings from the ``agentflow`` config section (host, port, tool_parser, middlewares, api_key,
-        max_body_bytes)."""
+        max_body_bytes, header_timeout_s, body_timeout_s)."""
         if hasattr(agentflow, "get"):
             get = agentflow.get
         else:
             def get(key, default=None):
                 return getattr(agentflow, key, default)
-        values = {k: get(k) for k in ("host", "port", "tool_parser", "api_key", "max_body_bytes")
+        values = {k: get(k) for k in ("host", "port", "tool_parser", "api_key", "max_body_bytes",
+                                          "header_timeout_s", "body_timeout_s")
                   if get(k) is not None}
         values["middlewares"] = list(get("middlewares") or [])
         values.update(overrides)

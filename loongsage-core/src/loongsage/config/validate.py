@@ -2,7 +2,8 @@
 
 Three layers, each error naming the key: the typed schema (types, enforced by OmegaConf
 when the recipe is merged over it), ranges and choices of single fields, and cross-field
-rules (invalid mode combinations). Every plugin-bound field is resolved once against its
+rules (invalid mode combinations); the train backend's keys and optional packages
+(``backend_support``). Every plugin-bound field is resolved once against its
 registry (``Registries.resolve``) and its parameters are validated by the plugin's own
 dataclass; ``validate_config`` returns them in a ``RunConfig``, and writes the resolved
 parameters, defaults included, back into the config so ``config show`` prints all of them.
@@ -23,6 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from loongsage.algorithms.lr_schedule import LR_DECAYS
 from loongsage.algorithms.validate import AlgorithmSpec, validate_algorithm
+from loongsage.config.backend_support import check_backend_keys, check_optional_packages
 from loongsage.config.opd import DistillSpec, validate_opd
 from loongsage.config.store import data_source_schema, root_schema
 from loongsage.data.sources import SourceSpec
@@ -43,6 +45,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "algorithm.kl.use_as": ("loss", "reward"),
     "reward.on_error": ("zero", "drop_group", "fail"),
     "rollout.failed_trajectory": ("zero_reward", "drop_group"),
+    "rollout.long_prompts": ("refuse", "drop"),
     "algorithm.loss_agg_mode": (
         "token_mean",
         "seq_mean_token_mean",
@@ -83,6 +86,8 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "budgets.dataset_load_s": (lambda v: v > 0, "a positive number of seconds"),
     "budgets.dataset_get_s": (lambda v: v > 0, "a positive number of seconds"),
     "budgets.filter_s": (lambda v: v > 0, "a positive number of seconds"),
+    "budgets.prompt_check_s": (lambda v: v > 0, "a positive number of seconds"),
+    "rollout.max_prompt_tokens": (lambda v: v >= 1, ">= 1"),
 }
 
 
@@ -155,6 +160,9 @@ def _check_modes(cfg: DictConfig) -> None:
             "disaggregated placement without async.enable=true leaves rollout and training "
             "resources idle in turn; use colocated (optionally rollout.partial=true) or enable async",
         )
+    if cfg.trainer.resume and cfg.trainer.overwrite:
+        raise ConfigError("trainer.overwrite", "deletes the previous run's files, which trainer.resume=true "
+                          "resumes from; set one of them")
     if cfg.rollout.mask_offpolicy_in_partial_rollout and not (cfg.rollout.partial or asynchronous):
         raise ConfigError(
             "rollout.mask_offpolicy_in_partial_rollout",
@@ -307,6 +315,8 @@ def _resolve_plugins(cfg: DictConfig, registries: Registries) -> RunConfig:
     if cfg.train.lora.rank > 0 and not getattr(run.train_engine.obj, "supports_lora", False):
         raise ConfigError("train.lora.rank", f"train.backend {cfg.train.backend!r} has no LoRA support; "
                           "LoRA runs on embedded_train (or set train.lora.rank=0)")
+    check_backend_keys(cfg, run.train_engine.obj)
+    check_optional_packages(cfg)
     _write_back(cfg, run)
     return run
 

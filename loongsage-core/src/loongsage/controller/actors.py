@@ -20,7 +20,8 @@ same ``.call`` / ``.run`` / ``.inspect`` / ``.memory`` / ``.where`` / ``.release
 calls as an actor handle. The two take turns on the bundle anyway; one process saves the
 second copy of torch and transformers (about 10 CPU-seconds of start-up and 0.3 GB of summed
 PSS on a one-step tiny run, docs/cluster.md). The price: the engine cannot be killed and restarted alone, so
-its failure is its train rank's (``trainer.auto_resume``), and the engine monitor does not run.
+its failure is its train rank's (``trainer.auto_resume`` resumes from the step snapshot,
+``step_snapshot``), and the engine monitor does not run.
 
 Devices come from Ray: an actor that was given GPUs (``ray.get_gpu_ids()``; Ray narrows
 ``CUDA_VISIBLE_DEVICES`` to them) builds its engine on ``cuda:0``, any other on the CPU.
@@ -40,6 +41,7 @@ from typing import Any
 import ray
 
 from loongsage.controller.memory import PeakSampler, release_free_memory, rss_bytes
+from loongsage.controller.ray_sessions import daemons_in_own_sessions, start_reaper
 from loongsage.engines.openmp_wait import openmp_wait_env
 from loongsage.logs import ROOT
 
@@ -53,9 +55,10 @@ SHARED_SLOT = "rollout"  # the slot of a rollout engine living in its train rank
 
 
 def start_ray(placement: Any) -> None:
-    """Attach to ``placement.ray_address`` / ``RAY_ADDRESS``, else start a local cluster. Ray
-    logs at LoongSage's level: under ``-q`` its INFO lines ("Started a local Ray instance")
-    stay out of the output like LoongSage's own."""
+    """Attach to ``placement.ray_address`` / ``RAY_ADDRESS``, else start a local cluster whose
+    daemons run in sessions of their own and end with this process (``ray_sessions``). Ray logs
+    at LoongSage's level: under ``-q`` its INFO lines ("Started a local Ray instance") stay out
+    of the output like LoongSage's own."""
     if ray.is_initialized():
         return
     address = placement.ray_address or os.environ.get("RAY_ADDRESS")
@@ -65,16 +68,18 @@ def start_ray(placement: Any) -> None:
     if address:
         ray.init(address=address, ignore_reinit_error=True, runtime_env=runtime_env, logging_level=level)
         return
-    ray.init(
-        logging_level=level,
-        num_cpus=placement.num_cpus or os.cpu_count(),
-        include_dashboard=False,
-        object_store_memory=placement.object_store_memory,
-        ignore_reinit_error=True,
-        log_to_driver=True,
-        runtime_env=runtime_env,
-        _system_config=LOCAL_SYSTEM_CONFIG,
-    )
+    with daemons_in_own_sessions() as daemons:  # a signal to the driver's group reaches the driver only
+        ray.init(
+            logging_level=level,
+            num_cpus=placement.num_cpus or os.cpu_count(),
+            include_dashboard=False,
+            object_store_memory=placement.object_store_memory,
+            ignore_reinit_error=True,
+            log_to_driver=True,
+            runtime_env=runtime_env,
+            _system_config=LOCAL_SYSTEM_CONFIG,
+        )
+    start_reaper(daemons)  # and every one of them goes when the driver does, however it ends
 
 
 def actor_runtime_env(environ: Mapping[str, str]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -47,6 +48,7 @@ from loongsage.controller.phases import PHASES
 from loongsage.controller.placement import Placement, Seat, format_layout, layout, plan_placement
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
+from loongsage.models.folder_check import check_model_folder
 from loongsage.controller.train_group import TrainGroup
 from loongsage.controller.verbs import Run
 from loongsage.controller.weight_sync import WeightSync
@@ -54,6 +56,7 @@ from loongsage.controller.weight_sync_distributed import DistributedWeightSync
 from loongsage.controller.weight_sync_tensor import TensorWeightSync
 from loongsage.data.mixer import DataMixer
 from loongsage.data.scoring import RewardScorer, reward_modules
+from loongsage.data.prompt_check import CheckedSource, prompt_checker
 from loongsage.data.sources import build_sources, training_sources
 from loongsage.deadline.budget import Budget
 from loongsage.deadline.pool import DeadlinePool
@@ -214,7 +217,8 @@ def _start_rollout(run: Run, plain: dict) -> None:
                                  sampling_params(cfg, run.tokenizer), scorer,
                                  on_scored=run.agent_routers.record_rewards,
                                  failed_trajectory=cfg.rollout.failed_trajectory)
-    mixer = DataMixer.from_sources(training_sources(run.sources), cfg.trainer.seed,
+    checked = [CheckedSource(source, run.prompt_check) for source in training_sources(run.sources).values()]
+    mixer = DataMixer.from_sources(checked, cfg.trainer.seed,
                                    batch_size=cfg.rollout.prompts_per_step,
                                    mini_batches=cfg.train.mini_batches_per_step,
                                    dp_size=cfg.train.dp_size)
@@ -224,21 +228,37 @@ def _start_rollout(run: Run, plain: dict) -> None:
 
 @contextmanager
 def build_run(spec: RunConfig, rollout: bool = True) -> Iterator[Run]:
-    """Start every component of ``spec``; close them all on exit, also after errors."""
-    from transformers import AutoTokenizer
-
+    """Start every component of ``spec`` in a run directory it holds (``RunDirectory.claimed``:
+    refused before anything starts when another run owns it); close them all on exit, also
+    after errors."""
     cfg = spec.cfg.copy()
     cfg.model.path = str(resolve_model_path(cfg.model.path))
     spec = dataclasses.replace(spec, cfg=cfg)
-    run_dir = RunDirectory.for_config(cfg)
+    with RunDirectory.for_config(cfg).claimed(cfg.trainer.resume, cfg.trainer.overwrite) as run_dir:
+        with _started(spec, run_dir, rollout) as run:
+            yield run
+
+
+@contextmanager
+def _started(spec: RunConfig, run_dir: RunDirectory, rollout: bool) -> Iterator[Run]:
+    """``build_run`` in a run directory this run holds."""
+    from transformers import AutoTokenizer
+
+    cfg = spec.cfg
     run_dir.write_config(cfg)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
+    check_model_folder(Path(cfg.model.path), tokenizer)
+    resume_from = run_dir.resume_checkpoint() if cfg.trainer.resume else None  # verified before Ray starts
     start_ray(cfg.placement)
     plan = plan_placement(cfg, local_cores(cfg))
-    placement = Placement.reserve(plan, cfg.placement.nodes, cfg.placement.timeout_s)
-    run = Run(spec, run_dir, tokenizer, Objective(spec.algorithm), placement)
+    fixed = not (cfg.placement.ray_address or os.environ.get("RAY_ADDRESS"))  # a local cluster cannot grow
+    placement = Placement.reserve(plan, cfg.placement.nodes, cfg.placement.timeout_s, fixed)
+    run = Run(spec, run_dir, tokenizer, Objective(spec.algorithm), placement, resume_from=resume_from)
     try:
         run.sources = build_sources(spec.sources, spec.registries, cfg.trainer.seed, tokenizer)
+        if rollout:
+            run.prompt_check = prompt_checker(cfg, tokenizer)
+            run.prompt_check.scan(run.sources)
         hosted = host_seats(cfg, spec.rollout_engine.obj, plan.role("train"), plan.role("rollout") if rollout else [])
         estimate = check_run_memory(cfg, run.sources, tokenizer, engines_in_train_processes=len(hosted))
         if estimate:

@@ -11,8 +11,12 @@ checkpoint of the last step the trainer finished (when the train actor is alive 
 step is not checkpointed yet), then raises ``RunFailed`` naming the dead actors and the
 memory figures of the last step when an actor died, or re-raises the original error with a
 note saying where the state went; either way the message ends with the resume command when a
-checkpoint exists (a dead train actor leaves the last one intact). Whether the failed step was trained is read from the
-engine's ``weight_version`` (its optimizer-step count) against its value when the step began.
+checkpoint exists. A dead train actor's state is gone with it: the guard then promotes the
+step snapshot (``step_snapshot``: the state after the last finished step, kept on disk) to
+that step's checkpoint when it is newer than the latest one, so the run loses at most the step
+in flight; without a snapshot the last checkpoint stays intact. Whether the failed step was
+trained is read from the engine's ``weight_version`` (its optimizer-step count) against its
+value when the step began.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from typing import Any
 
 from loongsage.controller.lifecycle import save_checkpoint
 from loongsage.controller.memory import is_train_role
+from loongsage.controller.run_dir import CheckpointWriteFailed
+from loongsage.controller.step_snapshot import StepSnapshot
 from loongsage.errors import LoongSageError
 
 PING_TIMEOUT_S = 30.0
@@ -38,7 +44,7 @@ class RunFailed(LoongSageError):
 
 
 class RunStopped(LoongSageError):
-    """The run stopped on SIGTERM (``stop_request``) after checkpointing its last finished
+    """The run stopped on SIGTERM or SIGINT (``stop_request``) after checkpointing its last finished
     step; not a failure, so ``FailureGuard`` lets it through untouched."""
 
 
@@ -105,6 +111,7 @@ class FailureGuard:
         self.run = run
         self.step: int | None = None
         self._version_at_start: int | None = None
+        self.snapshot = StepSnapshot(run) if run.cfg.checkpoint.snapshot else None
 
     def begin(self, step: int) -> None:
         """Call at the start of every step."""
@@ -113,11 +120,24 @@ class FailureGuard:
         self.step = step
         self._version_at_start = ray.get(self.run.trainers.actors[0].run.remote(_trainer_version))
 
+    def keep(self, step: int) -> None:
+        """Call after a step that was not checkpointed: its state becomes the step snapshot."""
+        if self.snapshot is not None:
+            self.snapshot.take(step)
+
     def __enter__(self) -> "FailureGuard":
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        if not isinstance(exc, Exception) or isinstance(exc, RunStopped) or self.step is None:
+        try:
+            return self._handle(exc)
+        finally:
+            if self.snapshot is not None:
+                self.snapshot.close()
+
+    def _handle(self, exc: BaseException | None) -> bool:
+        passes = (RunStopped, CheckpointWriteFailed)  # the latter says what it kept: do not save again
+        if not isinstance(exc, Exception) or isinstance(exc, passes) or self.step is None:
             return False
         deaths = dead_actors(self.run.memory.actors)
         saved = self._save_trainer(alive=not any(is_train_role(d.role) for d in deaths))
@@ -146,6 +166,10 @@ class FailureGuard:
         latest = run_dir.latest_checkpoint()
         kept = f"the latest checkpoint is {latest[0].name}" if latest else "no checkpoint exists"
         if not alive:
+            promoted = self.snapshot.promote() if self.snapshot is not None else None
+            if promoted is not None:
+                return (f"the train actor is gone; its state after step {promoted} (the step snapshot) saved as "
+                        f"checkpoint {run_dir.checkpoint_dir(promoted).name}: {resume_command(run_dir)}")
             resume = f": {resume_command(run_dir)}" if latest else ""
             return f"the train actor is gone with its state since the latest checkpoint; {kept}{resume}"
         try:

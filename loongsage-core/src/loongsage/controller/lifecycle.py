@@ -3,8 +3,8 @@
 A checkpoint is the trainer's state (weights, optimizer, RNG), the critic's when the run has
 one (value model with its head, optimizer), plus the controller's (step,
 weight version, the scheduler's state with its data order); ``resume_or_warm_start`` either
-restores the newest complete one and republishes its weights, or runs the supervised warm
-start of a fresh run.
+restores the newest intact one (its manifest verified by ``build_run``, falling back past
+damaged ones) and republishes its weights, or runs the supervised warm start of a fresh run.
 """
 
 from __future__ import annotations
@@ -81,21 +81,33 @@ def checkpoint_due(run: Run, step: int) -> bool:
 
 
 def save_checkpoint(run: Run, step: int) -> None:
-    tmp = run.run_dir.begin_checkpoint(step)
-    run.trainers.call("save", str(tmp / "trainer"))
+    """Checkpoint ``step`` (``RunDirectory.write_checkpoint``: verified by its manifest; a failed
+    write names the file and why and keeps the previous checkpoint)."""
+    run.run_dir.write_checkpoint(step, lambda folder: save_actor_state(run, folder), controller_state(run, step),
+                                 run.cfg.checkpoint.keep_last)
+
+
+def save_actor_state(run: Run, folder: Path) -> None:
+    """The trainer's state (and the critic's) into ``folder``, as a checkpoint holds them."""
+    run.trainers.call("save", str(folder / "trainer"))
     if run.critic is not None:
-        run.critic.call("save", str(tmp / "critic"))
-    state = {
+        run.critic.call("save", str(folder / "critic"))
+
+
+def controller_state(run: Run, step: int) -> dict:
+    """What a checkpoint of ``step`` keeps of the controller: the step, the weight version and the
+    scheduler's state with its data order."""
+    return {
         "step": step,
         "version": run.version,
         "scheduler": run.scheduler.state_dict() if run.scheduler else None,
     }
-    run.run_dir.commit_checkpoint(step, tmp, state, run.cfg.checkpoint.keep_last)
 
 
 def resume_or_warm_start(run: Run) -> int:
-    """Restore the latest checkpoint when resuming; otherwise warm start. Return the first step."""
-    latest = run.run_dir.latest_checkpoint() if run.cfg.trainer.resume else None
+    """Restore the checkpoint ``build_run`` chose and verified when resuming (``Run.resume_from``:
+    the newest intact one); otherwise warm start. Return the first step."""
+    latest = run.resume_from
     if latest is None:
         warm_start(run)
         return 0

@@ -156,6 +156,36 @@ def plan_placement(cfg: Any, cores: Sequence[int] | None) -> PlacementPlan:
     return pin_seats(plan, cores, threads)
 
 
+FIT_ADVICE = ("Lower train.dp_size / rollout.num_engines / placement.train_cpus / placement.rollout_cpus, "
+              "raise placement.num_cpus for a local cluster, or add nodes")
+
+
+def shortfall(plan: PlacementPlan, nodes: Sequence[dict]) -> str | None:
+    """Why the bundles of every group of ``plan``, all held at once, can never fit ``nodes``
+    (each node's total resources), or ``None`` when they may: a resource short in all, or a
+    bundle (a STRICT_PACK group: its bundles together) larger than every node."""
+    need = _summed([bundle for group in plan.groups for bundle in group.bundles])
+    for key, amount in sorted(need.items()):
+        have = sum(node.get(key, 0.0) for node in nodes)
+        if amount > have + 1e-9:
+            return f"{amount:g} {key} asked for in all, {have:g} in the cluster"
+    for group in plan.groups:
+        units = [_summed(group.bundles)] if group.strategy == "STRICT_PACK" else list(group.bundles)
+        for unit in units:
+            if not any(all(node.get(k, 0.0) + 1e-9 >= v for k, v in unit.items()) for node in nodes):
+                what = "its bundles together (STRICT_PACK)" if group.strategy == "STRICT_PACK" else "a bundle"
+                return f"group {group.name!r}: {what} {unit} fits no node"
+    return None
+
+
+def _summed(bundles: Sequence[dict]) -> dict:
+    total: dict[str, float] = {}
+    for bundle in bundles:
+        for key, amount in bundle.items():
+            total[key] = total.get(key, 0.0) + amount
+    return total
+
+
 @dataclass
 class Placement:
     """The live placement groups of a plan (``reserve``), and the Ray options of each seat."""
@@ -164,8 +194,11 @@ class Placement:
     groups: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def reserve(cls, plan: PlacementPlan, nodes: int, timeout_s: float) -> "Placement":
-        """Wait for ``nodes`` live nodes, create every group and wait until it is placed."""
+    def reserve(cls, plan: PlacementPlan, nodes: int, timeout_s: float, fixed: bool = False) -> "Placement":
+        """Wait for ``nodes`` live nodes, create every group and wait until it is placed.
+
+        ``fixed``: the cluster cannot grow (a local one this run started), so a plan that
+        does not fit its total resources is refused at once instead of after ``timeout_s``."""
         import ray
         from ray.util.placement_group import placement_group, remove_placement_group
 
@@ -176,6 +209,14 @@ class Placement:
                 raise PlacementError(f"placement.nodes={nodes}: only {alive} live Ray nodes "
                                      f"after placement.timeout_s={timeout_s}")
             time.sleep(0.5)
+        if fixed:
+            alive = [n["Resources"] for n in ray.nodes() if n["Alive"]]
+            problem = shortfall(plan, alive)
+            if problem is not None:
+                raise PlacementError(
+                    f"placement.mode={plan.mode}: this local Ray cluster (fixed size: "
+                    f"{ray.cluster_resources()}) can never hold the run's bundles: {problem}. "
+                    f"{FIT_ADVICE}")
         placement = cls(plan)
         for group in plan.groups:
             placement.groups[group.name] = placement_group(
@@ -190,9 +231,7 @@ class Placement:
                     f"placement.mode={plan.mode}: the cluster did not fit group {group.name!r} "
                     f"({len(group.bundles)} x {group.bundles[0]}, {group.strategy}) within "
                     f"placement.timeout_s={timeout_s}; cluster resources "
-                    f"{ray.cluster_resources()}. Lower train.dp_size / rollout.num_engines / "
-                    "placement.train_cpus / placement.rollout_cpus, raise placement.num_cpus "
-                    "for a local cluster, or add nodes")
+                    f"{ray.cluster_resources()}. {FIT_ADVICE}")
         return placement
 
     def options(self, seat: Seat) -> dict[str, Any]:

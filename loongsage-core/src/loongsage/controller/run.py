@@ -4,7 +4,8 @@ Reads like slime's train.py on purpose: build the pieces, then loop. Scheduling 
 groups train in this step) sits behind the scheduler interface, so the asynchronous
 runtime swaps in without touching this loop; the verbs live in ``verbs.py``, the warm
 start, checkpoints and resume in ``lifecycle.py``, the building in ``build.py``. A
-SIGTERM ends the loop after a checkpoint of the step in progress (``stop_request.py``).
+SIGTERM or SIGINT ends the loop after a checkpoint of the step in progress (``stop_request.py``);
+every other step leaves a step snapshot (``step_snapshot.py``) that an actor death resumes from.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def train_one_step(run: Run, step: int) -> dict[str, float]:
     metrics.update(rollout_metrics(groups))
     metrics.update(run.rollout.reward_metrics())
     metrics.update(run.scheduler.metrics())
+    metrics.update(run.prompt_check.metrics())
     metrics.update(run.engine_metrics())
     run.record(step, metrics, groups)
     return metrics
@@ -48,7 +50,7 @@ def train_one_step(run: Run, step: int) -> dict[str, float]:
 def run_training(spec: RunConfig) -> str:
     """Train per ``spec``; return the run directory. A run that fails because an actor died
     and left a checkpoint starts again from it, up to ``trainer.auto_resume`` times, unless it
-    was sent SIGTERM (a scheduler stopping every process of the job kills the actors too)."""
+    was sent SIGTERM or SIGINT (a scheduler stopping every process of the job kills the actors too)."""
     restarts = spec.cfg.trainer.auto_resume
     stop = StopRequest()
     while True:
@@ -79,9 +81,11 @@ def _train(spec: RunConfig, stop: StopRequest) -> str:
             for step in run.progress(range(first_step, run.cfg.trainer.steps)):
                 guard.begin(step)
                 train_one_step(run, step)
-                stopping = stop.requested  # read once: a SIGTERM may land between two reads
+                stopping = stop.requested  # read once: a signal may land between two reads
                 if checkpoint_due(run, step) or stopping:
                     save_checkpoint(run, step)
+                else:
+                    guard.keep(step)  # the step snapshot: an actor death loses only the step in flight
                 if stopping:
                     raise stop.stopped(run.run_dir, step)
         if run.eval_due(run.cfg.trainer.steps):

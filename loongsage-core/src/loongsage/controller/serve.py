@@ -19,15 +19,24 @@ from loongsage.config.validate import RunConfig
 
 
 def describe(router: Router, example: str = "demo") -> str:
-    """The base URL of each wire format, ready-made agent settings, and where to inspect."""
+    """The base URL of each wire format, ready-made agent settings, and where to inspect.
+
+    With an API key (``agentflow.api_key``) the example URLs carry a token issued for the
+    example trajectory, and any other trajectory is reached with the key as ``Authorization:
+    Bearer``, which the listings need too (``agentflow.access``)."""
+    if router.tokens.required:
+        router.tokens.issue(example, "0")
     urls = router.base_urls(example, "0")
     root = f"{router.url}/{{trajectory_id}}/{{attempt_id}}"
+    keyed = ["  with agentflow.api_key: send 'Authorization: Bearer <key>' (or x-api-key) to reach any "
+             "trajectory by its id and to list them"] if router.tokens.required else []
     return "\n".join([
         f"AgentFlow router on {router.url} (models: {', '.join(router.settings.served_model_names)})",
         f"  OpenAI Chat Completions  POST {root}/v1/chat/completions",
         f"  OpenAI Responses         POST {root}/v1/responses",
         f"  Anthropic Messages       POST {root}/v1/messages",
         f"  e.g. OPENAI_BASE_URL={urls['openai']} ANTHROPIC_BASE_URL={urls['anthropic']}",
+        *keyed,
         f"  trajectories: GET {router.url}/v1/trajectories  (one: /v1/trajectories/{example})",
     ])
 

@@ -1,21 +1,26 @@
-"""A run sent SIGTERM finishes its step, checkpoints it, and ends.
+"""A run sent SIGTERM or SIGINT finishes its step, checkpoints it, and ends.
 
 Schedulers stop a job by sending its driver SIGTERM and kill it a grace period later
-(``docker stop``, Kubernetes; both signal the container's main process). Without this, the
-steps trained since the last checkpoint were lost: Ray's own SIGTERM handler aborts the
-driver on the spot. Inside ``StopRequest`` the first SIGTERM only asks: the loop finishes the
-step in progress, saves a checkpoint of it and raises ``RunStopped``, which names the step
-and the resume command (the CLI prints it and exits with status 2). A second SIGTERM stops
-at once (``KeyboardInterrupt``, without a checkpoint). The handler is in place from the end of
-the run's start-up (after ``ray.init``, which sets Ray's own) to its end: a SIGTERM during the
-warm start takes effect after the first RL step, one during the final evaluation and export
-lets them finish, and a run asked to stop is never restarted by ``trainer.auto_resume``.
+(``docker stop``, Kubernetes; both signal the container's main process); ``timeout``, a batch
+scheduler's time limit and a terminal's Ctrl-C (SIGINT) signal the driver's whole process group.
+Without this, the steps trained since the last checkpoint were lost: Ray's own SIGTERM handler
+aborted the driver on the spot, and Ctrl-C ended it with a traceback. Inside ``StopRequest``
+the first SIGTERM or SIGINT only asks: the loop finishes the step in progress, saves a
+checkpoint of it and raises ``RunStopped``, which names the signal, the step and the resume
+command (the CLI prints it and exits with status 2). A second one stops at once
+(``KeyboardInterrupt``, without a checkpoint; the CLI says so in one line). One that comes
+within ``REPEAT_S`` of the first is the same request: ``timeout`` signals the driver and then
+its whole group, the driver included.
 
-Ctrl-C is left as it was (an immediate stop): a terminal sends SIGINT to the whole foreground
-process group, which holds Ray's GCS and raylet, so the step could not finish anyway. A
-scheduler that signals every process of the job (Slurm) kills the actors too; the step then
-fails as any actor death does (``failures.FailureGuard``). Outside the main thread, where
-Python cannot handle signals, nothing changes.
+A group signal reaches the driver alone: Ray's local daemons run in sessions of their own
+(``ray_sessions``) and the reward workers leave the group (``deadline.pool``), so the step can
+finish. The handler is in place from the end of the run's start-up (after ``ray.init``, which
+sets Ray's own) to its end: a signal during the warm start takes effect after the first RL
+step, one during the final evaluation and export lets them finish, and a run asked to stop is
+never restarted by ``trainer.auto_resume``. A scheduler that signals every process of the job
+itself (Slurm's ``scancel`` through its cgroup) kills the actors too; the step then fails as
+any actor death does (``failures.FailureGuard``). Outside the main thread, where Python
+cannot handle signals, nothing changes.
 """
 
 from __future__ import annotations
@@ -23,41 +28,52 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from typing import Any
 
 from loongsage.controller.failures import RunStopped, resume_command
 
 log = logging.getLogger(__name__)
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+REPEAT_S = 1.0  # a second signal sooner than this after the first is the same request
+
 
 class StopRequest:
-    """Context manager: ``requested`` turns true at the first SIGTERM."""
+    """Context manager: ``requested`` turns true at the first SIGTERM or SIGINT."""
 
     def __init__(self) -> None:
-        self.requested = False
-        self._previous: Any = None
-        self._installed = False
+        self.signal_name: str | None = None  # the first signal's, once one came
+        self._first_at = 0.0
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signal_name is not None
 
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
-            self._installed = True
+            self._previous = {signum: signal.signal(signum, self._on_signal) for signum in STOP_SIGNALS}
         return self
 
     def __exit__(self, *exc: Any) -> bool:
-        if self._installed:  # None: a C-level handler, which Python cannot put back
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if self._previous is None else self._previous)
-            self._installed = False
+        for signum, previous in self._previous.items():  # None: a C-level handler, which Python cannot put back
+            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
+        self._previous = {}
         return False
 
-    def _on_sigterm(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
         if self.requested:
-            raise KeyboardInterrupt("a second SIGTERM: stopping now, without a checkpoint")
-        self.requested = True
-        log.warning("SIGTERM: finishing the step in progress, then saving a checkpoint of it "
-                    "(a second SIGTERM stops at once, without one)")
+            if time.monotonic() - self._first_at < REPEAT_S:
+                return
+            raise KeyboardInterrupt(f"a second signal ({name}): stopped at once, without a checkpoint "
+                                    "of the step in progress")
+        self.signal_name, self._first_at = name, time.monotonic()
+        log.warning(f"{name}: finishing the step in progress, then saving a checkpoint of it "
+                    "(a second SIGINT or SIGTERM stops at once, without one)")
 
     def stopped(self, run_dir: Any, step: int) -> RunStopped:
         """The error that ends a run stopped after ``step`` (checkpointed in ``run_dir``)."""
-        return RunStopped(f"stopped by SIGTERM after step {step}, saved as checkpoint "
+        return RunStopped(f"stopped by {self.signal_name} after step {step}, saved as checkpoint "
                           f"{run_dir.checkpoint_dir(step).name}; {resume_command(run_dir)}")

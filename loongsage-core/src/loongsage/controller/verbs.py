@@ -74,6 +74,8 @@ class Run:
     distiller: Distiller | None = None
     critic: Critic | None = None  # the value model of a critic-based estimator (controller.critic)
     engine_monitor: Any = None  # controller.engine_health.EngineMonitor
+    prompt_check: Any = None  # data.prompt_check.PromptChecker: records skipped while drawing
+    resume_from: tuple | None = None  # (folder, state) a resume restores, verified before Ray started
     version: int = 0
     # held while the trainers' weights change or are sent: a restarted engine's weights
     # (engine_health) are never those of a step half trained, nor labelled with a stale version

@@ -12,7 +12,9 @@ Proportions are apportioned, never sampled. For a draw of ``n`` prompts the mixe
    mini-batch and every (mini-batch, rank) shard holds ``floor`` or ``ceil`` of its own
    size times ``w_s`` of each source (rounding a rounded count by the same rule cannot leave
    the floor/ceil band of the finer unit);
-3. fills each shard from the sources' streams and shuffles the shard by the seed.
+3. fills each shard from the sources' streams and shuffles the shard by the seed; a record
+   its source skips (``SkippedRecord``: the prompt check found it unusable) is replaced by
+   the next one of the same stream.
 
 The returned list is laid out mini-batch by mini-batch and, within one, rank by rank, so a
 trainer that cuts it into contiguous equal parts gets the guarantee above. Each source's
@@ -36,7 +38,11 @@ from typing import Any, Mapping, Protocol, Sequence
 import numpy as np
 
 from loongsage.data.types import Prompt
-from loongsage.errors import ConfigError
+from loongsage.errors import ConfigError, LoongSageError
+
+
+class SkippedRecord(LoongSageError):
+    """Raised by a source's ``get`` for a record left out of training (counted where raised)."""
 
 
 class MixableSource(Protocol):
@@ -203,11 +209,7 @@ class DataMixer:
         shards = self.plan(n)
         prompts: list[Prompt] = []
         for u, counts in enumerate(shards):
-            shard = [
-                self.sources[s].get(self._streams[s].next_index(self.seed))
-                for s, c in enumerate(counts)
-                for _ in range(c)
-            ]
+            shard = [self._draw(s) for s, c in enumerate(counts) for _ in range(c)]
             random.Random(f"mixer:{self.seed}:{self.calls}:{u}").shuffle(shard)
             prompts += shard
         totals = [sum(col) for col in zip(*shards)]
@@ -216,6 +218,18 @@ class DataMixer:
         self.calls += 1
         self.last_counts = {s.name: t for s, t in zip(self.sources, totals)}
         return prompts
+
+    def _draw(self, s: int) -> Prompt:
+        """The next prompt of source ``s``; a record the source skips (``SkippedRecord``: found
+        bad by the prompt check, already counted) gives way to the one after it."""
+        source, stream = self.sources[s], self._streams[s]
+        for _ in range(stream.size or 1):
+            try:
+                return source.get(stream.next_index(self.seed))
+            except SkippedRecord:
+                continue
+        raise ConfigError(f"data_sources[{s}].dataset", f"every record of source {source.name!r} "
+                          "was skipped as unusable (see the warnings above)")
 
     def state_dict(self) -> dict[str, Any]:
         """Plain-data counters; with the same sources and seed they reproduce every later draw."""

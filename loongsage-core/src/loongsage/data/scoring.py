@@ -4,7 +4,8 @@ Every reward call runs in a worker process of the run's ``DeadlinePool`` with it
 ``reward.timeout_s`` (the ``data_sources[i].reward`` node's, default the ``reward``
 section's): a call that loops, or that is stuck in sympy on a factorial the model wrote,
 is killed at its deadline and its worker replaced. A call *fails* when it times out,
-raises, its worker dies, or its result is not a number or a dict with a ``score``; the
+raises, its worker dies, or its result is not a finite number or a dict with a finite
+``score`` (NaN and inf are errors); the
 source's ``reward.on_error`` then decides:
 
 * ``zero``: the sample's reward is 0.0; the rest of the group is scored as usual.

@@ -30,6 +30,7 @@ warm start get, ``evaluation_sources`` what ``trainer.eval_*`` draws from.
 from __future__ import annotations
 
 import dataclasses
+import math
 import pickle
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -84,7 +85,9 @@ class RewardCall:
 
     ``call(text, ground_truth, **context)`` runs ``reward(text, ground_truth, params,
     **context, sandbox=...)`` and returns its result as a dict with a float ``score`` (a bare
-    number becomes ``{"score": x}``). Picklable (a ``PluginRef`` and a ``SandboxFactory``), so
+    number becomes ``{"score": x}``). A score that is not finite (NaN, inf) raises ``ValueError``:
+    it is a failed reward call, counted and handled by ``reward.on_error``, rather than a NaN
+    that would reach the loss and end the run naming no reward. Picklable (a ``PluginRef`` and a ``SandboxFactory``), so
     it is what a reward worker process runs (``loongsage.data.scoring``).
     """
 
@@ -98,8 +101,14 @@ class RewardCall:
             if "score" not in result:
                 raise ValueError(f"reward of source {self.source!r} returned a dict without 'score': "
                                  f"{result!r}")
-            return {**result, "score": float(result["score"])}
-        return {"score": float(result)}
+            return {**result, "score": self._finite(result["score"])}
+        return {"score": self._finite(result)}
+
+    def _finite(self, score: Any) -> float:
+        value = float(score)
+        if not math.isfinite(value):
+            raise ValueError(f"reward of source {self.source!r} returned a non-finite score: {value}")
+        return value
 
 
 @dataclass(frozen=True)

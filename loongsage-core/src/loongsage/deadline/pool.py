@@ -17,7 +17,10 @@ worker runs calls in its main thread, so a plugin's own ``SIGALRM`` timeouts (ma
 work there. Workers get this process's ``sys.path`` as it is when the pool is built, so a
 config-local plugin module importable here is importable there. On Linux a worker is
 killed when the fork server exits, which it does when this process ends, however it ends:
-a worker stuck in a call is not left spinning after a killed run.
+a worker stuck in a call is not left spinning after a killed run. Neither the fork server nor
+a worker takes a signal meant for this process's group (Ctrl-C, ``timeout``, a scheduler's time
+limit): the fork server's first preload (``fork_server_group``) moves it to a process group of
+its own, which its workers inherit, so a run asked to stop can still score the step it finishes.
 
 Unlike a plain ``forkserver`` child, a worker does not import this process's main module
 (``loongsage.deadline.forkserver_main``, preloaded by the fork server, drops that step), so a
@@ -51,6 +54,7 @@ import pebble
 
 from loongsage.errors import LoongSageError
 
+FORK_SERVER_GROUP = "loongsage.deadline.fork_server_group"  # by name: importing it here would move this process
 FORKSERVER_MAIN = "loongsage.deadline.forkserver_main"  # the fork server's workers skip the main module
 
 
@@ -118,8 +122,10 @@ class DeadlinePool:
     def __init__(self, workers: int = 0, preload: Sequence[str] = ()) -> None:
         self.workers = workers or default_workers()
         context = multiprocessing.get_context("forkserver")
-        # takes effect if the server is not running yet; FORKSERVER_MAIN first, before any plugin module
-        context.set_forkserver_preload([FORKSERVER_MAIN, *sorted(set(preload) - {FORKSERVER_MAIN})])
+        # takes effect if the server is not running yet; the first moves it out of this process's
+        # group, the second keeps its workers from importing the main module (both before any plugin)
+        own = [FORK_SERVER_GROUP, FORKSERVER_MAIN]
+        context.set_forkserver_preload([*own, *sorted(set(preload) - set(own))])
         path = [p or os.getcwd() for p in sys.path]
         self._pool = pebble.ProcessPool(self.workers, initializer=_init_worker, initargs=(path,),
                                         context=context)

@@ -99,6 +99,12 @@ class EmbeddedTrainEngine:
     """Train a HF causal LM with loss closures; see the module docstring."""
 
     supports_lora = True  # train.lora (config validation refuses it on backends without this)
+    # every backend key (config.backend_support): validation refuses none of them here
+    implemented_keys = frozenset({
+        "train.lr", "train.weight_decay", "train.betas", "train.eps", "train.grad_clip", "train.micro_batch_size",
+        "train.share_prompt", "train.max_tokens_per_micro_batch", "train.mini_batches_per_step",
+        "train.num_threads", "train.gradient_checkpointing", "train.logprob_chunk_tokens", "train.dp_size",
+        "train.strategy", "train.lora", "trainer.router_replay"})
 
     def __init__(
         self,

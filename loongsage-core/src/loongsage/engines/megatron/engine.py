@@ -63,6 +63,14 @@ def layout_of(train: TrainConfig) -> Layout:
 class MegatronTrainEngine:
     """Train a HF Llama-family / Qwen3-MoE checkpoint with Megatron-Core; see the module doc."""
 
+    # the backend keys it reads (config.backend_support): any other set is refused at validation,
+    # e.g. train.gradient_checkpointing, train.max_tokens_per_micro_batch, train.strategy (its own
+    # train.megatron layout shards), trainer.router_replay, train.share_prompt, train.lora
+    implemented_keys = frozenset({
+        "train.lr", "train.weight_decay", "train.betas", "train.eps", "train.grad_clip", "train.micro_batch_size",
+        "train.mini_batches_per_step", "train.num_threads", "train.logprob_chunk_tokens", "train.dp_size",
+        "train.megatron"})
+
     def __init__(self, model: ModelConfig, train: TrainConfig, *, device: str | None = None,
                  seed: int = 0) -> None:
         from transformers import AutoTokenizer
