@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SOURCES := requirements-dev.txt constraints.txt $(wildcard */pyproject.toml)
 
-.PHONY: setup test test-fast train train-tiny train-tools
+.PHONY: setup test test-fast train train-tiny train-tools wheels
 
 setup: $(STAMP)
 
@@ -43,3 +43,16 @@ train-tiny: setup
 
 train-tools: setup
 	$(BIN)/loongsage train --config-name smollm2/tool_calculator
+
+# The five distributions' wheels into dist/ (the README's install). Each is built from a copy in a
+# temporary folder, so setuptools' build/ and *.egg-info never land in the checkout. The wheels are
+# pure Python: any python3 with pip builds them (the active venv's, in the README's install).
+DISTRIBUTIONS := loongsage-core loongsage-algos loongsage-agents loongsage-distill loongsage-sandbox
+WHEEL_PYTHON ?= python3
+wheels:
+	@rm -rf dist
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	tar -c --exclude=__pycache__ --exclude='*.egg-info' $(addsuffix /pyproject.toml,$(DISTRIBUTIONS)) \
+	  $(addsuffix /README.md,$(DISTRIBUTIONS)) $(addsuffix /LICENSE,$(DISTRIBUTIONS)) $(addsuffix /src,$(DISTRIBUTIONS)) \
+	  | tar -x -C "$$tmp" && \
+	$(WHEEL_PYTHON) -m pip wheel --quiet --no-deps -w dist $(addprefix "$$tmp"/,$(DISTRIBUTIONS))

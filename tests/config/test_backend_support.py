@@ -99,10 +99,10 @@ def test_megatron_refuses_the_keys_it_ignored(key, value):
 @pytest.mark.parametrize("module, overrides, message", [
     ("megatron.core", {"train__backend": "megatron"},
      "train.backend: train.backend=megatron needs the 'megatron.core' package, which is not installed: "
-     "pip install 'loongsage-core[megatron]'"),
+     "pip install 'megatron-core==0.16.1'"),
     ("peft", {"train__lora": {"rank": 8}},
      "train.lora.rank: train.lora.rank=8 needs the 'peft' package, which is not installed: "
-     "pip install 'loongsage-core[lora]'"),
+     "pip install 'peft==0.21.2'"),
 ])
 def test_a_missing_optional_package_is_named_at_validation(module, overrides, message, monkeypatch):
     validate_config(config(**overrides), get_registries())  # installed here

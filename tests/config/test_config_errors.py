@@ -221,7 +221,7 @@ def test_sibling_plugin_that_is_not_installed_says_which_pip_install(monkeypatch
     # whichever validation meets first is the one reported
     assert catalogue.provider(err.value.kind, err.value.name) == "loongsage-agents"
     assert str(err.value).endswith(
-        f"'{err.value.name}' ({err.value.kind}) comes with loongsage-agents, which is not installed: "
-        "pip install loongsage-agents"
+        f"'{err.value.name}' ({err.value.kind}) comes with loongsage-agents, which is not installed; "
+        "in a clone of LoongSage: make wheels && pip install dist/loongsage_agents-*.whl"
     )
     assert capsys.readouterr().err.strip() == f"error: {err.value}"

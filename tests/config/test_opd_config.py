@@ -112,5 +112,6 @@ def test_without_loongsage_distill_the_error_says_which_pip_install(monkeypatch,
         clear_cache()
     assert str(err.value).startswith("opd.distiller: unknown distiller 'multi_teacher'")
     assert str(err.value).endswith("'multi_teacher' (distiller) comes with loongsage-distill, which is not "
-                                   "installed: pip install loongsage-distill")
+                                   "installed; in a clone of LoongSage: make wheels && pip install "
+                                   "dist/loongsage_distill-*.whl")
     assert capsys.readouterr().err.strip() == f"error: {err.value}"

@@ -89,8 +89,12 @@ def test_activation_term_matches_what_autograd_keeps(tiny_model_dir):
 
 
 def test_refuses_warns_or_passes_against_the_room():
-    est = Estimate({"train actor": int(6 * GB), "rollout engines": int(2 * GB), "driver and Ray": int(1 * GB)})
-    assert check_estimate(est, "refuse", room=int(20 * GB), total=int(24 * GB)).startswith("memory estimate 9.0 GB")
+    est = Estimate({"train actor": int(6 * GB), "rollout engines": int(2 * GB), "driver and Ray": int(1 * GB)},
+                   {"train actor": "1 x (weights, gradients and AdamW 2.0 GB, activations 3.0 GB for 8 rows x 100 tokens)"})
+    fits = check_estimate(est, "refuse", room=int(20 * GB), total=int(24 * GB))
+    assert fits == ("memory estimate 9.0 GB: train actor 6.0 GB, rollout engines 2.0 GB, driver and Ray 1.0 GB; "
+                    "20.0 GB free of 24.0 GB")  # one short line: the parts' sizes only
+    assert "8 rows x 100 tokens" in check_estimate(est, "refuse", room=int(10 * GB), total=int(24 * GB))
     assert check_estimate(est, "refuse", room=int(10 * GB), total=int(24 * GB)).startswith("warning:")
     assert check_estimate(est, "warn", room=int(5 * GB), total=int(24 * GB)).startswith("warning:")
     with pytest.raises(ConfigError, match=r"^train\.micro_batch_size: the run needs about memory estimate 9\.0 GB") as err:

@@ -192,6 +192,18 @@ def test_template_without_tool_support_gets_the_parsers_tool_call_text():
         assert "<|im_start|>tool\n1023<|im_end|>" in tok.decode(ids)  # the template's tool turn
 
 
+def test_the_warm_start_says_what_it_trains_on():
+    """Said at its start: a source's worked solutions, or (on one's own prompts) the boxed
+    ground truth the reward checks, which lifts the reward before any RL step."""
+    from loongsage.controller.sft import describe_warm_start
+
+    ex = sft_examples({"a": _Source("a", 50), "b": _Source("b", None)}, 6, seed=3)
+    assert [(d.source, d.origin) for d in ex] == [("a", "solution"), ("b", "ground truth")] * 3
+    assert describe_warm_start(ex, 10) == (
+        "sft warm start: 10 steps on 6 examples: 3 from a (the source's worked solutions); 3 from b "
+        "(\\boxed{ground truth} of each prompt, the answers the reward checks); trainer.sft.steps=0 skips it")
+
+
 def test_warm_start_reports_progress_while_the_train_actor_runs(tiny_model_dir, monkeypatch, caplog, ray_cluster):
     """The warm start polls the real train actor (a Ray actor running calls concurrently) for
     ``sft_progress`` while ``train_sft`` runs, and logs each step count it sees."""

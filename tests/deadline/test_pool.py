@@ -124,3 +124,36 @@ def test_a_worker_stuck_in_a_call_dies_with_a_killed_controller(tmp_path, proces
         controller.send_signal(signal.SIGKILL)  # no cleanup runs in the controller
         controller.wait()
     assert process_table.wait_gone([spinner]) == []
+
+
+UNGUARDED = '''
+import asyncio, pathlib
+from loongsage.deadline.pool import DeadlinePool
+
+with open(pathlib.Path(__file__).with_name("imports.txt"), "a") as marks:
+    marks.write(__name__ + "\\n")
+
+
+def double(x):
+    return 2 * x
+
+
+async def doubled(pool):
+    return await asyncio.wait_for(asyncio.gather(*(pool.call(60.0, double, i) for i in range(4))), 120)
+
+
+with DeadlinePool(2) as pool:
+    print("results", asyncio.run(doubled(pool)))
+'''
+
+
+def test_workers_never_import_a_script_without_the_main_guard(tmp_path):
+    """A plain script that builds a pool at module level: its workers do not re-run it (a
+    ``forkserver`` child imports its parent's main module; each would have built a pool of its own)."""
+    import subprocess
+
+    (tmp_path / "unguarded.py").write_text(UNGUARDED)
+    done = subprocess.run([sys.executable, "unguarded.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "results [0, 2, 4, 6]" in done.stdout
+    assert (tmp_path / "imports.txt").read_text().splitlines() == ["__main__"]

@@ -66,6 +66,32 @@ def test_logprobs_equal_direct_hf_forward(tiny_model_dir):
     assert out["logprobs"].dtype == torch.float32 and out["logprobs"].shape == batch.input_ids.shape
 
 
+def test_train_entropy_is_the_mean_token_entropy_over_the_loss_mask(tiny_model_dir):
+    """``train/entropy`` of a step: the policy's per-token entropy at the weights it stepped from,
+    averaged over the loss mask, against a direct full-vocabulary computation; split into micro-
+    batches it is still the batch's token mean, and the loss closure never sees it."""
+    batch = ragged_batch(n=6)
+    hf = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    total, count = 0.0, 0.0
+    for row in range(len(batch)):
+        k = int(batch.attention_mask[row].sum())
+        with torch.no_grad():
+            logp = torch.log_softmax(hf(batch.input_ids[row : row + 1, :k]).logits.float(), -1)[0, :-1]
+        mask = batch.loss_mask[row, 1:k]
+        total += float((-(logp.exp() * logp).sum(-1) * mask).sum())
+        count += float(mask.sum())
+    seen = []
+
+    def loss_seeing_entropy(ctx):
+        seen.append(ctx.entropy)
+        return token_mean_nll(ctx)
+
+    for micro in (6, 2):
+        metrics = make_engine(tiny_model_dir, micro_batch_size=micro).train_step(batch, loss_seeing_entropy)
+        assert metrics["train/entropy"] == pytest.approx(total / count, rel=1e-4)
+    assert seen and all(entropy is None for entropy in seen)
+
+
 def _sgd_step_delta(path, micro, mini_batches=1):
     """Parameter change after one plain SGD(lr=1) step = minus the accumulated gradient."""
     engine = make_engine(path, micro_batch_size=micro, grad_clip=0.0)

@@ -5,6 +5,8 @@ tiny model; a model that is not cached is an error naming the cache folder."""
 
 from __future__ import annotations
 
+import subprocess
+
 import hashlib
 import shutil
 
@@ -48,10 +50,18 @@ def test_cached_hub_id_resolves_offline_to_its_snapshot(hub_cache, tiny_model_di
         AutoTokenizer.from_pretrained(tiny_model_dir).encode("1 + 2")
 
 
-def test_uncached_hub_id_names_the_cache(hub_cache):
+def test_uncached_hub_id_names_the_cache_and_a_download_command_that_exists(hub_cache):
+    import shutil
+    import sys
+    from pathlib import Path
+
     with pytest.raises(ConfigError, match=r"model.path: 'someone/not-cached' .* not in the local cache "
-                                          + str(hub_cache)):
+                                          + str(hub_cache)) as err:
         resolve_model_path("someone/not-cached")
+    assert "`hf download someone/not-cached`" in str(err.value)
+    cli = shutil.which("hf", path=str(Path(sys.executable).parent))  # the installed huggingface-hub's CLI
+    assert cli is not None and "download" in subprocess.run([cli, "download", "--help"], capture_output=True,
+                                                             text=True, timeout=60).stdout
 
 
 def test_paths_that_are_no_hub_id_keep_their_error(tmp_path):

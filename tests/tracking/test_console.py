@@ -58,3 +58,26 @@ def test_quiet_silences_the_step_lines(tmp_path, capsys):
 def test_durations_read_as_minutes_and_hours():
     assert [format_duration(s) for s in (4.4, 65, 3725)] == ["4s", "1m05s", "1h02m"]
     assert re.fullmatch(r"\d+s", format_duration(-3))
+
+
+def test_times_carry_their_unit(tmp_path, capsys):
+    tracker = ConsoleTracker(ConsoleParams(keys=["rollout/reward_mean", "timing/step", "timing/rollout"]), tmp_path, {})
+    tracker.log({"rollout/reward_mean": 0.25, "timing/step": 4.306, "timing/rollout": 12.71}, 4)
+    assert capsys.readouterr().out.splitlines() == ["step 4 | reward_mean 0.25 | step time 4.31 s | rollout time 12.7 s"]
+
+
+def test_a_step_without_learning_signal_is_warned_about(tmp_path, caplog):
+    tracker = ConsoleTracker(ConsoleParams(every=10), tmp_path, {})
+    with caplog.at_level("WARNING", logger="loongsage.console"):
+        tracker.log({"rollout/reward_mean": 1.0, "rollout/zero_variance_group_ratio": 1.0}, 3)
+        tracker.log({"rollout/reward_mean": 0.5, "rollout/zero_variance_group_ratio": 0.75}, 4)
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert [r.getMessage().split(":")[0] for r in warnings] == ["step 3"]  # shown on a step `every` skips too
+    assert "no learning signal" in warnings[0].getMessage() and "reward_mean 1" in warnings[0].getMessage()
+
+
+def test_quiet_keeps_the_no_signal_warning(tmp_path, capsys):
+    configure_logging(-1)
+    ConsoleTracker(ConsoleParams(), tmp_path, {}).log({"rollout/zero_variance_group_ratio": 1.0}, 0)
+    captured = capsys.readouterr()
+    assert "step 0: no learning signal" in captured.out + captured.err

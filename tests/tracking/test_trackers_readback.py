@@ -54,6 +54,22 @@ def test_tensorboard_events_read_back_by_tensorboard(tmp_path):
         assert same_series(got, expected(key)), key
 
 
+def test_tensorboard_has_the_config_as_hyperparameters(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    log_steps(build("tensorboard", tmp_path))
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    contents = events.PluginTagToContent("hparams").values()
+    starts = [data.session_start_info for data in map(plugin_data_pb2.HParamsPluginData.FromString, contents)
+              if data.HasField("session_start_info")]
+    assert len(starts) == 1
+    hparams = {key: value.WhichOneof("kind") and getattr(value, value.WhichOneof("kind"))
+               for key, value in starts[0].hparams.items()}
+    assert hparams == {"train.lr": 0.001, "train.betas": "[0.9, 0.999]", "trainer.steps": 3.0}
+
+
 def test_tensorboard_resume_purges_the_resumed_steps(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

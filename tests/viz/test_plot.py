@@ -44,7 +44,8 @@ def test_plotted_series_are_the_runs_metrics_and_runs_overlay(tiny_run, tmp_path
     plot = plot_runs([tiny_run, other])
     logged = {k for r in rows for k in r}
     assert list(plot.series) == [m for m in DEFAULT_METRICS if m in logged]
-    assert {"rollout/reward_mean", "eval/correct_mean", "train/is_approx_k3_kl", "timing/step"} <= set(plot.series)
+    assert {"rollout/reward_mean", "eval/correct_mean", "train/entropy", "rollout/response_length_mean",
+            "train/is_approx_k3_kl", "timing/step"} <= set(plot.series)
     axes = [a for a in plot.figure.axes if a.get_visible()]
     for axis, metric in zip(axes, plot.series):
         assert axis.get_title() == metric

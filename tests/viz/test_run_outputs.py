@@ -20,7 +20,8 @@ def test_saved_samples_carry_per_token_train_and_rollout_logprobs(tiny_run):
     rows = [json.loads(line) for p in sorted((tiny_run / "samples").glob("step_*.jsonl"))
             for line in p.read_text().splitlines()]
     assert len(rows) == 2 * 2 * 2  # steps x prompts x samples (samples_per_step keeps them all)
-    for row in rows:
+    for row in rows:  # the prompt's ground truth is saved with it (what the reward checked)
+        assert row["ground_truth"] not in (None, "") and isinstance(row["metadata"], dict)
         n = len(row["response_ids"])
         assert len(row["loss_mask"]) == len(row["rollout_logprobs"]) == len(row["train_logprobs"]) == n
         assert len(row["weight_versions"]) == n and min(row["weight_versions"]) >= 1  # after the warm start
@@ -47,3 +48,19 @@ def test_tensorboard_events_equal_metrics_jsonl(tiny_run):
         got = [(e.step, e.value) for e in events.Scalars(key)]
         assert [s for s, _ in got] == [s for s, _ in points], key
         assert [v for _, v in got] == pytest.approx([v for _, v in points], rel=1e-6, abs=1e-30), key
+
+
+def test_the_saved_samples_reach_tensorboard_as_text(tiny_run):
+    """``logging.tracker_samples_every`` (10): step 0's saved samples, with their ground truth and
+    rewards, as TensorBoard's text table; step 1 has none."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    saved = [json.loads(line) for line in (tiny_run / "samples" / "step_000000.jsonl").read_text().splitlines()]
+    events = EventAccumulator(str(tiny_run / "tensorboard"), size_guidance={"tensors": 0})
+    events.Reload()
+    [event] = events.Tensors("samples/text_summary")
+    lines = event.tensor_proto.string_val[0].decode().splitlines()
+    assert event.step == 0 and len(lines) == 2 + len(saved)
+    for line, sample in zip(lines[2:], saved):
+        cells = [c.strip() for c in line.strip("|").split(" | ")]
+        assert cells[5] == str(sample["ground_truth"]) and float(cells[6]) == sample["reward"]

@@ -1,7 +1,9 @@
 """``loongsage view`` in a real headless browser (Debian's chromium through chromium-driver and
 Selenium) over a real tiny run: the page lists every saved trajectory, filters them by data
-source, reward and length as the files say, and a click shows one trajectory whose token count,
-trained (loss-masked) count, per-token logprobs and segment tree match the run's files. A
+source, reward, length and group as the files say, and a click shows one trajectory whose token
+count, trained (loss-masked) count, per-token logprobs and advantages, ground truth, group (the
+saved samples of its prompt with their rewards and advantages) and segment tree match the run's
+files, in a detail pane that stays in view when the page scrolls. A
 screenshot of that view is saved (``LOONGSAGE_VIEWER_SCREENSHOT`` names where); docs/viewer.png
 was taken the same way from a run with a longer warm start, whose model already calls the tool)."""
 
@@ -133,6 +135,36 @@ def test_page_lists_filters_and_shows_a_trajectory_as_the_files_say(tiny_run, vi
     assert browser.find_elements(By.CSS_SELECTOR, "#messages .msg.user")
     reward = json.loads(browser.find_element(By.ID, "reward").text)
     assert reward["reward"] == sample["reward"] and reward["trajectory_reward"]["reward"] == sample["reward"]
+
+    # reward debugging: ground truth, advantage (per sample and per token), the sample's group
+    assert json.loads(browser.find_element(By.ID, "ground-truth").text) == sample["ground_truth"]
+    trained_advantages = [a for a, m in zip(sample["advantages"], sample["loss_mask"]) if m]
+    advantage = sum(trained_advantages) / len(trained_advantages)
+    assert browser.find_element(By.ID, "detail-advantage").text == f"{advantage:.3f}"
+    assert f"advantage {sample['advantages'][first_trained]:.4f}" in title
+    group = [(i, r) for i, r in enumerate(r for r in saved if r["step"] == 1)
+             if r["group_id"] == sample["group_id"] and r["source"] == sample["source"]]
+    group_rows = browser.find_elements(By.CSS_SELECTOR, "#group tr")
+    assert [row.find_elements(By.TAG_NAME, "td")[1].text for row in group_rows] == \
+        [f"{r['reward']:.2f}" for _, r in group]
+    assert len(group) >= 2 and all(r["ground_truth"] == sample["ground_truth"] for _, r in group)
+
+    # the detail pane stays in view when the list scrolls (a short window makes the page scroll)
+    browser.set_window_size(1500, 500)
+    browser.execute_script("window.scrollTo(0, 200);")  # (at the very bottom the page's end pushes it up)
+    scrolled, top = browser.execute_script(
+        "return [window.scrollY, document.getElementById('detail').getBoundingClientRect().top];")
+    assert scrolled == 200 and 0 <= top <= 20, (scrolled, top)  # not scrolled away: it was at about 50
+    browser.set_window_size(1500, 1100)
+    browser.execute_script("window.scrollTo(0, 0);")
+
+    # filter by group: only that prompt's samples of step 1
+    browser.find_element(By.ID, "filter-group").send_keys(str(sample["group_id"]))
+    browser.find_element(By.ID, "apply").click()
+    wait_until(lambda: len(rows_shown(browser)) == len(group), f"the {len(group)} rows of group {sample['group_id']}")
+    browser.find_element(By.ID, "filter-group").clear()
+    browser.find_element(By.ID, "apply").click()
+    wait_until(lambda: len(rows_shown(browser)) == len(step1), "the step-1 rows again")
 
     Select(browser.find_element(By.ID, "colour-by")).select_by_value("version")
     shot = Path(os.environ.get("LOONGSAGE_VIEWER_SCREENSHOT") or tmp_path / "viewer.png")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from importlib import metadata
 
+from loongsage.install_hints import distribution_command
+
 # distribution -> kind -> names it registers
 SIBLING_PLUGINS: dict[str, dict[str, tuple[str, ...]]] = {
     "loongsage-agents": {
@@ -73,8 +75,9 @@ def _why_not_loaded() -> str:
 def install_hint(kind: str, name: str) -> str:
     """Where ``name`` comes from and how to get it, or "" when no sibling provides it.
 
-    For example ``'m2po' (policy_loss) comes with loongsage-algos, which is not installed: pip
-    install loongsage-algos`` (the command last, so it can be copied as it stands).
+    For example ``'m2po' (policy_loss) comes with loongsage-algos, which is not installed; in a
+    clone of LoongSage: make wheels && pip install dist/loongsage_algos-*.whl`` (the command last,
+    so it can be copied as it stands).
     """
     distribution = provider(kind, name)
     if distribution is None:
@@ -82,4 +85,4 @@ def install_hint(kind: str, name: str) -> str:
     what = f"'{name}' ({kind}) comes with {distribution}, which"
     if is_installed(distribution):
         return f" {what} is installed but not loaded ({_why_not_loaded()})."
-    return f" {what} is not installed: pip install {distribution}"
+    return f" {what} is not installed; {distribution_command(distribution)}"

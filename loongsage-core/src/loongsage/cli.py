@@ -73,6 +73,7 @@ def build_parser(registries: Registries) -> argparse.ArgumentParser:
     show.add_argument("--config-dir", "-cd", default=None, help="folder with your own recipes")
     show.add_argument("--group", "-g", default=None,
                       help="list this group's options with typed parameters, e.g. algorithm/policy_loss")
+    show.add_argument("--doc", action="store_true", help="one key a line, with its description from the schema")
     show.add_argument("overrides", nargs="*", help="Hydra overrides: key=value, group=option")
     config_sub.add_parser("recipes", help="list bundled recipes")
 
@@ -159,6 +160,10 @@ def cmd_config(args: argparse.Namespace, registries: Registries) -> int:
     run = load_config(args.config_name, args.overrides, args.config_dir)
     if args.group is not None:
         _print_group(args.group, run.registries)
+    elif args.doc:
+        from loongsage.config.docs import documented_lines
+
+        print("\n".join(documented_lines(run.cfg)))
     else:
         print(OmegaConf.to_yaml(run.cfg))
     return 0
@@ -166,17 +171,23 @@ def cmd_config(args: argparse.Namespace, registries: Registries) -> int:
 
 def cmd_train(args: argparse.Namespace, _registries: Registries) -> int:
     from loongsage.config.compose import load_config
+
+    # the config is validated before the controller (Ray, the engines) is imported, so a config
+    # error comes back as fast as from `config show`
+    run = load_config(args.config_name, args.overrides, args.config_dir)
     from loongsage.controller import run_training
 
-    run_training(load_config(args.config_name, args.overrides, args.config_dir))
+    run_training(run)
     return 0
 
 
 def cmd_sft(args: argparse.Namespace, _registries: Registries) -> int:
     from loongsage.config.compose import load_config
+
+    run = load_config(args.config_name, args.overrides, args.config_dir)  # before the controller's imports
     from loongsage.controller import run_sft_only
 
-    run_sft_only(load_config(args.config_name, args.overrides, args.config_dir))
+    run_sft_only(run)
     return 0
 
 

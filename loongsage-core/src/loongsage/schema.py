@@ -301,6 +301,7 @@ class LoggingConfig:
     run_root: str = "runs"
     run_name: Optional[str] = None
     samples_per_step: int = 4  # decoded trajectories saved per step
+    tracker_samples_every: int = 10  # every N steps the saved samples go to the trackers too (0 = never)
     progress_bar: bool = True
 
 

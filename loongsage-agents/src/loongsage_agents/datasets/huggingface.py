@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from loongsage.data.types import Prompt
+from loongsage.install_hints import extra_command
 
 from loongsage_agents.datasets.params import HuggingFaceDatasetParams
 from loongsage_agents.datasets.records import DatasetRecordError, record_to_prompt
@@ -28,7 +29,7 @@ def load_rows(params: HuggingFaceDatasetParams) -> Any:
         import datasets
     except ImportError:
         raise ValueError("the huggingface dataset format needs the 'datasets' package: "
-                         "pip install 'loongsage-agents[huggingface]'") from None
+                         f"{extra_command('loongsage-agents', 'huggingface')}") from None
     folder = Path(params.path).expanduser()
     if any((folder / marker).is_file() for marker in SAVED_MARKERS):
         loaded = datasets.load_from_disk(str(folder))

@@ -24,6 +24,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from loongsage.errors import ConfigError
+from loongsage.install_hints import extra_command
 
 SECTION_KEYS = ("train.megatron", "train.lora")  # checked whole: a backend takes all of it or none
 EXTRA_KEYS = ("trainer.router_replay",)
@@ -62,7 +63,7 @@ class OptionalPackage:
 
     key: str  # the config key that asks for it
     module: str
-    extra: str  # pip install 'loongsage-core[<extra>]'
+    extra: str  # the extra of loongsage-core that brings it (its hint installs what the extra adds)
     needed: Callable[[DictConfig], bool]
 
 
@@ -86,7 +87,7 @@ def check_optional_packages(cfg: DictConfig) -> None:
         if package.needed(cfg) and not installed(package.module):
             raise ConfigError(package.key, f"{package.key}={_plain(OmegaConf.select(cfg, package.key))} needs "
                               f"the {package.module!r} package, which is not installed: "
-                              f"pip install 'loongsage-core[{package.extra}]'")
+                              f"{extra_command('loongsage-core', package.extra)}")
 
 
 def _plain(value: Any) -> Any:

@@ -16,15 +16,17 @@ failing override (``loongsage.hints``).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import OverrideType
 from hydra.errors import HydraException, MissingConfigException
-from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from loongsage.config.store import PLUGIN_GROUPS, publish_plugin_params, root_schema
 from loongsage.config.validate import RunConfig, validate_config
@@ -61,13 +63,38 @@ def _hydra_compose(config_name: str, overrides: Sequence[str], config_dir: str |
 
 def _compose(config_name: str, overrides: Sequence[str], config_dir: str | None,
              registries: Registries) -> DictConfig:
+    _refuse_split_values(overrides)
     _refuse_listing_groups(overrides)
     try:
         return _hydra_compose(config_name, overrides, config_dir)
     except MissingConfigException as err:
+        if err.missing_cfg_file == config_name:
+            raise unknown_recipe_error(config_name, config_dir) from None
         raise _missing_option_error(err, registries) from None
     except HydraException as err:
-        raise _composition_error(err, config_name, overrides, config_dir) from None
+        culprit = _node_replacement(err, overrides)
+        if culprit is None:
+            raise _composition_error(err, config_name, overrides, config_dir) from None
+    cfg = _compose(config_name, [o for o in overrides if o != culprit.input_line], config_dir, registries)
+    with open_dict(cfg):
+        OmegaConf.update(cfg, culprit.key_or_group, culprit.value(), merge=False)
+    return cfg
+
+
+def _node_replacement(err: HydraException, overrides: Sequence[str]) -> Any:
+    """The override ``KEY={...}`` that Hydra could not merge into the node at ``KEY`` (a key
+    the node lacks), or None. Hydra merges a mapping into a node; a user writing
+    ``data_sources.0.dataset='{format: jsonl, path: x.jsonl}'`` means to replace the node, so
+    ``_compose`` then composes without that override and sets the node to the mapping whole
+    (validation then fills the plugin's defaults). Only what used to be an error changes:
+    a mapping whose keys the node has still merges, as in Hydra."""
+    cause = err.__cause__
+    if not isinstance(cause, ConfigKeyError):
+        return None
+    culprit = _culprit(getattr(cause, "full_key", "") or "", overrides)
+    if culprit is None or culprit.type is not OverrideType.CHANGE or not isinstance(culprit.value(), dict):
+        return None
+    return culprit
 
 
 def _parsed(overrides: Sequence[str]) -> list[Any]:
@@ -75,6 +102,24 @@ def _parsed(overrides: Sequence[str]) -> list[Any]:
         return OverridesParser.create().parse_overrides(list(overrides))
     except HydraException:
         return []
+
+
+def _refuse_split_values(overrides: Sequence[str]) -> None:
+    """An override whose list or mapping the shell split at its spaces (``key=[a, b]`` unquoted
+    arrives as ``key=[a,`` and ``b]``): name it and the quoted form that works."""
+    for i, override in enumerate(overrides):
+        depth = sum(override.count(c) for c in "[{") - sum(override.count(c) for c in "]}")
+        if "=" not in override or depth <= 0 or i + 1 == len(overrides):
+            continue
+        pieces = [override]
+        for piece in overrides[i + 1:]:
+            pieces.append(piece)
+            depth += sum(piece.count(c) for c in "[{") - sum(piece.count(c) for c in "]}")
+            if depth <= 0:
+                break
+        key = override.split("=", 1)[0]
+        raise ConfigError(key, f"its value was split by the shell at its spaces into {pieces}; quote the "
+                               f"whole override: '{' '.join(pieces)}'")
 
 
 def _refuse_listing_groups(overrides: Sequence[str]) -> None:
@@ -91,6 +136,16 @@ def _refuse_listing_groups(overrides: Sequence[str]) -> None:
             f"show --group {group.group}`) but cannot select one, as {group.field} is "
             f"{'a list entry' if '[*]' in group.field else 'a bare name'}; set it instead, e.g. {example}",
         )
+
+
+def unknown_recipe_error(config_name: str, config_dir: str | None) -> ConfigError:
+    """No recipe ``config_name``: suggest the closest ones (``tiny/grop`` -> ``tiny/grpo``)."""
+    recipes = list_recipes() + (list_recipes(Path(config_dir).resolve()) if config_dir else [])
+    close = difflib.get_close_matches(config_name, recipes, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    where = f"in {config_dir} or the bundled recipes" if config_dir else "among the bundled recipes"
+    return ConfigError("--config-name", f"no recipe {config_name!r} {where}; {hint}"
+                                        "`loongsage config recipes` lists them")
 
 
 def _missing_option_error(err: MissingConfigException, registries: Registries) -> Exception:

@@ -31,6 +31,7 @@ job; ``where`` reports what the actor actually got.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +43,7 @@ import ray
 from loongsage.controller.memory import PeakSampler, release_free_memory, rss_bytes
 from loongsage.controller.ray_sessions import daemons_in_own_sessions, start_reaper
 from loongsage.engines.openmp_wait import openmp_wait_env
+from loongsage.logs import ROOT
 
 # A local cluster starts no idle workers ahead of time: Ray prestarts one per CPU for the
 # first driver, but a run's actors carry the job's runtime env, which those workers were not
@@ -54,17 +56,21 @@ SHARED_SLOT = "rollout"  # the slot of a rollout engine living in its train rank
 
 def start_ray(placement: Any) -> None:
     """Attach to ``placement.ray_address`` / ``RAY_ADDRESS``, else start a local cluster whose
-    daemons run in sessions of their own and end with this process (``ray_sessions``)."""
+    daemons run in sessions of their own and end with this process (``ray_sessions``). Ray logs
+    at LoongSage's level: under ``-q`` its INFO lines ("Started a local Ray instance") stay out
+    of the output like LoongSage's own."""
     if ray.is_initialized():
         return
     address = placement.ray_address or os.environ.get("RAY_ADDRESS")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     runtime_env = actor_runtime_env(os.environ)
+    level = logging.INFO if logging.getLogger(ROOT).isEnabledFor(logging.INFO) else logging.WARNING
     if address:
-        ray.init(address=address, ignore_reinit_error=True, runtime_env=runtime_env)
+        ray.init(address=address, ignore_reinit_error=True, runtime_env=runtime_env, logging_level=level)
         return
     with daemons_in_own_sessions() as daemons:  # a signal to the driver's group reaches the driver only
         ray.init(
+            logging_level=level,
             num_cpus=placement.num_cpus or os.cpu_count(),
             include_dashboard=False,
             object_store_memory=placement.object_store_memory,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import ray
 
-from loongsage.controller.sft import sft_examples, sft_progress, train_sft
+from loongsage.controller.sft import describe_warm_start, sft_examples, sft_progress, train_sft
 from loongsage.controller.verbs import Run
 from loongsage.data.sources import training_sources
 
@@ -31,6 +31,7 @@ def warm_start(run: Run) -> None:
     parser = run.spec.tool_parser.obj()
     seed = run.cfg.trainer.seed
     examples = sft_examples(training_sources(run.sources), sft.examples, seed=seed, parser=parser)
+    log.info(describe_warm_start(examples, sft.steps))
     done = run.trainers.start(train_sft, examples, sft, seed)
     reported = 0  # a report only when a step finished since the last one (step 0 has no loss yet)
     while len(ray.wait(done, num_returns=len(done), timeout=PROGRESS_EVERY_S)[0]) < len(done):

@@ -145,9 +145,10 @@ class Estimate:
     def total(self) -> int:
         return sum(self.parts.values())
 
-    def line(self) -> str:
+    def line(self, detailed: bool = True) -> str:
+        """``9.0 GB: train actor 6.0 GB, ...``; ``detailed`` adds what makes up each part."""
         shown = ", ".join(
-            f"{name} {size / GB:.1f} GB" + (f" ({self.detail[name]})" if name in self.detail else "")
+            f"{name} {size / GB:.1f} GB" + (f" ({self.detail[name]})" if detailed and name in self.detail else "")
             for name, size in self.parts.items()
         )
         return f"{self.total / GB:.1f} GB: {shown}"
@@ -286,10 +287,13 @@ def room_bytes() -> tuple[int, int]:
 
 
 def check_estimate(est: Estimate, mode: str, room: int, total: int) -> str:
-    """Return the line to print; raise ``ConfigError`` when ``mode`` is refuse and it cannot fit."""
-    head = f"memory estimate {est.line()}; {room / GB:.1f} GB free of {total / GB:.1f} GB"
+    """Return the line to print; raise ``ConfigError`` when ``mode`` is refuse and it cannot fit.
+    A run that fits gets one short line (the parts' sizes); a warning or a refusal says what
+    makes up each part, the settings it names to lower."""
+    free = f"{room / GB:.1f} GB free of {total / GB:.1f} GB"
+    head = f"memory estimate {est.line()}; {free}"
     if est.total <= WARN_FRACTION * room:
-        return head
+        return f"memory estimate {est.line(detailed=False)}; {free}"
     lower = ("lower train.micro_batch_size (or set train.gradient_checkpointing=true), rollout.max_running_requests, "
              "rollout.max_new_tokens or rollout.num_engines")
     if est.total <= room or mode == "warn":

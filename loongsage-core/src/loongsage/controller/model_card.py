@@ -21,10 +21,13 @@ def _mean(rows: Sequence[dict], key: str) -> float | None:
 
 
 def metrics_table(rows: Sequence[dict]) -> list[str]:
-    """Markdown rows: each shown metric over the first and last steps, and the last evaluation."""
+    """Markdown rows: each shown metric over the first and last steps, and the last evaluation.
+    A run shorter than two windows averages half its steps each, so the two never overlap."""
     trained = [r for r in rows if "rollout/reward_mean" in r]
-    lines = ["| metric | first steps | last steps |", "|---|---|---|"]
-    first, last = trained[:WINDOW], trained[-WINDOW:]
+    n = max(1, min(WINDOW, len(trained) // 2))
+    steps = f"{n} steps" if n > 1 else "step"
+    lines = [f"| metric | first {steps} | last {steps} |", "|---|---|---|"]
+    first, last = trained[:n], trained[-n:]
     for key in SHOWN:
         a, b = _mean(first, key), _mean(last, key)
         if a is not None and b is not None:

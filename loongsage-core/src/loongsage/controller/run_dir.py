@@ -142,12 +142,13 @@ class RunDirectory:
         payload = {"mode": mode, "actors": actors}
         (self.path / "layout.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
 
-    def write_samples(self, step: int, groups: Iterable[Group], tokenizer: Any, limit: int) -> None:
+    def write_samples(self, step: int, groups: Iterable[Group], tokenizer: Any, limit: int) -> list[dict]:
         """Save up to ``limit`` trajectories of this step: decoded text, token ids and, aligned
         with ``response_ids``, the loss mask, the rollout engine's and the trainer's (pi_old)
         logprob, the weight version, the advantage and the critic's value of every response
         token (the last two empty where the step computed none: no RL loss, no critic), and the
-        seed its tokens were drawn with (``engines.sampling_seed``; null where the agent keeps none)."""
+        seed its tokens were drawn with (``engines.sampling_seed``; null where the agent keeps none),
+        the prompt's ground truth and its data source's other fields (``metadata``). Returns the rows."""
         rows = []
         for group in groups:
             for sample in group.samples:
@@ -160,6 +161,8 @@ class RunDirectory:
                         "source": group.prompt.source,
                         "prompt_index": group.prompt.index,
                         "prompt": tokenizer.decode(sample.prompt_ids),
+                        "ground_truth": group.prompt.ground_truth,
+                        "metadata": group.prompt.metadata,
                         "response": tokenizer.decode(sample.response_ids),
                         "prompt_ids": sample.prompt_ids,
                         "response_ids": sample.response_ids,
@@ -178,6 +181,7 @@ class RunDirectory:
         path = self.samples / f"step_{step:06d}.jsonl"
         with open(path, "w", encoding="utf-8") as handle:
             handle.writelines(json.dumps(row, default=str) + "\n" for row in rows)
+        return rows
 
     def export_model(self, model_folder: Path, card: Any) -> Path:
         """``final_model/``: the HF files of ``model_folder`` (hard links, no second copy of the

@@ -51,15 +51,37 @@ class Demonstration:
     completion: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)
     parser: Any = None
+    origin: str = "demonstration"  # where the target came from: demonstration | solution | ground truth
+    source: str = ""  # the data source of its prompt
+
+
+ORIGINS = {  # what the start-up line says each kind of target is
+    "demonstration": "the source's demonstrations",
+    "solution": "the source's worked solutions",
+    "ground truth": "\\boxed{ground truth} of each prompt, the answers the reward checks",
+}
+
+
+def describe_warm_start(examples: Sequence[Demonstration], steps: int) -> str:
+    """One line saying what the warm start trains on, per data source (said at its start: on
+    one's own prompts it trains on their ground truth, which lifts the reward before RL)."""
+    counts: dict[tuple[str, str], int] = {}
+    for demo in examples:
+        counts[demo.source, demo.origin] = counts.get((demo.source, demo.origin), 0) + 1
+    parts = [f"{n} from {source or 'the data'} ({ORIGINS[origin]})" for (source, origin), n in counts.items()]
+    return (f"sft warm start: {steps} steps on {len(examples)} examples: {'; '.join(parts)}; "
+            "trainer.sft.steps=0 skips it")
 
 
 def demonstration_of(prompt: Any, tools: list[dict[str, Any]], parser: Any = None) -> Demonstration:
     """The demonstration a dataset's prompt carries, or its answer as one assistant turn."""
-    completion = prompt.metadata.get("demonstration")
+    completion, origin = prompt.metadata.get("demonstration"), "demonstration"
     if not completion:
-        answer = prompt.metadata.get("solution") or f"\\boxed{{{prompt.ground_truth}}}"
-        completion = [{"role": "assistant", "content": answer}]
-    return Demonstration(list(prompt.messages), [dict(m) for m in completion], list(tools), parser)
+        solution = prompt.metadata.get("solution")
+        origin = "solution" if solution else "ground truth"
+        completion = [{"role": "assistant", "content": solution or f"\\boxed{{{prompt.ground_truth}}}"}]
+    return Demonstration(list(prompt.messages), [dict(m) for m in completion], list(tools), parser, origin,
+                         getattr(prompt, "source", ""))
 
 
 def sft_examples(sources: Mapping[str, Any], n: int, seed: int = 0, parser: Any = None) -> list[Demonstration]:

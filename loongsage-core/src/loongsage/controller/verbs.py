@@ -40,6 +40,7 @@ from loongsage.data.sources import evaluation_sources
 from loongsage.deadline.pool import DeadlinePool
 from loongsage.runtime.event_loop import EventLoopThread
 from loongsage.runtime.partial import mask_offpolicy_tokens
+from loongsage.tracking.base import sample_rows
 from loongsage.transfer import WeightSyncError
 
 
@@ -190,7 +191,12 @@ class Run:
             metrics.update(self.memory.step_metrics())
         for tracker in self.trackers:
             tracker.log(metrics, step)
-        self.run_dir.write_samples(step, groups, self.tokenizer, self.cfg.logging.samples_per_step)
+        saved = self.run_dir.write_samples(step, groups, self.tokenizer, self.cfg.logging.samples_per_step)
+        every = self.cfg.logging.tracker_samples_every
+        if every > 0 and step % every == 0 and saved:
+            rows = sample_rows(saved)
+            for tracker in self.trackers:
+                tracker.log_samples(rows, step)
         if self._bar is not None:
             self._bar.set_postfix(
                 reward=f"{metrics.get('rollout/reward_mean', float('nan')):.3f}",

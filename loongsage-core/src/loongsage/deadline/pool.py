@@ -22,10 +22,11 @@ a worker takes a signal meant for this process's group (Ctrl-C, ``timeout``, a s
 limit): the fork server's first preload (``fork_server_group``) moves it to a process group of
 its own, which its workers inherit, so a run asked to stop can still score the step it finishes.
 
-Like every ``forkserver`` or ``spawn`` child, a worker imports this process's main module
-first, so a script that starts a run must guard it with ``if __name__ == "__main__":``
-(``loongsage train`` does); without the guard the workers die as they start and the pool
-says so, instead of every call failing one by one.
+Unlike a plain ``forkserver`` child, a worker does not import this process's main module
+(``loongsage.deadline.forkserver_main``, preloaded by the fork server, drops that step), so a
+script that starts a run at module level, with no ``if __name__ == "__main__":`` guard, runs
+once, as written. Should the workers still die as they start, the pool says so, instead of
+every call failing one by one.
 
 A call travels pickled with cloudpickle: module-level functions and classes by reference,
 and what a caller registered by value (``cloudpickle.register_pickle_by_value``: a notebook's
@@ -54,6 +55,7 @@ import pebble
 from loongsage.errors import LoongSageError
 
 FORK_SERVER_GROUP = "loongsage.deadline.fork_server_group"  # by name: importing it here would move this process
+FORKSERVER_MAIN = "loongsage.deadline.forkserver_main"  # the fork server's workers skip the main module
 
 
 class CallFailed(LoongSageError):
@@ -120,8 +122,10 @@ class DeadlinePool:
     def __init__(self, workers: int = 0, preload: Sequence[str] = ()) -> None:
         self.workers = workers or default_workers()
         context = multiprocessing.get_context("forkserver")
-        # takes effect if the server is not running yet; the first moves it out of this process's group
-        context.set_forkserver_preload([FORK_SERVER_GROUP, *sorted(set(preload))])
+        # takes effect if the server is not running yet; the first moves it out of this process's
+        # group, the second keeps its workers from importing the main module (both before any plugin)
+        own = [FORK_SERVER_GROUP, FORKSERVER_MAIN]
+        context.set_forkserver_preload([*own, *sorted(set(preload) - set(own))])
         path = [p or os.getcwd() for p in sys.path]
         self._pool = pebble.ProcessPool(self.workers, initializer=_init_worker, initargs=(path,),
                                         context=context)
@@ -148,9 +152,7 @@ class DeadlinePool:
             raise CallFailed(f"the worker process died (exit code {err.exitcode})") from None
         except BrokenProcessPool as err:
             raise LoongSageError(
-                f"the worker pool broke ({err}): its workers exit as they start. A worker starts by "
-                "importing this process's main module: a script that starts a run needs "
-                "`if __name__ == '__main__':` around it (see the traceback above)") from err
+                f"the worker pool broke ({err}): its workers exit as they start (see the traceback above)") from err
         if isinstance(outcome, _Raised):
             raise CallFailed(outcome.reason, traceback_text=outcome.traceback_text)
         try:

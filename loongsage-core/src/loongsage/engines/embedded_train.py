@@ -216,7 +216,8 @@ class EmbeddedTrainEngine:
         return micro_batches(batch, split_to(plans, self.parallel.max_count(len(plans))))
 
     def _scores(
-        self, model: nn.Module, batch: TrainBatch, with_entropy: bool, logit_term: LogitTerm | None
+        self, model: nn.Module, batch: TrainBatch, with_entropy: bool, logit_term: LogitTerm | None,
+        entropy_grad: bool = True,
     ) -> TokenScores:
         extras = {k: batch.extras[k].to(self.device) for k in logit_term.inputs} if logit_term else None
         return self.parallel.token_scores(
@@ -225,6 +226,7 @@ class EmbeddedTrainEngine:
             batch.attention_mask.to(self.device),
             fp32_lm_head=self.model_cfg.fp32_lm_head,
             with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
             chunk_tokens=self.train_cfg.logprob_chunk_tokens,
             term=logit_term,
             extras=extras,
@@ -403,8 +405,11 @@ class EmbeddedTrainEngine:
                     logit_term: LogitTerm | None, num_tokens: float, num_seqs: float,
                     metrics: dict[str, float], old_from_forward: bool = False) -> tuple[float, torch.Tensor]:
         """Forward, loss and backward of one micro-batch; adds its metrics, returns its loss and
-        its detached logprobs (its pi_old too, with ``old_from_forward``)."""
-        scores = self._scores(self.model, micro, with_entropy, logit_term)
+        its detached logprobs (its pi_old too, with ``old_from_forward``). The entropy is always
+        computed in the same chunked fp32 head: ``train/entropy`` is its mean over the loss mask
+        (a share of the mini-batch's, like every metric); it carries a gradient only when the
+        loss asks for it (``with_entropy``)."""
+        scores = self._scores(self.model, micro, True, logit_term, entropy_grad=with_entropy)
         device_micro = TrainBatch(
             micro.input_ids.to(self.device),
             micro.attention_mask.to(self.device),
@@ -413,10 +418,13 @@ class EmbeddedTrainEngine:
         )
         if old_from_forward:
             device_micro.extras["old_logprobs"] = scores.logprobs.detach()
-        ctx = LossContext(device_micro, scores.logprobs, scores.entropy, num_tokens, num_seqs, scores.values)
+        entropy = scores.entropy if with_entropy else None  # the loss sees it only when it asked
+        ctx = LossContext(device_micro, scores.logprobs, entropy, num_tokens, num_seqs, scores.values)
         out = loss_fn(ctx)
         loss, extra = out if isinstance(out, tuple) else (out, {})
         part = {key if "/" in key else f"train/{key}": float(value) for key, value in extra.items()}
+        entropy_share = (scores.entropy.detach() * device_micro.loss_mask).sum() / num_tokens
+        part["train/entropy"] = float(entropy_share)
         loss_value = float(loss.detach())
         if not math.isfinite(loss_value):
             self._refuse_non_finite("loss", {"train/loss": loss_value, **part})

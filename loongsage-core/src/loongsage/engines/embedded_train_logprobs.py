@@ -200,10 +200,12 @@ def _chunk_scores(
     bias: torch.Tensor | None,
     fp32_lm_head: bool,
     with_entropy: bool,
+    entropy_grad: bool,
     term_fn: Callable[..., torch.Tensor] | None,
     *term_inputs: torch.Tensor,
 ) -> torch.Tensor:
-    """``[c, 1 + with_entropy + width]``: log p(target), the entropy, the term's values."""
+    """``[c, 1 + with_entropy + width]``: log p(target), the entropy, the term's values.
+    Without ``entropy_grad`` the entropy is a detached reading (a metric): no backward runs through it."""
     if fp32_lm_head:
         logits = nn.functional.linear(hidden.float(), weight, bias)
     else:
@@ -211,7 +213,8 @@ def _chunk_scores(
     lse = torch.logsumexp(logits, dim=-1)
     columns = [(logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse).unsqueeze(-1)]
     if with_entropy:
-        columns.append((lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)).unsqueeze(-1))
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            columns.append((lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)).unsqueeze(-1))
     if term_fn is not None:
         columns.append(term_fn(logits, *term_inputs).to(logits.dtype))
     return torch.cat(columns, dim=-1)
@@ -224,12 +227,14 @@ def head_scores(
     *,
     fp32_lm_head: bool = True,
     with_entropy: bool = False,
+    entropy_grad: bool = True,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     term: LogitTerm | None = None,
     term_inputs: list[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """``[T, 1 + with_entropy + term.width]`` for ``targets`` [T] given final ``hidden`` [T, H]:
     log-probs, entropy, then the term's values, from ``term_inputs`` ([T, ...] each).
+    ``entropy_grad=False``: the entropy is read without a gradient (a metric of the loss forward).
 
     Chunked over T (see the module docstring); differentiable when grad is enabled.
     """
@@ -243,7 +248,7 @@ def head_scores(
     fn = term.fn if term is not None else None
     inputs = term_inputs or []
     def chunk_args(piece: slice) -> tuple:
-        return (hidden[piece], targets[piece], weight, bias, fp32_lm_head, with_entropy, fn,
+        return (hidden[piece], targets[piece], weight, bias, fp32_lm_head, with_entropy, entropy_grad, fn,
                 *(x[piece] for x in inputs))
 
     return run_chunked(_chunk_scores, chunk_args, hidden.shape[0], chunk_tokens)
@@ -273,6 +278,7 @@ def token_scores(
     *,
     fp32_lm_head: bool = True,
     with_entropy: bool = False,
+    entropy_grad: bool = True,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     term: LogitTerm | None = None,
     extras: Mapping[str, torch.Tensor] | None = None,
@@ -296,6 +302,7 @@ def token_scores(
         input_ids[:, 1:].reshape(-1).index_select(0, real),
         fp32_lm_head=fp32_lm_head,
         with_entropy=with_entropy,
+        entropy_grad=entropy_grad,
         chunk_tokens=chunk_tokens,
         term=term,
         term_inputs=inputs,

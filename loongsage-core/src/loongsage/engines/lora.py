@@ -42,6 +42,7 @@ import torch
 from torch import nn
 
 from loongsage.errors import ConfigError, LoongSageError
+from loongsage.install_hints import extra_command
 from loongsage.schema import LoraSettings
 
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -78,7 +79,7 @@ class LoraAdapters:
             from peft import LoraConfig, inject_adapter_in_model
             from peft.tuners.tuners_utils import BaseTunerLayer
         except ImportError:
-            raise ConfigError("train.lora", "needs peft: pip install 'loongsage-core[lora]'") from None
+            raise ConfigError("train.lora", f"needs peft: {extra_command('loongsage-core', 'lora')}") from None
         self.settings = settings
         self.config = LoraConfig(r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
                                  target_modules=list(settings.target_modules),

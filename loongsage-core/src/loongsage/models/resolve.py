@@ -54,7 +54,7 @@ def cached_hub_model(repo_id: str) -> Path:
             "model.path",
             f"{repo_id!r} looks like a Hugging Face hub id but is not in the local cache "
             f"{constants.HF_HUB_CACHE} (models are never downloaded during a run): fetch it first, "
-            f"e.g. `huggingface-cli download {repo_id}` with the same HF_HUB_CACHE, or point "
+            f"e.g. `hf download {repo_id}` (the huggingface-hub CLI) with the same HF_HUB_CACHE, or point "
             f"model.path at a local folder",
         ) from None
     if not (folder / "config.json").is_file():

@@ -1,5 +1,7 @@
 """Console tracker: one readable line per step with the key metrics, the step out of the
-run's total and an ETA.
+run's total and an ETA; times with their unit (``step time 4.31 s``); and a warning for a step
+whose every group gave its samples one and the same reward (``rollout/zero_variance_group_ratio``
+1): group-relative advantages are then all 0 and the step learns nothing from its rewards.
 
 Lines go through the ``loongsage.console`` logger (so ``-q`` silences them and a tqdm bar,
 when one is shown, is redrawn below them). The ETA is the mean wall time of the steps this
@@ -48,6 +50,14 @@ def format_duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+def shown(key: str, value: float) -> str:
+    """``reward_mean 0.5``, ``eval/correct_mean 0.9``, and a time with its unit: ``step time 4.31 s``."""
+    if key.startswith("timing/"):
+        return f"{key.split('/', 1)[-1]} time {value:.3g} s"
+    name = key if key.startswith("eval/") else key.split("/", 1)[-1]
+    return f"{name} {value:.4g}"
+
+
 class ConsoleTracker(Tracker):
     """Log the selected metrics once every ``every`` steps as ``step i/N | ... | eta 1m05s``."""
 
@@ -70,13 +80,17 @@ class ConsoleTracker(Tracker):
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         eta = self.eta(step)
+        if metrics.get("rollout/zero_variance_group_ratio") == 1.0:
+            log.warning(f"step {step}: no learning signal: every group's samples got the same reward "
+                        f"(reward_mean {metrics.get('rollout/reward_mean', float('nan')):.4g}), so every "
+                        "group-relative advantage is 0; a task too easy or too hard for the model, or a "
+                        "reward that does not tell answers apart")
         if step % self.params.every:
             return
         parts = [f"step {step}/{self.total}" if self.total is not None else f"step {step}"]
         for key in self.params.keys:
             if key in metrics:
-                name = key if key.startswith("eval/") else key.split("/", 1)[-1]
-                parts.append(f"{name} {metrics[key]:.4g}")
+                parts.append(shown(key, metrics[key]))
         if eta is not None and step < self.total:
             parts.append(f"eta {format_duration(eta)}")
         log.info(" | ".join(parts))

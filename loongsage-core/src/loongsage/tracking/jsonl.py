@@ -1,5 +1,8 @@
 """JSONL tracker: appends one JSON object per step to ``<run_dir>/metrics.jsonl``.
 
+Each row carries its wall-clock time (``"time"``: ISO 8601, UTC, to the second), so rows can be
+lined up with logs and with other runs.
+
 Each line is flushed and fsynced, so a crash loses at most the step in progress; on resume
 the file is truncated to the steps before the resumed step, so no step appears twice.
 """
@@ -10,6 +13,7 @@ import json
 import math
 import os
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Mapping
 
 from loongsage.tracking.base import Tracker
@@ -38,7 +42,7 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
 
 
 class JsonlTracker(Tracker):
-    """Write ``{"step": N, <metric>: value, ...}`` lines to metrics.jsonl."""
+    """Write ``{"step": N, "time": "2026-12-06T08:00:00+00:00", <metric>: value, ...}`` lines to metrics.jsonl."""
 
     def __init__(self, params, run_dir, config) -> None:
         super().__init__(params, run_dir, config)
@@ -54,7 +58,7 @@ class JsonlTracker(Tracker):
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         if self._handle is None:
             self._handle = open(self.path, "a", encoding="utf-8")
-        row = {"step": step}
+        row = {"step": step, "time": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         row.update({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()})
         self._handle.write(json.dumps(row) + "\n")
         self._handle.flush()

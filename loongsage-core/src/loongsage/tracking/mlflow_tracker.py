@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from loongsage.tracking.base import Tracker
+from loongsage.tracking.base import SAMPLE_COLUMNS, Tracker
 from loongsage.tracking.optional import finite, flatten, require
 
 PARAMS_PER_CALL = 100  # MLflow's log_batch limit
@@ -70,6 +70,14 @@ class MlflowTracker(Tracker):
         now = int(time.time() * 1000)
         batch = [Metric(key, value, now, step) for key, value in finite(metrics)]
         self.client.log_batch(self.run_id, metrics=batch)
+
+    def log_samples(self, rows: list[list], step: int) -> None:
+        """The samples as the artifact ``samples/step_NNNNNN.json`` (MLflow's table format:
+        ``columns`` and ``data``)."""
+        import json
+
+        table = {"columns": list(SAMPLE_COLUMNS), "data": rows}
+        self.client.log_text(self.run_id, json.dumps(table), f"samples/step_{step:06d}.json")
 
     def close(self) -> None:
         if self.run_id is not None:

@@ -1,6 +1,6 @@
 """The optional packages behind the tensorboard, wandb and mlflow trackers.
 
-Each tracker is an extra of loongsage-core (``pip install 'loongsage-core[tensorboard]'``);
+Each tracker is an extra of loongsage-core (its hint: ``pip install 'tensorboard>=2.14'``);
 its parameter dataclass calls ``require`` when the config is validated, so a run naming a
 tracker whose package is missing stops before any actor starts, with the command that fixes it.
 """
@@ -11,12 +11,14 @@ import importlib.util
 import math
 from typing import Any, Iterator, Mapping
 
+from loongsage.install_hints import extra_command
+
 
 def require(module: str, extra: str) -> None:
     """Raise ``ValueError`` (a ConfigError once validation adds the key) if ``module`` is absent."""
     if importlib.util.find_spec(module) is None:
         raise ValueError(f"the {extra} tracker needs the '{module}' package: "
-                         f"pip install 'loongsage-core[{extra}]'")
+                         f"{extra_command('loongsage-core', extra)}")
 
 
 def finite(metrics: Mapping[str, float]) -> Iterator[tuple[str, float]]:

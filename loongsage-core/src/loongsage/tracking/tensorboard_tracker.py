@@ -2,8 +2,10 @@
 
 Written with ``torch.utils.tensorboard.SummaryWriter``, which needs the ``tensorboard`` package
 (extra ``loongsage-core[tensorboard]``). Tags are the metric names (``rollout/reward_mean``),
-so TensorBoard groups the curves by section. On resume the events of the resumed step and
-later are purged (``purge_step``), so a step never shows twice.
+so TensorBoard groups the curves by section. The flattened resolved config (``train.lr``) is
+written as the run's hyperparameters (the HPARAMS tab; a list or None as its text), next to its
+scalars. On resume the events of the resumed step and later are purged (``purge_step``), so a
+step never shows twice.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from loongsage.tracking.base import Tracker
-from loongsage.tracking.optional import finite, require
+from loongsage.tracking.base import SAMPLE_COLUMNS, Tracker
+from loongsage.tracking.optional import finite, flatten, require
 
 
 @dataclass
@@ -45,9 +47,32 @@ class TensorBoardTracker(Tracker):
 
             self._writer = SummaryWriter(str(self.log_dir), purge_step=self._purge_step,
                                          flush_secs=self.params.flush_secs)
+            self._write_hparams()
         for key, value in finite(metrics):
             self._writer.add_scalar(key, value, step)
         self._writer.flush()
+
+    def log_samples(self, rows: list[list], step: int) -> None:
+        """The samples as one markdown table (TensorBoard's TEXT tab), tag ``samples``."""
+        if self._writer is None:
+            return
+        def cell(value: object) -> str:
+            return str(value).replace("|", "\\|").replace("\n", "<br>")
+
+        lines = ["| " + " | ".join(SAMPLE_COLUMNS) + " |", "|" + "---|" * len(SAMPLE_COLUMNS)]
+        lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+        self._writer.add_text("samples", "\n".join(lines), step)
+        self._writer.flush()
+
+    def _write_hparams(self) -> None:
+        """The config as this run's hyperparameters, in its own event file (no sub-run, unlike
+        ``SummaryWriter.add_hparams``), so the HPARAMS tab lists it with the run's scalars."""
+        from torch.utils.tensorboard.summary import hparams
+
+        values = {key: value if isinstance(value, (bool, int, float, str)) else str(value)
+                  for key, value in flatten(self.config).items()}
+        for summary in hparams(values, {}):
+            self._writer.file_writer.add_summary(summary)
 
     def close(self) -> None:
         if self._writer is not None:

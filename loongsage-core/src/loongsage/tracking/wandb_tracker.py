@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import List, Mapping, Optional
 from urllib.parse import urlparse
 
-from loongsage.tracking.base import Tracker
+from loongsage.tracking.base import SAMPLE_COLUMNS, Tracker
 from loongsage.tracking.optional import finite, require
 
 MODES = ("auto", "online", "offline", "disabled")
@@ -75,6 +75,12 @@ class WandbTracker(Tracker):
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         self._run.log(dict(finite(metrics)), step=step)
+
+    def log_samples(self, rows: list[list], step: int) -> None:
+        """The samples as a W&B table, key ``samples``."""
+        import wandb
+
+        self._run.log({"samples": wandb.Table(columns=list(SAMPLE_COLUMNS), data=rows)}, step=step)
 
     def close(self) -> None:
         if self._run is not None:

@@ -1,10 +1,12 @@
 """Curves of one or more runs from their ``metrics.jsonl``, drawn with matplotlib (Agg).
 
 One panel per metric, one line per run, so several runs overlay for comparison. The default
-panels are the ones a user looks at first: reward, greedy eval accuracy, the train/inference
-mismatch (``train/is_approx_k3_kl``), the policy's KL to pi_old, staleness and step time;
-defaults a run never logged are left out, an explicitly asked-for metric that no run has is an
-error naming the metrics there are. ``plot_runs`` returns the figure and the exact series it
+panels are the ones that say something on a default run: reward, greedy eval accuracy, the
+policy's entropy, response length, step time and the train/inference mismatch
+(``train/is_approx_k3_kl``, in log scale: on a healthy run it sits near 1e-14, a flat zero on a
+linear axis). ``train/ppo_kl`` is not among them: with one optimizer step per batch it is 0.
+Defaults a run never logged are left out, an explicitly asked-for metric (``--metrics``) that no
+run has is an error naming the metrics there are. ``plot_runs`` returns the figure and the exact series it
 drew, so callers (and tests) can check what is on the picture.
 """
 
@@ -21,11 +23,12 @@ from loongsage.tracking.jsonl import read_metrics
 DEFAULT_METRICS = (
     "rollout/reward_mean",
     "eval/correct_mean",
-    "train/is_approx_k3_kl",
-    "train/ppo_kl",
-    "async/staleness_mean",
+    "train/entropy",
+    "rollout/response_length_mean",
     "timing/step",
+    "train/is_approx_k3_kl",
 )
+LOG_SCALE = frozenset({"train/is_approx_k3_kl"})  # drawn in log scale when they have a positive value
 COLUMNS = 2
 
 
@@ -101,6 +104,8 @@ def plot_runs(run_dirs: Sequence[str | Path], metrics: Sequence[str] | None = No
             steps, values = metric_series(rows, metric)
             plot.series[metric][label] = (steps, values)
             axis.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, label=label)
+        if metric in LOG_SCALE and any(v > 0 for _, values in plot.series[metric].values() for v in values):
+            axis.set_yscale("log")
         axis.set_title(metric)
         axis.set_xlabel("step")
         axis.grid(alpha=0.3)

@@ -32,13 +32,21 @@ def _jsonl(path: Path) -> Iterator[dict]:
                 return
 
 
+def mean_advantage(row: dict) -> float | None:
+    """The sample's advantage: the mean over its trained tokens (GRPO's is one value per
+    sample; GAE's varies per token), None where the step computed none."""
+    mask = row.get("loss_mask") or []
+    trained = [a for a, m in zip(row.get("advantages") or [], mask) if m and a is not None]
+    return sum(trained) / len(trained) if trained else None
+
+
 def sample_summary(row: dict, index: int) -> dict[str, Any]:
-    """What the sample table lists: ids, source, reward, lengths, versions, a text preview."""
+    """What the sample table lists: ids, source, reward, advantage, lengths, versions, a text preview."""
     mask = row.get("loss_mask") or []
     versions = [v for v in row.get("weight_versions") or [] if v >= 0]
     return {
         "step": row["step"], "index": index, "source": row.get("source"), "group_id": row.get("group_id"),
-        "prompt_index": row.get("prompt_index"), "reward": row.get("reward"),
+        "prompt_index": row.get("prompt_index"), "reward": row.get("reward"), "advantage": mean_advantage(row),
         "length": len(row.get("response_ids") or []), "trained_tokens": int(sum(mask)),
         "finish_reason": row.get("finish_reason"),
         "versions": sorted(set(versions)), "trajectory_id": (row.get("reward_info") or {}).get("trajectory_id"),
@@ -47,13 +55,14 @@ def sample_summary(row: dict, index: int) -> dict[str, Any]:
 
 
 def token_rows(row: dict, decode: Any) -> list[dict[str, Any]]:
-    """One entry per response token: id, text, mask, both logprobs, their gap, weight version."""
+    """One entry per response token: id, text, mask, both logprobs, their gap, weight version, advantage."""
     ids = row.get("response_ids") or []
     n = len(ids)
     mask = row.get("loss_mask") or [1] * n
     rollout = row.get("rollout_logprobs") or [None] * n
     train = row.get("train_logprobs") or [None] * n
     versions = row.get("weight_versions") or [None] * n
+    advantages = row.get("advantages") or [None] * n
     out = []
     for i, token in enumerate(ids):
         sampled = bool(mask[i])
@@ -61,7 +70,7 @@ def token_rows(row: dict, decode: Any) -> list[dict[str, Any]]:
         t = train[i] if sampled else None
         out.append({"i": i, "id": token, "text": decode(token), "mask": int(mask[i]), "rollout_logprob": r,
                     "train_logprob": t, "gap": None if r is None or t is None else t - r,
-                    "version": versions[i]})
+                    "version": versions[i], "advantage": advantages[i] if sampled else None})
     return out
 
 
@@ -106,7 +115,8 @@ class RunFiles:
 
     def find_samples(self, step: int | None = None, source: str | None = None,
                      min_reward: float | None = None, max_reward: float | None = None,
-                     min_length: int | None = None, max_length: int | None = None) -> list[dict[str, Any]]:
+                     min_length: int | None = None, max_length: int | None = None,
+                     group_id: int | None = None) -> list[dict[str, Any]]:
         """Summaries of the saved samples passing every given filter, by step then index."""
         steps = [step] if step is not None else list(self.sample_files())
         out = []
@@ -115,6 +125,8 @@ class RunFiles:
                 summary = sample_summary(row, index)
                 reward, length = summary["reward"], summary["length"]
                 if source is not None and summary["source"] != source:
+                    continue
+                if group_id is not None and summary["group_id"] != group_id:
                     continue
                 if (min_reward is not None and reward < min_reward) or (max_reward is not None and reward > max_reward):
                     continue
@@ -161,6 +173,9 @@ class RunFiles:
         trajectory = None
         if "trajectory_id" in info:
             trajectory = self.trajectory(row.get("source"), str(info["trajectory_id"]), str(info.get("attempt_id", "0")))
+        group = [sample_summary(other, i) for i, other in enumerate(rows)
+                 if other.get("group_id") == row.get("group_id") and other.get("source") == row.get("source")]
         return {**sample_summary(row, index), "prompt": row.get("prompt"), "response": row.get("response"),
+                "ground_truth": row.get("ground_truth"), "metadata": row.get("metadata") or {},
                 "reward_info": info, "tokens": tokens, "segment_id": info.get("segment_id"),
-                "trajectory": trajectory}
+                "trajectory": trajectory, "group": group}

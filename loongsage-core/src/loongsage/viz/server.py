@@ -60,8 +60,10 @@ def create_app(run_dir: str | Path) -> Any:
     @app.get("/api/samples")
     def samples(step: Optional[int] = None, source: Optional[str] = None,
                 min_reward: Optional[float] = None, max_reward: Optional[float] = None,
-                min_length: Optional[int] = Query(None, ge=0), max_length: Optional[int] = Query(None, ge=0)) -> list:
-        return guarded(files.find_samples, step, source or None, min_reward, max_reward, min_length, max_length)
+                min_length: Optional[int] = Query(None, ge=0), max_length: Optional[int] = Query(None, ge=0),
+                group_id: Optional[int] = None) -> list:
+        return guarded(files.find_samples, step, source or None, min_reward, max_reward, min_length, max_length,
+                       group_id)
 
     @app.get("/api/samples/{step}/{index}")
     def sample(step: int, index: int) -> dict:
