@@ -41,7 +41,7 @@ def train_one_step(run: Run, step: int) -> dict[str, float]:
     metrics.update(rollout_metrics(groups))
     metrics.update(run.rollout.reward_metrics())
     metrics.update(run.scheduler.metrics())
-    metrics.update(run.prompt_check.metrics())
+    metrics.update(run.data_metrics())
     metrics.update(run.engine_metrics())
     run.record(step, metrics, groups)
     return metrics

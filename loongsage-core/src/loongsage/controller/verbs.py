@@ -212,6 +212,10 @@ class Run:
         self._bar = tqdm(steps, desc="train", disable=not show, dynamic_ncols=True) if show else None
         return self._bar if self._bar is not None else steps
 
+    def data_metrics(self) -> dict[str, float]:
+        """Records the prompt check skipped while drawing (none drawn from a recording)."""
+        return self.prompt_check.metrics() if self.prompt_check is not None else {}
+
     def engine_metrics(self) -> dict[str, float]:
         """Requests per engine, the monitor's retries and restarts, and failed trajectories,
         since the last call."""
