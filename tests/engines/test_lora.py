@@ -55,15 +55,16 @@ def hf_logprobs(model, ids: list[int], start: int) -> torch.Tensor:
 
 
 def engine_output(path, weights=(), syncs: int = 0):
-    """10 tokens sampled (seed 2) by an embedded rollout engine over HTTP loaded from ``path``,
-    after ``syncs`` weight syncs of ``weights``; and the weights the engine then held."""
+    """10 tokens sampled (the request's sampling seed 2: engines.sampling_seed) by an embedded
+    rollout engine over HTTP loaded from ``path``, after ``syncs`` weight syncs of ``weights``;
+    and the weights the engine then held."""
     rollout = EmbeddedRolloutEngine(str(path), num_threads=1, seed=2)
     rollout.start()
     try:
         with EngineClient(rollout.url, timeout=120) as client:
             for _ in range(syncs):
                 client.update_weights_from_tensor(list(weights), weight_version=1)
-            out = client.generate(PROMPT, {"max_new_tokens": 10, "ignore_eos": True})
+            out = client.generate(PROMPT, {"max_new_tokens": 10, "ignore_eos": True, "sampling_seed": 2})
         return out, rollout.model.state_dict()
     finally:
         rollout.stop()
