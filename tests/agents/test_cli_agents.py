@@ -62,7 +62,7 @@ def test_cli_agent_trajectory_is_exact(name, bin_dir, recording_router, check_tr
     recorder = recording_router(agent)
     prompt = Prompt(name, 0, [{"role": "user", "content": "Print the word hello."}])
     started = time.monotonic()
-    samples = asyncio.run(agent.run_group(prompt, 1, EngineClient("http://unused"), {}))
+    samples = asyncio.run(agent.run_group(prompt, 1, EngineClient("http://unused"), {"sampling_seed": 7}))
     print(f"{name}: {time.monotonic() - started:.1f} s, {len(recorder.turns)} model calls, "
           f"{[len(s.prompt_ids) + len(s.response_ids) for s in samples]} tokens")
     info = samples[0].reward_info
@@ -104,7 +104,7 @@ def test_mini_swe_agent_trajectory_is_exact_and_forks_at_each_dropped_reply(
     recorder = recording_router(agent)
     prompt = Prompt("mini", 0, [{"role": "user", "content": "Print the word hello."}])
     started = time.monotonic()
-    samples = asyncio.run(agent.run_group(prompt, 1, EngineClient("http://unused"), {}))
+    samples = asyncio.run(agent.run_group(prompt, 1, EngineClient("http://unused"), {"sampling_seed": 7}))
     print(f"mini_swe_agent: {time.monotonic() - started:.1f} s, {len(recorder.turns)} model calls, "
           f"{[len(s.prompt_ids) + len(s.response_ids) for s in samples]} tokens")
     info = samples[0].reward_info

@@ -41,7 +41,7 @@ def test_command_agent_runs_a_program_against_the_router(recording_router, check
                                        workdir_root=str(tmp_path), keep_workdir=True), agent_context())
     recorder = recording_router(agent)
     prompt = Prompt("cmd", 7, [{"role": "user", "content": "Say something."}])
-    samples = asyncio.run(agent.run_group(prompt, 2, EngineClient("http://unused"), {}))
+    samples = asyncio.run(agent.run_group(prompt, 2, EngineClient("http://unused"), {"sampling_seed": 7}))
     assert len(samples) == 2  # two trajectories, each one root segment (two turns)
     for s in samples:
         out = json.loads(s.text)
