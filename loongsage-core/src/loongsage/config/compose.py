@@ -37,8 +37,9 @@ from loongsage.registry import Registries
 
 
 def recipes_dir() -> Path:
-    """The bundled recipes: package data of ``loongsage`` (``loongsage/recipes``), so an
-    installed wheel finds them as the repository does; ``--config-dir`` adds the user's own."""
+    """The bundled recipes: the repository's top-level ``recipes/``, package data of
+    ``loongsage`` through the link ``loongsage/recipes`` (the wheel holds the files), so an
+    installed wheel finds them as a checkout does; ``--config-dir`` adds the user's own."""
     return Path(str(resources.files("loongsage") / "recipes"))
 
 
