@@ -21,7 +21,7 @@ def test_doc_lines_carry_the_values_and_the_schemas_comments():
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     cfg = load_config("tiny/grpo", ["train.lr=0.25"]).cfg
-    assert "train.lr: 0.25" in lines
+    assert "train.lr: 0.25  # AdamW learning rate (constant over the RL steps)" in lines
     assert f"train.micro_batch_size: {cfg.train.micro_batch_size}  # sequences per forward/backward" in lines
     assert 'train.lora.target_modules: ["q_proj", "k_proj", "v_proj", "o_proj"]' in lines
     assert "data_sources.0.dataset.format: synthetic_math" in lines
@@ -38,5 +38,4 @@ def test_doc_lines_carry_the_values_and_the_schemas_comments():
 def test_comments_come_from_the_fields_own_lines():
     comments = field_comments(TrainConfig)
     assert comments["micro_batch_size"] == "sequences per forward/backward"
-    assert "lr" not in comments  # no comment on its line: no description invented
     assert field_comments(LoraSettings)["sync"].startswith("adapter (only adapter tensors")
