@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from loongsage.algorithms.objective import Objective
-from loongsage.algorithms.testing import loss_context, split_and_sum
+from loongsage.plugin.testing import loss_context, split_and_sum
 from loongsage.algorithms.types import PolicyLossInputs
 from loongsage.algorithms.validate import validate_algorithm
 from loongsage.errors import ConfigError

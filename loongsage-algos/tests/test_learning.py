@@ -13,7 +13,7 @@ import torch
 from loongsage.algorithms.advantages import compute_advantages
 from loongsage.algorithms.validate import validate_algorithm
 from loongsage.algorithms.objective import Objective
-from loongsage.algorithms.testing import loss_context
+from loongsage.plugin.testing import loss_context
 from loongsage.plugins import get_registries
 
 V, L, GROUPS, G, TARGET = 6, 3, 8, 4, 2

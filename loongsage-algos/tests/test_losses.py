@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loongsage.algorithms.objective import Objective
-from loongsage.algorithms.testing import check_policy_loss_contract, loss_context
+from loongsage.plugin.testing import check_policy_loss_contract, loss_context
 from loongsage.algorithms.types import PolicyLossInputs
 from loongsage.plugins import get_registries
 from loongsage_algos.losses.cispo import cispo_loss

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from loongsage.algorithms.objective import Objective
-from loongsage.algorithms.testing import check_policy_loss_contract, loss_context
+from loongsage.plugin.testing import check_policy_loss_contract, loss_context
 from loongsage.algorithms.types import PolicyLossInputs
 from loongsage.errors import ConfigError
 from loongsage.plugins import get_registries
