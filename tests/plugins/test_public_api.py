@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -124,3 +125,11 @@ def test_a_distributions_entries_are_listed_and_pass(tmp_path):
     assert algos and {e.distribution for e in algos} == {"loongsage-algos"}
     for entry in algos:
         testing.check_entry(entry)
+
+
+def test_plugins_md_documents_the_public_api_and_no_internal_module():
+    text = (REPO / "docs" / "plugins.md").read_text(encoding="utf-8")
+    missing = [name for name in ("hookimpl", *plugin.PUBLIC) if f"| `{name}` |" not in text]
+    assert missing == []
+    internal = set(re.findall(r"\bloongsage\.(?!plugin\b|train\b)[a-z_]+", text))
+    assert internal == set(), f"docs/plugins.md sends authors into core's internals: {sorted(internal)}"

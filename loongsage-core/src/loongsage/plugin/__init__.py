@@ -74,6 +74,7 @@ PUBLIC: dict[str, tuple[str, str]] = {
     "PluginRef": ("loongsage.registry", "a resolved config reference to a plugin, with typed params"),
     "TeacherSpec": ("loongsage.config.opd", "one validated opd.teachers entry, as a distiller gets it"),
     "DistillContext": ("loongsage.controller.distill", "what a distiller is built from"),
+    "DistillSpec": ("loongsage.config.opd", "the validated opd section, as a distiller's context holds it"),
     # ---- errors ---------------------------------------------------------------------------
     "LoongSageError": ("loongsage.errors", "base of every error core raises on purpose; a sandbox raises it"),
     "ConfigError": ("loongsage.errors", "a bad config value, naming its key: the error for bad params"),
@@ -94,6 +95,7 @@ PUBLIC: dict[str, tuple[str, str]] = {
     "head_scores": ("loongsage.engines.embedded_train_logprobs", "log-probs and LogitTerm values from the chunked LM head"),
     "scatter_positions": ("loongsage.engines.embedded_train_logprobs", "scored positions back into [N, L] tensors"),
     "token_scores": ("loongsage.engines.embedded_train_logprobs", "the train engine's log-probs of a batch, end to end"),
+    "SingleProcess": ("loongsage.engines.distributed", "the parallel place of a train engine that is one rank"),
     "resolve_model_path": ("loongsage.models.resolve", "model.path as core resolves it (tiny, smollm2, hub ids)"),
     # ---- helpers for agent plugins --------------------------------------------------------
     "SEED_KEY": ("loongsage.engines.sampling_seed", "the sampling_params field holding a request's seed"),
@@ -135,12 +137,13 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time the names load o
     from loongsage.algorithms.filters import FilterResult
     from loongsage.algorithms.mismatch import log_mismatch
     from loongsage.algorithms.types import AdvantageInputs, Correction, PolicyLossInputs, PolicyLossOutput
-    from loongsage.config.opd import TeacherSpec
+    from loongsage.config.opd import DistillSpec, TeacherSpec
     from loongsage.controller.distill import DistillContext, Distiller
     from loongsage.data.sources import SandboxFactory, SourceContext
     from loongsage.data.types import Group, Prompt, Sample
     from loongsage.engines.batch import LogitTerm, LossContext, TrainBatch
     from loongsage.engines.client import EngineError, GenerateOutput
+    from loongsage.engines.distributed import SingleProcess
     from loongsage.engines.embedded_train import load_causal_lm
     from loongsage.engines.embedded_train_logprobs import final_hidden, head_scores, scatter_positions, token_scores
     from loongsage.engines.pool import EnginePool
