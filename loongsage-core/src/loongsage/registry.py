@@ -284,6 +284,13 @@ class Registries:
         for registry in self._by_kind.values():
             registry.freeze()
 
+    def unfrozen_copy(self) -> "Registries":
+        """The same entries in registries that take more (``plugins.with_plugins``)."""
+        copy = Registries()
+        for kind, registry in self._by_kind.items():
+            copy._by_kind[kind]._entries.update(registry._entries)
+        return copy
+
     def resolve(
         self, kind: str, node: Any, key: str, name_field: str = "name", options: Any = None
     ) -> PluginRef:
