@@ -27,46 +27,7 @@ from loongsage.errors import (
     RegistryFrozenError,
     UnknownPluginError,
 )
-
-
-@dataclass(frozen=True)
-class Kind:
-    """A plugin kind: its registry name, its hook, and the config field that names it."""
-
-    name: str
-    hook: str
-    config_field: str
-
-
-KINDS: dict[str, Kind] = {
-    k.name: k
-    for k in (
-        Kind("agent", "loongsage_register_agents", "data_sources[*].agent.name"),
-        Kind("reward", "loongsage_register_rewards", "data_sources[*].reward.name"),
-        Kind("sandbox", "loongsage_register_sandboxes", "data_sources[*].sandbox.type"),
-        Kind("dataset", "loongsage_register_datasets", "data_sources[*].dataset.format"),
-        Kind("tool_parser", "loongsage_register_tool_parsers", "agentflow.tool_parser"),
-        Kind(
-            "router_middleware",
-            "loongsage_register_router_middlewares",
-            "agentflow.middlewares",
-        ),
-        Kind(
-            "advantage",
-            "loongsage_register_advantage_estimators",
-            "algorithm.advantage_estimator",
-        ),
-        Kind("policy_loss", "loongsage_register_policy_losses", "algorithm.policy_loss"),
-        Kind("kl_policy", "loongsage_register_kl_policies", "algorithm.kl.method"),
-        Kind("is_correction", "loongsage_register_is_corrections", "algorithm.is_correction"),
-        Kind("data_filter", "loongsage_register_data_filters", "algorithm.filters"),
-        Kind("window_policy", "loongsage_register_window_policies", "async.window_policy"),
-        Kind("engine", "loongsage_register_engines", "train.backend"),
-        Kind("tracker", "loongsage_register_trackers", "logging.trackers"),
-        Kind("distiller", "loongsage_register_distillers", "opd.distiller"),
-        Kind("command", "loongsage_register_commands", "loongsage <command>"),
-    )
-}
+from loongsage.kind_table import KINDS
 
 
 def _first_doc_line(obj: Any) -> str:
