@@ -5,7 +5,9 @@ count, trained (loss-masked) count, per-token logprobs and advantages, ground tr
 saved samples of its prompt with their rewards and advantages) and segment tree match the run's
 files, in a detail pane that stays in view when the page scrolls. A
 screenshot of that view is saved (``LOONGSAGE_VIEWER_SCREENSHOT`` names where); docs/viewer.png
-was taken the same way from a run with a longer warm start, whose model already calls the tool)."""
+is this test's own screenshot (2026-12-06: the two-step tiny tool run, so the replies are the
+barely warmed-up model's). A second test drives the interactive curves: hover, drag to zoom,
+double-click, and a compared run."""
 
 from __future__ import annotations
 
