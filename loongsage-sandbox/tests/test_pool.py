@@ -80,6 +80,7 @@ def test_a_crashed_sandbox_is_replaced_not_lent_again():
         async with pool(size=1, max_size=1) as p:
             bad = await p.acquire("t1")
             os.killpg(bad._proc.pid, signal.SIGKILL)
+            await bad._proc.wait()  # dead before the call: under load an exec could otherwise beat the kill
             with pytest.raises(Exception):
                 await bad.exec("true")
             await p.release("t1")
