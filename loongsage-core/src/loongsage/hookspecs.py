@@ -30,6 +30,11 @@ def loongsage_register_sandboxes(register):
 
 
 @hookspec
+def loongsage_register_environments(register):
+    """Register environments: the tasks, episodes and rewards of a data source (``data.environments``)."""
+
+
+@hookspec
 def loongsage_register_datasets(register):
     """Register dataset formats (prompt sources)."""
 

@@ -6,10 +6,11 @@ an unknown name raises ``UnknownPluginError`` naming the config key and the clos
 match, and nothing can be registered once the registry is frozen.
 
 ``Registries.resolve`` is the one way a config node naming a plugin (a bare name, or a
-mapping ``{name: ..., <params>}``; datasets key it by ``format``, sandboxes by ``type``)
+mapping ``{name: ..., <params>}``; datasets key it by ``format``, sandboxes and environments by ``type``)
 becomes a ``PluginRef``: the registry entry plus its parameters typed by the plugin's own
 dataclass, and the config key it came from (for every later error); for kinds whose nodes
-also carry generic keys the core reads (every reward node's ``timeout_s`` and ``on_error``),
+also carry generic keys the core reads (every reward node's ``timeout_s`` and ``on_error``, every
+environment node's ``episode_timeout_s`` and ``concurrency``),
 those are split off and typed by the core's own dataclass (``PluginRef.options``).
 Everything downstream (validation, data sources, the objective, schedulers, the router,
 trackers) receives ``PluginRef``s and never looks a name up again.
@@ -45,6 +46,7 @@ KINDS: dict[str, Kind] = {
         Kind("reward", "loongsage_register_rewards", "data_sources[*].reward.name"),
         Kind("sandbox", "loongsage_register_sandboxes", "data_sources[*].sandbox.type"),
         Kind("dataset", "loongsage_register_datasets", "data_sources[*].dataset.format"),
+        Kind("environment", "loongsage_register_environments", "data_sources[*].environment.type"),
         Kind("tool_parser", "loongsage_register_tool_parsers", "agentflow.tool_parser"),
         Kind(
             "router_middleware",

@@ -74,6 +74,7 @@ PLUGIN_GROUPS: dict[str, PluginGroup] = {
         PluginGroup("data_sources/agent", "agent", "data_sources[*].agent"),
         PluginGroup("data_sources/reward", "reward", "data_sources[*].reward"),
         PluginGroup("data_sources/sandbox", "sandbox", "data_sources[*].sandbox", name_field="type"),
+        PluginGroup("data_sources/environment", "environment", "data_sources[*].environment", name_field="type"),
         PluginGroup("data_sources/filters", "data_filter", "data_sources[*].filters[*]"),
     )
 }
