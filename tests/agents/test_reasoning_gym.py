@@ -58,6 +58,12 @@ def test_reasoning_gym_mixes_tasks_by_weight_and_holds_out_other_questions():
     held_questions = {held_out.get(i).messages[-1]["content"] for i in range(8)}
     assert len(held_questions) == 8 and not questions & held_questions
     assert [held_out.get(i).metadata["split"] for i in range(8)] == ["held_out"] * 8
+    # reasoning-gym's entry i of seed 1 is entry i + 1 of seed 0: every one repeats a training
+    # question but the last, and repeats are dropped
+    near = {"name": "near", "environment": {**GYM, "held_out_seed": 1}, "eval_only": True}
+    _, overlapping = built(get_registries(), {"name": "rg", "environment": GYM}, near)
+    near_questions = {overlapping["near"].get(i).messages[-1]["content"] for i in range(8)}
+    assert len(near_questions) == 8 and not questions & near_questions
     node = OmegaConf.to_container(run.cfg.data_sources[0])
     assert node["environment"]["type"] == "reasoning_gym" and node["environment"]["episode_timeout_s"] == 300.0
     assert node["dataset"] is node["agent"] is node["reward"] is None

@@ -24,6 +24,9 @@ def task_entries(tasks: List[Any]) -> list[dict[str, Any]]:
     return out
 
 
+HELD_OUT_OFFSET = 1_000_000_007  # reasoning-gym seeds entry i with Random(seed + i)
+
+
 @dataclass
 class ReasoningGymParams:
     """Procedurally generated reasoning-gym tasks, one chat turn each, scored by the task itself."""
@@ -34,7 +37,9 @@ class ReasoningGymParams:
     size: int = 1000  # training tasks, split over the tasks by weight
     held_out_size: int = 100  # held-out tasks (an eval_only source reads them)
     seed: int = 0  # reasoning-gym's seed of the training tasks
-    held_out_seed: Optional[int] = None  # of the held-out ones; None = seed + 1 (disjoint: duplicates dropped)
+    # of the held-out ones; None = seed + HELD_OUT_OFFSET (entry i of seed s is entry i + 1 of
+    # seed s - 1 in reasoning-gym, so nearby seeds overlap); questions also in training are dropped
+    held_out_seed: Optional[int] = None
     # prepended as the system message; the answer inside <answer></answer> is what the task scores
     system_prompt: Optional[str] = ("Answer the question. Put only the final answer inside "
                                     "<answer></answer>, e.g. <answer>42</answer>.")

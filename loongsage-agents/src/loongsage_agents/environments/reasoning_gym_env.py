@@ -4,8 +4,9 @@ Tasks come from ``reasoning_gym.create_dataset(name, seed=, size=, **config)`` (
 own generators, deterministic in seed and index; github.com/open-thought/reasoning-gym). The
 ``tasks`` parameter mixes several: ``size`` entries split over them by weight (largest
 remainder), interleaved in a seeded order. Held-out tasks come from ``held_out_seed`` (default
-``seed + 1``) with every question that also appears in the training tasks dropped, so the two
-splits are disjoint; an ``eval_only`` source reads them.
+``seed + HELD_OUT_OFFSET``: reasoning-gym draws entry i of seed s with ``Random(s + i)``, so the
+entries of nearby seeds are the same ones shifted) with every question that also appears in the
+training tasks dropped, so the two splits are disjoint; an ``eval_only`` source reads them.
 
 An episode sends the task's question (after the ``system_prompt``) to the policy through its
 trajectory's router URL with the openai SDK and scores the reply with the task's own
@@ -26,7 +27,7 @@ from loongsage.data.types import Prompt
 from loongsage.errors import ConfigError
 
 from loongsage_agents.agents.chat import openai_client
-from loongsage_agents.environments.params import ReasoningGymParams, task_entries
+from loongsage_agents.environments.params import HELD_OUT_OFFSET, ReasoningGymParams, task_entries
 
 
 def apportion(size: int, weights: list[float]) -> list[int]:
@@ -85,10 +86,7 @@ class ReasoningGymEnvironment:
         self.tasks_config = task_entries(list(params.tasks))
         known = sorted(reasoning_gym.factory.DATASETS)
         counts = apportion(params.size, [t["weight"] for t in self.tasks_config])
-        held_seed = params.seed + 1 if params.held_out_seed is None else params.held_out_seed
-        if held_seed == params.seed:
-            raise ConfigError("held_out_seed", f"must differ from seed ({params.seed}): held-out tasks "
-                              "come from another seed")
+        held_seed = params.seed + HELD_OUT_OFFSET if params.held_out_seed is None else params.held_out_seed
         held_counts = apportion(params.held_out_size, [t["weight"] for t in self.tasks_config])
         self.datasets: dict[str, list[Any]] = {"train": [], "held_out": []}
         for i, task in enumerate(self.tasks_config):
