@@ -10,6 +10,6 @@ import pytest
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     """The tiny Qwen2 HF folder of ``tests/conftest.py`` (same builder, same cache)."""
-    from loongsage.models.tiny import ensure_tiny_model
+    from loongsage.plugin.testing import tiny_model
 
-    return ensure_tiny_model()
+    return tiny_model()

@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from loongsage.data.sources import SandboxFactory
-from loongsage.errors import ConfigError, LoongSageError
-from loongsage.plugins import get_registries
+from loongsage.plugin import SandboxFactory
+from loongsage.plugin import ConfigError, LoongSageError
+from loongsage.plugin.testing import installed_registries
 
 sandbox_testing = pytest.importorskip("loongsage_sandbox.testing", reason="needs loongsage-sandbox")
 SANDBOX = "bwrap" if sandbox_testing.bwrap_unavailable_reason() is None else "process"
@@ -23,12 +23,12 @@ IO_SOLUTION = "```py\nimport sys\nnums = list(map(int, sys.stdin.read().split())
 def sandbox(**limits):
     """The data source's sandbox, as the controller hands it to the reward."""
     node = {**SOURCE_SANDBOX, **limits}
-    return SandboxFactory(get_registries().resolve("sandbox", node, "data_sources[0].sandbox", "type"))
+    return SandboxFactory(installed_registries().resolve("sandbox", node, "data_sources[0].sandbox", "type"))
 
 
 def reward():
     """The registered reward, called as the controller calls it: with the source's sandbox."""
-    fn = get_registries().reward.get("code_exec")
+    fn = installed_registries().reward.get("code_exec")
 
     def call(text, ground_truth, params, **context):
         return fn(text, ground_truth, params, **{"sandbox": sandbox(), **context})
@@ -87,10 +87,10 @@ def test_async_form_inside_a_running_loop_and_bad_input():
     with pytest.raises(ConfigError, match="reward.sandbox_parms"):
         reward()(ADD, "assert True", {"sandbox_parms": {}})
     with pytest.raises(ConfigError, match=r"data_sources\[\*\]\.sandbox: the code_exec reward runs the tests"):
-        get_registries().reward.get("code_exec")(ADD, "assert True", PARAMS)
+        installed_registries().reward.get("code_exec")(ADD, "assert True", PARAMS)
 
 
 def test_process_sandbox_is_refused_for_model_code_unless_allowed():
-    process = SandboxFactory(get_registries().resolve("sandbox", "process", "data_sources[0].sandbox", "type"))
+    process = SandboxFactory(installed_registries().resolve("sandbox", "process", "data_sources[0].sandbox", "type"))
     with pytest.raises(LoongSageError, match="not a security boundary and refuses untrusted code"):
         reward()(ADD, "assert True", PARAMS, sandbox=process)

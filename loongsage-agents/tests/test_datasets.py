@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loongsage.errors import ConfigError
+from loongsage.plugin import ConfigError
 from loongsage_agents.datasets.jsonl import JsonlDataset
 from loongsage_agents.datasets.params import FileDatasetParams, SyntheticMathParams
 from loongsage_agents.datasets.parquet import ParquetDataset

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from loongsage.plugins import get_registries
+from loongsage.plugin.testing import installed_registries
 
 RECORDS = [
     {"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "reward_model": {"ground_truth": str(2 * i)},
@@ -19,7 +19,7 @@ RECORDS = [
 
 
 def build(**params):
-    entry = get_registries().dataset.entry("huggingface")
+    entry = installed_registries().dataset.entry("huggingface")
     return entry.obj(entry.build_params(params, "data_sources[0].dataset"), 0)
 
 
@@ -37,7 +37,7 @@ def jsonl_file(tmp_path):
 def test_local_files_through_the_json_builder_match_the_jsonl_format(jsonl_file, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
     dataset = build(path="json", data_files=[str(jsonl_file)], metadata_fields=["level"], instruction="Box it.")
-    entry = get_registries().dataset.entry("jsonl")
+    entry = installed_registries().dataset.entry("jsonl")
     reference = entry.obj(entry.build_params({"path": str(jsonl_file), "metadata_fields": ["level"],
                                               "instruction": "Box it."}, "d"), 0)
     assert len(dataset) == len(RECORDS) and prompts(dataset) == prompts(reference)

@@ -7,10 +7,10 @@ import asyncio
 import pytest
 import torch
 
-from loongsage.engines.client import EngineClient, EngineError
+from loongsage.engines.client import EngineClient
 from loongsage.engines.embedded_rollout.engine import EmbeddedRolloutEngine
-from loongsage.data.sources import SourceContext
-from loongsage.plugins import get_registries
+from loongsage.plugin import EngineError, SourceContext
+from loongsage.plugin.testing import installed_registries
 from loongsage_agents.datasets.params import SyntheticMathParams
 from loongsage_agents.datasets.synthetic_math import SyntheticMathDataset
 
@@ -25,7 +25,7 @@ def engine(tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def agent(engine):
-    registries = get_registries()
+    registries = installed_registries()
     cls = registries.agent.get("single_turn")
     return cls(None, SourceContext("arith", "data_sources[0]", engine.tokenizer, registries))
 

@@ -7,7 +7,7 @@ import torch
 
 from loongsage.algorithms.advantages import compute_advantages
 from loongsage.algorithms.validate import validate_algorithm
-from loongsage.plugins import get_registries
+from loongsage.plugin.testing import installed_registries
 
 REWARDS = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.3]
 GROUPS = [0, 0, 0, 0, 1, 1, 2]  # group 2 is a singleton
@@ -26,7 +26,7 @@ MASK = torch.tensor(
 
 
 def _adv(name, **params):
-    return compute_advantages(REWARDS, GROUPS, MASK, validate_algorithm({"advantage_estimator": {"name": name, **params}}, get_registries()))
+    return compute_advantages(REWARDS, GROUPS, MASK, validate_algorithm({"advantage_estimator": {"name": name, **params}}, installed_registries()))
 
 
 def _per_sample(adv, values):
@@ -84,7 +84,7 @@ def test_reinforce_pp_uses_the_kl_penalty_per_token():
     old = torch.zeros(7, 4)
     ref = torch.full((7, 4), -1.0)  # k1 = 1 per token
     cfg = {"advantage_estimator": {"name": "reinforce_plus_plus"}, "kl": {"method": "k1", "coef": 0.1, "use_as": "reward"}}
-    adv = compute_advantages(REWARDS, GROUPS, MASK, validate_algorithm(cfg, get_registries()), old_logprobs=old, ref_logprobs=ref)
+    adv = compute_advantages(REWARDS, GROUPS, MASK, validate_algorithm(cfg, installed_registries()), old_logprobs=old, ref_logprobs=ref)
     returns = []
     for i, r in enumerate(REWARDS):
         positions = [t for t in range(4) if MASK[i, t] > 0]

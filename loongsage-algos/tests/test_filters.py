@@ -3,8 +3,8 @@
 import pytest
 
 from loongsage.algorithms.filters import FilterChain, fill_batch
-from loongsage.data.types import Group, Prompt, Sample
-from loongsage.plugins import get_registries
+from loongsage.plugin import Group, Prompt, Sample
+from loongsage.plugin.testing import installed_registries
 from loongsage_algos.filters import dynamic_sampling, length, overlong, overlong_penalty, overlong_reward_shaping
 from loongsage_algos.params import DynamicSamplingParams, LengthParams, OverlongParams, OverlongShapingParams
 
@@ -58,7 +58,7 @@ def test_overlong_reward_shaping_adds_the_penalty():
 
 
 def test_chain_from_config_runs_in_order_and_sums_metrics():
-    chain = FilterChain(get_registries().resolve_all("data_filter", [{"name": "overlong_reward_shaping", "max_len": 20, "cache_len": 4},
+    chain = FilterChain(installed_registries().resolve_all("data_filter", [{"name": "overlong_reward_shaping", "max_len": 20, "cache_len": 4},
                                      {"name": "dynamic_sampling", "max_rounds": 3}], "algorithm.filters"))
     assert chain.max_rounds == 3
     # rewards tie before shaping; the length penalty separates them, so the group survives
@@ -76,7 +76,7 @@ def test_fill_batch_draws_until_full_and_reports_counts():
     def draw(n):
         return [_group(next(ids), next(stream)) for _ in range(n)]
 
-    chain = FilterChain(get_registries().resolve_all("data_filter", ["dynamic_sampling"], "algorithm.filters"))
+    chain = FilterChain(installed_registries().resolve_all("data_filter", ["dynamic_sampling"], "algorithm.filters"))
     result = fill_batch(draw, chain, target=3, max_rounds=5)
     # round 1 draws 3 ([0,1] ok, [1,1], [0,0]) -> 1 kept; round 2 draws 2 -> both kept
     assert [g.group_id for g in result.groups] == [0, 3, 4]
@@ -89,14 +89,14 @@ def test_fill_batch_draws_until_full_and_reports_counts():
 def test_fill_batch_stops_at_the_cap():
     ids = iter(range(100))
     result = fill_batch(lambda n: [_group(next(ids), [1, 1]) for _ in range(n)],
-                        FilterChain(get_registries().resolve_all("data_filter", ["dynamic_sampling"], "algorithm.filters")), target=2, max_rounds=3)
+                        FilterChain(installed_registries().resolve_all("data_filter", ["dynamic_sampling"], "algorithm.filters")), target=2, max_rounds=3)
     assert result.groups == [] and result.metrics["rollout/filter_groups_drawn"] == 6
     assert result.metrics["rollout/filter_batch_short"] == 2
 
 
 def test_bad_filter_params_name_the_key():
-    from loongsage.errors import ConfigError
+    from loongsage.plugin import ConfigError
 
     with pytest.raises(ConfigError) as info:
-        FilterChain(get_registries().resolve_all("data_filter", [{"name": "length", "min_tokens": 5, "max_tokens": 2}], key="data_sources[0].filters"))
+        FilterChain(installed_registries().resolve_all("data_filter", [{"name": "length", "min_tokens": 5, "max_tokens": 2}], key="data_sources[0].filters"))
     assert info.value.key == "data_sources[0].filters[0]"

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from loongsage.algorithms.objective import Objective
-from loongsage.algorithms.testing import loss_context, split_and_sum
-from loongsage.algorithms.types import PolicyLossInputs
+from loongsage.plugin.testing import loss_context, split_and_sum
+from loongsage.plugin import PolicyLossInputs
 from loongsage.algorithms.validate import validate_algorithm
-from loongsage.errors import ConfigError
-from loongsage.plugins import get_registries
+from loongsage.plugin import ConfigError
+from loongsage.plugin.testing import installed_registries
 from loongsage_algos.is_corrections import geometric_is, icepop, sequence_is, token_is
 from loongsage_algos.opsm import opsm
 from loongsage_algos.params import IcePopParams, ISParams, OPSMParams
@@ -89,7 +89,7 @@ def test_objective_applies_tis_weight_to_the_policy_loss():
     inp = _inputs()
     obj = Objective.from_config({"policy_loss": {"name": "ppo_clip"},
                                  "is_correction": {"name": "token", "action": "clip", "upper": 2.0}},
-                                get_registries())
+                                installed_registries())
     loss, metrics = obj(loss_context(inp.logprobs, inp.mask, _extras(inp)))
     w = [math.exp(0.1), 2.0, math.exp(-0.5), math.exp(0.2), math.exp(0.3)]
     assert loss.item() == pytest.approx(-sum(w) / 5)  # on policy: ρ = 1, Â = 1
@@ -108,7 +108,7 @@ def test_m2po_with_opsm_composes_and_is_split_invariant_after_prepare():
               "advantages": torch.randn(n, 1, generator=g, dtype=D).expand(n, length) * mask}
     logprobs = old + 0.3 * torch.randn(n, length, generator=g, dtype=D)
     obj = Objective.from_config({"policy_loss": {"name": "m2po", "threshold": 0.04},
-                                 "is_correction": {"name": "opsm", "delta": 0.05}}, get_registries())
+                                 "is_correction": {"name": "opsm", "delta": 0.05}}, installed_registries())
     batch = loss_context(logprobs, mask, extras).batch
     obj.prepare(batch)  # the batch-level M2PO mask, as the trainer does before splitting
     prepared = batch.extras
@@ -129,7 +129,7 @@ def test_m2po_with_opsm_composes_and_is_split_invariant_after_prepare():
 
 def _reject(cfg, key, reason):
     with pytest.raises(ConfigError) as info:
-        validate_algorithm(cfg, get_registries())
+        validate_algorithm(cfg, installed_registries())
     assert info.value.key == key and reason in info.value.problem
 
 
@@ -140,9 +140,9 @@ def test_m2po_with_an_is_correction_is_rejected_with_the_reason(corr):
 
 
 def test_correction_lists():
-    spec = validate_algorithm({"policy_loss": "m2po", "is_correction": [{"name": "opsm"}]}, get_registries())
+    spec = validate_algorithm({"policy_loss": "m2po", "is_correction": [{"name": "opsm"}]}, installed_registries())
     assert [c.name for c in spec.corrections] == ["opsm"]
-    spec = validate_algorithm({"is_correction": ["opsm", {"name": "icepop"}]}, get_registries())
+    spec = validate_algorithm({"is_correction": ["opsm", {"name": "icepop"}]}, installed_registries())
     assert [c.name for c in spec.corrections] == ["opsm", "icepop"]
     _reject({"policy_loss": "m2po", "is_correction": ["opsm", "token"]}, "algorithm.is_correction[1]", "twice")
     _reject({"is_correction": ["token", "sequence"]}, "algorithm.is_correction[1]", "at most one")

@@ -13,8 +13,8 @@ import torch
 from loongsage.algorithms.advantages import compute_advantages
 from loongsage.algorithms.validate import validate_algorithm
 from loongsage.algorithms.objective import Objective
-from loongsage.algorithms.testing import loss_context
-from loongsage.plugins import get_registries
+from loongsage.plugin.testing import loss_context
+from loongsage.plugin.testing import installed_registries
 
 V, L, GROUPS, G, TARGET = 6, 3, 8, 4, 2
 
@@ -23,7 +23,7 @@ def _train(algorithm: dict, steps: int = 25, seed: int = 0) -> tuple[float, floa
     torch.manual_seed(seed)
     logits = torch.zeros(V, requires_grad=True)
     opt = torch.optim.Adam([logits], lr=0.1)
-    objective = Objective.from_config(algorithm, get_registries())
+    objective = Objective.from_config(algorithm, installed_registries())
     rewards_seen = []
     n = GROUPS * G
     for _ in range(steps):
@@ -35,7 +35,7 @@ def _train(algorithm: dict, steps: int = 25, seed: int = 0) -> tuple[float, floa
         rewards_seen.append(rewards.mean().item())
         mask = torch.ones(n, L)
         group_ids = torch.arange(GROUPS).repeat_interleave(G)
-        adv = compute_advantages(rewards, group_ids, mask, validate_algorithm(algorithm, get_registries()))
+        adv = compute_advantages(rewards, group_ids, mask, validate_algorithm(algorithm, installed_registries()))
         extras = {"old_logprobs": old, "rollout_logprobs": old + 0.05 * torch.randn(n, L), "advantages": adv}
         batch = loss_context(old, mask, extras).batch
         objective.prepare(batch)

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loongsage.algorithms.objective import Objective
-from loongsage.algorithms.testing import check_policy_loss_contract, loss_context
-from loongsage.algorithms.types import PolicyLossInputs
-from loongsage.plugins import get_registries
+from loongsage.plugin.testing import check_policy_loss_contract, loss_context
+from loongsage.plugin import PolicyLossInputs
+from loongsage.plugin.testing import installed_registries
 from loongsage_algos.losses.cispo import cispo_loss
 from loongsage_algos.losses.gspo import gspo_loss, gspo_token_loss
 from loongsage_algos.losses.m2po import m2po_keep_mask, m2po_loss
@@ -62,7 +62,7 @@ def _random_batch(seed, n=4, length=6):
 
 def _loss_and_grad(policy_loss, logprobs, mask, extras, mode="seq_mean_token_mean"):
     leaf = logprobs.clone().requires_grad_()
-    obj = Objective.from_config({"policy_loss": policy_loss, "loss_agg_mode": mode}, get_registries())
+    obj = Objective.from_config({"policy_loss": policy_loss, "loss_agg_mode": mode}, installed_registries())
     loss, metrics = obj(loss_context(leaf, mask, extras))
     loss.backward()
     return loss.item(), leaf.grad, metrics
@@ -102,7 +102,7 @@ def test_cispo_keeps_the_gradient_of_clipped_tokens():
 
 def test_ppo_clip_would_block_the_same_token():
     inp = _inputs([[0.5]], [[1.0]])
-    obj = Objective.from_config({"policy_loss": "ppo_clip"}, get_registries())
+    obj = Objective.from_config({"policy_loss": "ppo_clip"}, installed_registries())
     extras = {"old_logprobs": inp.old_logprobs, "rollout_logprobs": inp.rollout_logprobs, "advantages": inp.advantages}
     obj(loss_context(inp.logprobs, inp.mask, extras))[0].backward()
     assert inp.logprobs.grad.item() == 0.0
@@ -166,7 +166,7 @@ def test_m2po_kept_second_moment_is_within_threshold_and_minimal(values, thresho
 def test_m2po_denominator_counts_masked_tokens():
     inp = _inputs([[0.0, 0.0, 0.0, 0.0]], [[1.0, 1.0, 1.0, 1.0]], roll_shift=[[0.5, 0.0, 0.0, 0.0]])
     extras = {"old_logprobs": inp.old_logprobs, "rollout_logprobs": inp.rollout_logprobs, "advantages": inp.advantages}
-    obj = Objective.from_config({"policy_loss": "m2po"}, get_registries())
+    obj = Objective.from_config({"policy_loss": "m2po"}, installed_registries())
     loss, metrics = obj(loss_context(inp.logprobs, inp.mask, extras))
     assert loss.item() == pytest.approx(-3 / 4)  # three kept tokens with ratio 1, divided by all 4
     assert metrics["train/m2po_masked_frac"] == pytest.approx(1 / 4)

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from loongsage.algorithms.objective import Objective
-from loongsage.algorithms.testing import check_policy_loss_contract, loss_context
-from loongsage.algorithms.types import PolicyLossInputs
-from loongsage.errors import ConfigError
-from loongsage.plugins import get_registries
+from loongsage.plugin.testing import check_policy_loss_contract, loss_context
+from loongsage.plugin import PolicyLossInputs
+from loongsage.plugin import ConfigError
+from loongsage.plugin.testing import installed_registries
 from loongsage_algos.losses.sao import sao_loss
 from loongsage_algos.params import SAOParams
 
@@ -46,7 +46,7 @@ def test_band_edges_are_inside():
 
 
 def test_extreme_log_ratios_give_a_finite_objective_and_gradient():
-    objective = Objective.from_config({"policy_loss": "sao"}, get_registries())
+    objective = Objective.from_config({"policy_loss": "sao"}, installed_registries())
     n, length = 3, 5
     lp = torch.full((n, length), -1.0)
     roll = lp.clone()
@@ -67,7 +67,7 @@ def test_extreme_log_ratios_give_a_finite_objective_and_gradient():
 
 def test_refused_beside_an_is_correction_by_the_same_mismatch():
     with pytest.raises(ConfigError, match="sao"):
-        Objective.from_config({"policy_loss": "sao", "is_correction": "token"}, get_registries())
+        Objective.from_config({"policy_loss": "sao", "is_correction": "token"}, installed_registries())
 
 
 def test_contract():

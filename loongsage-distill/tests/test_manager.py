@@ -12,10 +12,10 @@ import os
 import pytest
 import torch
 
-from loongsage.config.opd import TeacherSpec
+from loongsage.plugin import TeacherSpec
 from loongsage.controller.actors import spawn_engine
 from loongsage.controller.placement import Seat
-from loongsage.plugins import load_plugins
+from loongsage.plugin.testing import registries_with
 from loongsage_distill.manager import TeacherManager, merge_rows, place, schedule
 from loongsage_distill.teacher_engine import Wants
 
@@ -56,7 +56,7 @@ def ray_cluster():
 
 
 def manager(teacher_dirs, slots):
-    engine = load_plugins().resolve("engine", "embedded_teacher", "opd.teachers[0].backend")
+    engine = registries_with().resolve("engine", "embedded_teacher", "opd.teachers[0].backend")
     teachers = tuple(TeacherSpec(i, f"t{i}", str(d), engine) for i, d in enumerate(teacher_dirs))
 
     def spawn(ref, cfg, role):

@@ -14,9 +14,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from loongsage.engines.embedded_train import load_causal_lm
-from loongsage.engines.embedded_train_logprobs import token_scores
-from loongsage.plugins import load_plugins
+from loongsage.plugin import load_causal_lm
+from loongsage.plugin import token_scores
+from loongsage.plugin.testing import registries_with
 from loongsage_distill.teacher_engine import EmbeddedTeacherEngine, Job, Wants
 from loongsage_distill.train_term import HIDDEN, TEACHER, kl_logit_term
 
@@ -64,7 +64,7 @@ def test_rebuilt_teacher_logits_give_the_materialised_loss_and_gradients(tiny_mo
         hidden[rows] = out["hidden"]
     loss_mask = mask[:, 1:].float() * (row_teacher >= 0).float()[:, None]
 
-    method = load_plugins().resolve("kl_policy", name, "opd.gkd_kl_method")
+    method = registries_with().resolve("kl_policy", name, "opd.gkd_kl_method")
     term = kl_logit_term(method, {"beta": 0.3, "topk": 4, "head_paths": tuple(map(str, teacher_dirs[:2])),
                                 "fp32": True})
     extras = {HIDDEN: hidden, TEACHER: row_teacher}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from loongsage.errors import ConfigError
+from loongsage.plugin import ConfigError
 from loongsage_distill.teacher_engine import EmbeddedTeacherEngine, Job, Wants
 
 WANTS = Wants(entropy=True, topk=5, hidden=True)

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import pytest
 
-from loongsage.plugins import get_registries
+from loongsage.plugin.testing import installed_registries
 from loongsage_sandbox.testing import bwrap_unavailable_reason
 
 BWRAP_REASON = bwrap_unavailable_reason()
@@ -18,7 +18,7 @@ HAS_BWRAP = BWRAP_REASON is None
 
 
 def sandbox_class(name: str) -> Any:
-    return get_registries().sandbox.get(name)
+    return installed_registries().sandbox.get(name)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -9,10 +9,10 @@ import subprocess
 import pytest
 from tool_guard import optional_skip
 
-from loongsage.plugins import get_registries
+from loongsage.plugin.testing import installed_registries
 from loongsage_sandbox.testing import bwrap_unavailable_reason, check_sandbox_contract
 
-NAMES = get_registries().sandbox.names()
+NAMES = installed_registries().sandbox.names()
 
 
 def _docker_engine() -> bool:
@@ -37,11 +37,11 @@ def test_registered_backend_passes_the_contract(name, request):
     if name == "remote":
         svc = request.getfixturevalue("service")
         params = {"url": svc.url, "token": svc.token}
-    asyncio.run(check_sandbox_contract(get_registries().sandbox.get(name), params))
+    asyncio.run(check_sandbox_contract(installed_registries().sandbox.get(name), params))
 
 
 def test_every_backend_has_typed_params_and_a_doc():
-    for entry in get_registries().sandbox:
+    for entry in installed_registries().sandbox:
         assert entry.params is not None and entry.doc, entry.name
         names = [p["name"] for p in entry.param_schema()]
         assert {"timeout_s", "memory_mb", "cpu_time_s", "disk_mb", "max_processes"} <= set(names), entry.name

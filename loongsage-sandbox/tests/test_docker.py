@@ -20,7 +20,7 @@ import textwrap
 import pytest
 from tool_guard import optional_reason
 
-from loongsage.plugins import get_registries
+from loongsage.plugin.testing import installed_registries
 from loongsage_sandbox.errors import SandboxUnavailableError
 
 
@@ -42,7 +42,7 @@ def _engine_available() -> bool:
                     reason=optional_reason("no Docker engine on this machine (docker backend needs one)"))
 def test_real_docker_sandbox_has_no_network_and_a_read_only_root():
     async def go():
-        async with get_registries().sandbox.get("docker")({"pull": True}) as sb:
+        async with installed_registries().sandbox.get("docker")({"pull": True}) as sb:
             net = await sb.exec(["python3", "-c", "import socket; socket.create_connection(('1.1.1.1', 53), 2)"])
             ro = await sb.exec("touch /usr/x")
             work = await sb.exec("echo ok > f && cat f && id -u")
@@ -77,7 +77,7 @@ def test_docker_launch_flags_and_supervisor_bootstrap(tmp_path, monkeypatch):
     log = tmp_path / "calls.jsonl"
     monkeypatch.setenv("FAKE_DOCKER_LOG", str(log))
     monkeypatch.setenv("FAKE_DOCKER_WORKDIR", str(tmp_path / "work"))
-    cls = get_registries().sandbox.get("docker")
+    cls = installed_registries().sandbox.get("docker")
 
     async def go():
         async with cls({"docker_path": str(script), "image": "fake/python:1", "python": "python3",
@@ -101,4 +101,4 @@ def test_docker_launch_flags_and_supervisor_bootstrap(tmp_path, monkeypatch):
 
 def test_docker_missing_is_a_clear_error():
     with pytest.raises(SandboxUnavailableError, match="docker_path: 'no-such-docker' not found"):
-        get_registries().sandbox.get("docker")({"docker_path": "no-such-docker"})
+        installed_registries().sandbox.get("docker")({"docker_path": "no-such-docker"})

@@ -10,23 +10,23 @@ import textwrap
 
 import pytest
 
-from loongsage.plugins import get_registries
+from loongsage.plugin.testing import installed_registries
 
 from loongsage_sandbox import cli
 from loongsage_sandbox.testing import bwrap_unavailable_reason
 from loongsage_sandbox.leftovers import cleanup_leftovers, state_root, tagged_processes
 
-REGISTRIES = get_registries()
+REGISTRIES = installed_registries()
 
 BWRAP_REASON = bwrap_unavailable_reason()
 
 CRASHING_RUN = textwrap.dedent("""
     import asyncio, json, os, signal, shutil
-    from loongsage.plugins import get_registries
+    from loongsage.plugin.testing import installed_registries
     from loongsage_sandbox.testing import bwrap_unavailable_reason
 
     async def main():
-        reg = get_registries().sandbox
+        reg = installed_registries().sandbox
         proc_sb = await reg.get("process")({"allow_untrusted_code": True}).start()
         await proc_sb.exec("sleep 5555 >/dev/null 2>&1 &")
         ids = [proc_sb.state.id]
@@ -43,10 +43,10 @@ CRASHING_RUN = textwrap.dedent("""
 
 FORGETFUL_RUN = textwrap.dedent("""
     import asyncio, json
-    from loongsage.plugins import get_registries
+    from loongsage.plugin.testing import installed_registries
 
     async def main():
-        sb = await get_registries().sandbox.get("process")({"allow_untrusted_code": True}).start()
+        sb = await installed_registries().sandbox.get("process")({"allow_untrusted_code": True}).start()
         await sb.exec("sleep 5557 >/dev/null 2>&1 &")
         print(json.dumps([sb.state.id]), flush=True)
 

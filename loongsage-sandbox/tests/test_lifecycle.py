@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from loongsage.errors import ConfigError, UnknownPluginError
-from loongsage.plugins import get_registries
+from loongsage.plugin import ConfigError, UnknownPluginError
+from loongsage.plugin.testing import installed_registries
 from loongsage_sandbox.errors import (
     SandboxClosedError,
     SandboxCrashedError,
@@ -30,7 +30,7 @@ def run(coro):
 
 
 def sandbox_class(name):
-    return get_registries().sandbox.get(name)
+    return installed_registries().sandbox.get(name)
 
 
 LOCAL = [pytest.param("bwrap", marks=pytest.mark.skipif(BWRAP_REASON is not None, reason=str(BWRAP_REASON))),
@@ -187,7 +187,7 @@ def test_a_supervisor_killed_mid_exec_fails_that_exec_at_once_and_leaves_nothing
 
 
 def test_bad_input_gets_clear_errors():
-    regs = get_registries()
+    regs = installed_registries()
     with pytest.raises(UnknownPluginError, match="Did you mean 'bwrap'"):
         regs.sandbox.get("bwarp", key="data_sources[0].sandbox.type")
     with pytest.raises(ConfigError, match=r"sandbox\.memory_mb: must be a positive number, got -1"):
@@ -216,11 +216,11 @@ def test_process_backend_refuses_untrusted_code_unless_allowed():
 
 
 def test_registry_entries_build_typed_params():
-    entry = get_registries().sandbox.entry("bwrap")
+    entry = installed_registries().sandbox.entry("bwrap")
     params = entry.build_params({"memory_mb": 512, "ro_binds": ["/usr/share"]}, key="data_sources[0].sandbox")
     sb = entry.obj(params)
     assert (sb.params.memory_mb, sb.params.ro_binds, sb.params.cpu_time_s) == (512, ["/usr/share"], 2)
-    assert sorted(get_registries().sandbox.names()) == ["bwrap", "docker", "process", "remote"]
+    assert sorted(installed_registries().sandbox.names()) == ["bwrap", "docker", "process", "remote"]
 
 
 @pytest.mark.parametrize("backend", LOCAL)

@@ -8,8 +8,8 @@ import signal
 
 import pytest
 
-from loongsage.errors import ConfigError
-from loongsage.plugins import get_registries
+from loongsage.plugin import ConfigError
+from loongsage.plugin.testing import installed_registries
 from loongsage_sandbox.pool import SandboxPool
 from loongsage_sandbox.testing import bwrap_unavailable_reason
 
@@ -23,7 +23,7 @@ def run(coro):
 
 def pool(**kwargs):
     """Built from the registered class, the way sibling packages get a pool without importing us."""
-    made = get_registries().sandbox.get(BACKEND).pool(PARAMS, files={"task.txt": "spec"}, **kwargs)
+    made = installed_registries().sandbox.get(BACKEND).pool(PARAMS, files={"task.txt": "spec"}, **kwargs)
     assert isinstance(made, SandboxPool)
     return made
 
@@ -93,7 +93,7 @@ def test_a_crashed_sandbox_is_replaced_not_lent_again():
 
 
 def test_pool_rejects_bad_sizes_and_parameters():
-    cls = get_registries().sandbox.get(BACKEND)
+    cls = installed_registries().sandbox.get(BACKEND)
     with pytest.raises(ConfigError, match=r"pool\.size"):
         SandboxPool(cls, PARAMS, size=-1)
     with pytest.raises(ConfigError, match=r"pool\.max_size"):

@@ -7,8 +7,8 @@ import asyncio
 import httpx
 import pytest
 
-from loongsage.errors import ConfigError
-from loongsage.plugins import get_registries
+from loongsage.plugin import ConfigError
+from loongsage.plugin.testing import installed_registries
 from loongsage_sandbox.errors import SandboxError, SandboxUnavailableError
 from loongsage_sandbox.testing import host_processes_with
 
@@ -18,7 +18,7 @@ def run(coro):
 
 
 def remote(service, params=None, **kwargs):
-    return get_registries().sandbox.get("remote")({"url": service.url, "token": service.token, **(params or {})}, **kwargs)
+    return installed_registries().sandbox.get("remote")({"url": service.url, "token": service.token, **(params or {})}, **kwargs)
 
 
 def _health(service):
@@ -91,7 +91,7 @@ def test_errors_keep_their_kind_over_the_wire(service):
 
 
 def test_remote_needs_a_token_and_a_reachable_service(monkeypatch):
-    cls = get_registries().sandbox.get("remote")
+    cls = installed_registries().sandbox.get("remote")
     monkeypatch.delenv("LOONGSAGE_SANDBOX_TOKEN", raising=False)
     with pytest.raises(ConfigError, match=r"sandbox\.token"):
         cls({"url": "http://127.0.0.1:9"})

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from loongsage.algorithms.objective import Objective
-from loongsage.algorithms.testing import loss_context
+from loongsage.plugin.testing import loss_context
 from loongsage.errors import ConfigError
 from loongsage.plugins import get_registries
 

@@ -9,7 +9,7 @@ import torch
 from loongsage.algorithms.aggregation import AGG_MODES
 from loongsage.algorithms.metrics import sum_metrics
 from loongsage.algorithms.objective import Objective
-from loongsage.algorithms.testing import loss_context, split_and_sum
+from loongsage.plugin.testing import loss_context, split_and_sum
 from loongsage.plugins import get_registries
 
 

@@ -7,7 +7,7 @@ import torch
 
 from loongsage.algorithms.params import PPOClipParams
 from loongsage.algorithms.policy_loss import ppo_clip_loss
-from loongsage.algorithms.testing import check_policy_loss_contract
+from loongsage.plugin.testing import check_policy_loss_contract
 from loongsage.algorithms.types import PolicyLossInputs
 
 # (log ρ, Â) -> expected loss under eps_low 0.2, eps_high 0.28, c = 3, and whether the

@@ -14,7 +14,7 @@ from loongsage import hookimpl
 from loongsage.algorithms.advantages import compute_advantages
 from loongsage.algorithms.filters import FilterChain, FilterResult
 from loongsage.algorithms.objective import Objective
-from loongsage.algorithms.testing import check_policy_loss_contract, loss_context
+from loongsage.plugin.testing import check_policy_loss_contract, loss_context
 from loongsage.algorithms.types import Correction, PolicyLossOutput
 from loongsage.algorithms.validate import validate_algorithm
 from loongsage.data.types import Group, Prompt, Sample

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 LOONGSAGE = [sys.executable, "-m", "loongsage.cli"]
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "loongsage-example-plugin"
 
 
 def _run(args: list[str], site: Path | None = None, **extra_env: str) -> subprocess.CompletedProcess:
@@ -33,6 +34,21 @@ def test_installed_package_is_listed_under_its_distribution(example_plugin_path)
         "name": "filename", "type": "str", "default": "metrics.csv"
     }
     assert set(rows[0]) == {"kind", "name", "distribution", "doc", "params"}
+
+
+def test_installed_package_passes_the_contract_checks_of_the_public_api(example_plugin_path):
+    """The example's own tests (``loongsage.plugin.testing`` on everything it registers) pass
+    against the pip-installed package, as a third-party author would run them."""
+    tests = EXAMPLE / "tests"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(example_plugin_path),
+                                                                     os.environ.get("PYTHONPATH")])))
+    env.pop("LOONGSAGE_DISABLE_PLUGIN_AUTOLOAD", None)
+    env.pop("LOONGSAGE_LOAD_PLUGINS", None)
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                             "--rootdir", str(EXAMPLE), "-c", str(EXAMPLE / "pyproject.toml"), str(tests)],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 passed" in result.stdout
 
 
 def test_installed_command_runs_as_a_loongsage_subcommand(example_plugin_path, tmp_path):

@@ -1,6 +1,6 @@
 """Registrations of loongsage-agents: only hook implementations, cheap to import (no torch)."""
 
-from loongsage import hookimpl
+from loongsage.plugin import hookimpl
 from loongsage_agents.agents.params import SingleTurnParams
 from loongsage_agents.agents.router_params import (ChatParams, ClaudeCodeParams, CodexParams,
                                                    CommandParams, EnvironmentAgentParams,

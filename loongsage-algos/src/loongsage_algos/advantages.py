@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from loongsage.algorithms.advantages import broadcast, group_stats, masked_whiten
-from loongsage.algorithms.types import AdvantageInputs
+from loongsage.plugin import AdvantageInputs, broadcast, group_stats, masked_whiten
 from loongsage_algos.params import (
     DrGRPOParams,
     ReinforcePPBaselineParams,

@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from loongsage.algorithms.filters import FilterResult
-from loongsage.data.types import Group, Sample
+from loongsage.plugin import FilterResult, Group, Sample
 from loongsage_algos.params import (
     DynamicSamplingParams,
     LengthParams,

@@ -36,8 +36,7 @@ from typing import Callable
 
 import torch
 
-from loongsage.algorithms.mismatch import log_mismatch
-from loongsage.algorithms.types import Correction, PolicyLossInputs
+from loongsage.plugin import Correction, PolicyLossInputs, log_mismatch
 from loongsage_algos.params import IcePopParams, ISParams
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from loongsage.algorithms.types import Correction, PolicyLossInputs
+from loongsage.plugin import Correction, PolicyLossInputs
 from loongsage_algos.losses.common import seq_mean
 from loongsage_algos.params import OPSMParams
 

@@ -4,7 +4,7 @@ Core registers ``grpo``, ``ppo_clip`` and the KL policies; everything here is ad
 and never re-registers a core name.
 """
 
-from loongsage import hookimpl
+from loongsage.plugin import hookimpl
 from loongsage_algos import params as p
 
 _PKG = "loongsage_algos"

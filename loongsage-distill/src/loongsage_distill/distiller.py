@@ -21,9 +21,7 @@ from typing import Any, Sequence
 import ray
 import torch
 
-from loongsage.engines.batch import TrainBatch
-from loongsage.errors import ConfigError
-from loongsage.models.resolve import resolve_model_path
+from loongsage.plugin import ConfigError, TrainBatch, resolve_model_path
 
 from loongsage_distill.manager import TeacherManager
 from loongsage_distill.teacher_engine import Wants

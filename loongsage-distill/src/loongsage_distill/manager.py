@@ -22,8 +22,7 @@ from typing import Any, Callable
 import ray
 import torch
 
-from loongsage.config.opd import TeacherSpec
-from loongsage.errors import ConfigError
+from loongsage.plugin import ConfigError, TeacherSpec
 
 from loongsage_distill.teacher_engine import Job, Wants
 

@@ -8,7 +8,7 @@
   (core registers the token-level ``k1``, ``k2``, ``k3``).
 """
 
-from loongsage import hookimpl
+from loongsage.plugin import hookimpl
 from loongsage_distill import params as p
 
 _PKG = "loongsage_distill"

@@ -24,11 +24,9 @@ from typing import Any, Mapping
 
 import torch
 
-from loongsage.engines.batch import LogitTerm
-from loongsage.engines.embedded_train import load_causal_lm
-from loongsage.engines.embedded_train_logprobs import final_hidden, head_scores, scatter_positions
-from loongsage.errors import ConfigError
-from loongsage.models.resolve import resolve_model_path
+from loongsage.plugin import (
+    ConfigError, LogitTerm, final_hidden, head_scores, load_causal_lm, resolve_model_path, scatter_positions,
+)
 
 from loongsage_distill.weight_slot import WeightSlot
 

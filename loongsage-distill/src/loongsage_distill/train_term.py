@@ -30,9 +30,7 @@ from typing import Any, Callable
 
 import torch
 
-from loongsage.algorithms.aggregation import aggregate
-from loongsage.engines.batch import LogitTerm, LossContext, TrainBatch
-from loongsage.registry import PluginRef
+from loongsage.plugin import LogitTerm, LossContext, PluginRef, TrainBatch, aggregate
 
 from loongsage_distill.kl_methods import topk_overlap
 from loongsage_distill.teacher_heads import teacher_logprobs

@@ -18,7 +18,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
-from loongsage.errors import ConfigError
+from loongsage.plugin import ConfigError
 
 from loongsage_sandbox.errors import SandboxClosedError
 from loongsage_sandbox.params import SandboxParams, coerce_params

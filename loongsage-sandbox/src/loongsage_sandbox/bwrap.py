@@ -29,7 +29,7 @@ import shutil
 import zlib
 from typing import Any
 
-from loongsage.errors import ConfigError
+from loongsage.plugin import ConfigError
 
 from loongsage_sandbox import leftovers
 from loongsage_sandbox.supervisor_client import SUPERVISOR_SOURCE, SupervisedSandbox

@@ -24,7 +24,7 @@ import shutil
 import sys
 from typing import Any, Sequence
 
-from loongsage.errors import ConfigError, LoongSageError
+from loongsage.plugin import ConfigError, LoongSageError
 
 
 def _size_mb(text: str) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loongsage.errors import LoongSageError
+from loongsage.plugin import LoongSageError
 
 
 class SandboxError(LoongSageError):

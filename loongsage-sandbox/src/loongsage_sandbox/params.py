@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
-from loongsage.errors import ConfigError
+from loongsage.plugin import ConfigError
 
 
 @dataclass

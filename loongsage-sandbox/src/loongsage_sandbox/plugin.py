@@ -4,7 +4,7 @@ Each backend is registered as its class (lazily, by ``"module:attr"``): build on
 ``cls(params, files=..., untrusted=...)`` and use it as an async context manager.
 """
 
-from loongsage import hookimpl
+from loongsage.plugin import hookimpl
 from loongsage_sandbox.params import BwrapParams, DockerParams, ProcessParams, RemoteParams
 
 

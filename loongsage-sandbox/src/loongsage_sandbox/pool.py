@@ -17,7 +17,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Mapping
 
-from loongsage.errors import ConfigError
+from loongsage.plugin import ConfigError
 
 from loongsage_sandbox.base import Sandbox
 from loongsage_sandbox.errors import SandboxClosedError, SandboxError

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from loongsage.errors import ConfigError
+from loongsage.plugin import ConfigError
 
 from loongsage_sandbox.base import ExecResult, FileEntry, Sandbox
 from loongsage_sandbox.errors import (

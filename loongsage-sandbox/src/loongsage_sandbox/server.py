@@ -29,7 +29,7 @@ from typing import Any, AsyncIterator, Mapping
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from loongsage.errors import ConfigError, LoongSageError
+from loongsage.plugin import ConfigError, LoongSageError
 
 from loongsage_sandbox import leftovers
 from loongsage_sandbox.base import Sandbox

@@ -2,7 +2,7 @@
 
 import csv
 
-from loongsage.tracking.base import Tracker
+from loongsage.plugin import Tracker
 
 
 class CsvTracker(Tracker):

@@ -1,6 +1,6 @@
 """Hook implementations only: cheap to import, the objects load lazily by name."""
 
-from loongsage import hookimpl
+from loongsage.plugin import hookimpl
 
 from loongsage_example_plugin.params import CsvParams, ExactMatchParams
 

@@ -18,7 +18,7 @@ import functools
 import ssl
 from typing import Any
 
-from loongsage.data.types import Prompt
+from loongsage.plugin import Prompt
 
 from loongsage_agents.agents.router_base import Outcome, RouterAgentBase
 from loongsage_agents.agents.router_params import ChatParams

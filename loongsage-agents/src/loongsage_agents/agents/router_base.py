@@ -55,8 +55,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from loongsage.data.types import Prompt, Sample
-from loongsage.engines.sampling_seed import SEED_KEY, sample_seed
+from loongsage.plugin import Prompt, SEED_KEY, Sample, sample_seed
 
 from loongsage_agents.agents.router_params import RouterAgentParams
 from loongsage_agents.agents.tasks import gather_all
@@ -178,7 +177,7 @@ class RouterAgentBase:
         needs: its served and untrained model names, its middlewares after the run's, its context."""
         import dataclasses
 
-        from loongsage.agentflow.settings import RouterSettings
+        from loongsage.plugin import RouterSettings
 
         p = self.params
         base = base if base is not None else RouterSettings()
@@ -194,8 +193,7 @@ class RouterAgentBase:
             return self._shared_router
         router = self._routers.get(id(client))
         if router is None:
-            from loongsage.agentflow.server import Router
-            from loongsage.engines.pool import EnginePool
+            from loongsage.plugin import EnginePool, Router
 
             # the run's pool as it is: wrapped in a pool of its own, its update aborts would not
             # be seen and router turns would end at a weight update instead of continuing

@@ -29,8 +29,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from loongsage.data.types import Prompt, Sample
-from loongsage.engines.sampling_seed import SEED_KEY, sample_seed
+from loongsage.plugin import Prompt, SEED_KEY, Sample, sample_seed
 
 from loongsage_agents.agents.params import SingleTurnParams
 

@@ -31,8 +31,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from loongsage.data.types import Prompt
-from loongsage.errors import ConfigError, LoongSageError
+from loongsage.plugin import ConfigError, LoongSageError, Prompt
 
 from loongsage_agents.agents.chat import chat_sampling, openai_client
 from loongsage_agents.agents.router_base import Outcome, RouterAgentBase

@@ -34,8 +34,7 @@ import json
 import random
 from typing import Any
 
-from loongsage.data.types import Prompt
-from loongsage.errors import ConfigError
+from loongsage.plugin import ConfigError, Prompt
 
 from loongsage_agents.datasets.code_repair_families import FAMILIES, Variant
 from loongsage_agents.datasets.params import CodeRepairParams

@@ -14,8 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from loongsage.data.types import Prompt
-from loongsage.install_hints import extra_command
+from loongsage.plugin import Prompt, extra_command
 
 from loongsage_agents.datasets.params import HuggingFaceDatasetParams
 from loongsage_agents.datasets.records import DatasetRecordError, record_to_prompt

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from loongsage.data.types import Prompt
+from loongsage.plugin import Prompt
 
 from loongsage_agents.datasets.params import FileDatasetParams
 from loongsage_agents.datasets.records import DatasetRecordError, record_to_prompt

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loongsage.data.types import Prompt
+from loongsage.plugin import Prompt
 
 from loongsage_agents.datasets.params import FileDatasetParams
 from loongsage_agents.datasets.records import DatasetRecordError, record_to_prompt

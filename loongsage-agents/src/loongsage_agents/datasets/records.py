@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from loongsage.data.types import Prompt
+from loongsage.plugin import Prompt
 
 from loongsage_agents.datasets.params import FileDatasetParams
 

@@ -21,8 +21,7 @@ from __future__ import annotations
 import json
 import random
 
-from loongsage.errors import ConfigError
-from loongsage.data.types import Prompt
+from loongsage.plugin import ConfigError, Prompt
 
 from loongsage_agents.datasets.params import SyntheticMathParams
 

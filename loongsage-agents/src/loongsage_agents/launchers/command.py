@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from loongsage.data.types import Prompt
+from loongsage.plugin import Prompt
 
 from loongsage_agents.agents.router_base import Outcome, RouterAgentBase, prompt_task
 from loongsage_agents.agents.router_params import CommandParams

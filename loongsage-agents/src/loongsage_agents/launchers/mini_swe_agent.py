@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from loongsage.data.types import Prompt
+from loongsage.plugin import Prompt
 
 from loongsage_agents.agents.router_base import Outcome
 from loongsage_agents.agents.router_params import MiniSweAgentParams

@@ -41,7 +41,7 @@ import threading
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-from loongsage.errors import ConfigError
+from loongsage.plugin import ConfigError
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 

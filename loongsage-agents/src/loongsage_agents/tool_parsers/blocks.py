@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from loongsage.agentflow.tool_calls import ParsedOutput, ToolCall
+from loongsage.plugin import ParsedOutput, ToolCall
 
 START, END = "<tool_call>", "</tool_call>"
 BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)

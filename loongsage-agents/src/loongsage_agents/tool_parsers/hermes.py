@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from loongsage.agentflow.tool_calls import ParsedOutput, ToolCall
+from loongsage.plugin import ParsedOutput, ToolCall
 from loongsage_agents.tool_parsers.blocks import START, split_blocks
 
 

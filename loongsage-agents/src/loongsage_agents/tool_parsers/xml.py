@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 
-from loongsage.agentflow.tool_calls import ParsedOutput, ToolCall
+from loongsage.plugin import ParsedOutput, ToolCall
 from loongsage_agents.tool_parsers.blocks import START, split_blocks
 
 FUNCTION = re.compile(r"^\s*<function=([^>\s]+)>(.*?)</function>\s*$", re.DOTALL)

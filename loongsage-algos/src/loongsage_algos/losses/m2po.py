@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from loongsage.algorithms.mismatch import log_mismatch
-from loongsage.algorithms.types import PolicyLossInputs, PolicyLossOutput
+from loongsage.plugin import PolicyLossInputs, PolicyLossOutput, log_mismatch
 from loongsage_algos.losses.common import clamp_log_ratio
 from loongsage_algos.params import M2POParams
 

@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from loongsage.algorithms.types import PolicyLossInputs, PolicyLossOutput
+from loongsage.plugin import PolicyLossInputs, PolicyLossOutput
 from loongsage_algos.losses.common import clamp_log_ratio
 from loongsage_algos.params import SAOParams
 

@@ -1,6 +1,6 @@
 """Core's built-in router middlewares, registered through the same hook as third-party code."""
 
-from loongsage import hookimpl
+from loongsage.hookspecs import hookimpl
 from loongsage.agentflow.middleware_params import ToolCallParserParams
 
 

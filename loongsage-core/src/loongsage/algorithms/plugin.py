@@ -5,7 +5,7 @@ PPO run); ``loongsage-algos`` registers every other estimator, loss, correction 
 Targets are lazy ``"module:attr"`` strings so importing this module never imports torch.
 """
 
-from loongsage import hookimpl
+from loongsage.hookspecs import hookimpl
 from loongsage.algorithms.params import GAEParams, GRPOParams, KLLossParams, KLPenaltyParams, PPOClipParams
 
 _KL = "loongsage.algorithms.kl"

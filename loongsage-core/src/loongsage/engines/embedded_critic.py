@@ -37,7 +37,8 @@ from safetensors import safe_open
 from torch import nn
 
 from loongsage.engines.batch import TrainBatch
-from loongsage.engines.embedded_train import EmbeddedTrainEngine, _section, train_section
+from loongsage.engines.embedded_train import EmbeddedTrainEngine
+from loongsage.engines.sections import config_section, train_section
 from loongsage.engines.embedded_train_logprobs import final_hidden, scatter_positions
 from loongsage.engines.micro_batches import scatter_rows
 from loongsage.engines.embedded_train_state import check_loaded, read_weights
@@ -92,8 +93,8 @@ class EmbeddedCriticEngine(EmbeddedTrainEngine):
         """Build from the full resolved config (``model``, ``train``, ``algorithm.critic``)."""
         from loongsage.models.resolve import resolve_model_path
 
-        model = _section(cfg, "model", ModelConfig)
-        critic = _section(cfg.get("algorithm") or {}, "critic", CriticConfig)
+        model = config_section(cfg, "model", ModelConfig)
+        critic = config_section(cfg.get("algorithm") or {}, "critic", CriticConfig)
         model.path = str(resolve_model_path(str(critic.path or model.path)))
         train = train_section(cfg)
         trainer = cfg.get("trainer") or {}

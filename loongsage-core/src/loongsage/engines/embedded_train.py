@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from loongsage.schema import LoraSettings, MegatronSettings, ModelConfig, TrainConfig
+from loongsage.schema import ModelConfig, TrainConfig
 from loongsage.engines.batch import LogitTerm, LossContext, TrainBatch
 from loongsage.engines.distributed import SingleProcess
 from loongsage.engines.embedded_train_logprobs import TokenScores
@@ -44,38 +44,13 @@ from loongsage.engines.micro_batches import (
     micro_batches, plan_micro_batches, prompt_keys, row_lengths, scatter_rows, shared_prefix_length, split_to,
 )
 from loongsage.engines.routing import REPLAY_SOURCES, MoeRouters, RoutingPass, check_router_replay
+from loongsage.engines.sections import config_section, train_section
 from loongsage.errors import ConfigError, NonFiniteLossError
 
 LossFn = Callable[[LossContext], Any]
 Named = tuple[str, torch.Tensor]  # an HF state-dict name and its tensor
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def _section(cfg: Any, name: str, schema: type) -> Any:
-    """``cfg[name]`` (dict or DictConfig) as the schema dataclass, defaults filled in."""
-    from omegaconf import DictConfig, OmegaConf
-
-    node = cfg.get(name) if cfg is not None else None
-    if isinstance(node, DictConfig):
-        values = OmegaConf.to_container(node, resolve=True)
-    else:
-        values = dict(node or {})
-    try:
-        return schema(**values)
-    except TypeError as err:
-        raise ConfigError(name, f"does not match {schema.__name__}: {err}") from None
-
-
-def train_section(cfg: Any) -> TrainConfig:
-    """``cfg["train"]`` as a ``TrainConfig``, its nested sections (``lora``, ``megatron``) as
-    their dataclasses too (they arrive as plain dicts)."""
-    train = _section(cfg, "train", TrainConfig)
-    if isinstance(train.lora, Mapping):
-        train.lora = _section({"train.lora": train.lora}, "train.lora", LoraSettings)
-    if isinstance(train.megatron, Mapping):
-        train.megatron = _section({"train.megatron": train.megatron}, "train.megatron", MegatronSettings)
-    return train
 
 
 def load_causal_lm(path: str | Path, dtype: str, trust_remote_code: bool = False) -> nn.Module:
@@ -160,7 +135,7 @@ class EmbeddedTrainEngine:
         """Build from the full resolved config (sections ``model``, ``train``, ``trainer``)."""
         from loongsage.models.resolve import resolve_model_path
 
-        model = _section(cfg, "model", ModelConfig)
+        model = config_section(cfg, "model", ModelConfig)
         model.path = str(resolve_model_path(str(model.path)))
         train = train_section(cfg)
         trainer = cfg.get("trainer") or {}

@@ -1,6 +1,6 @@
 """Core's built-in engines plugins, registered through the same hooks as third-party code."""
 
-from loongsage import hookimpl
+from loongsage.hookspecs import hookimpl
 
 
 @hookimpl

@@ -1,6 +1,6 @@
 """Core's built-in runtime plugins, registered through the same hooks as third-party code."""
 
-from loongsage import hookimpl
+from loongsage.hookspecs import hookimpl
 from loongsage.runtime.window import NoWindowParams, WindowedFifoParams, WindowGatedParams
 
 

@@ -4,7 +4,7 @@
 their modules import it only when a run builds the tracker.
 """
 
-from loongsage import hookimpl
+from loongsage.hookspecs import hookimpl
 from loongsage.tracking.console import ConsoleParams
 from loongsage.tracking.jsonl import JsonlParams
 from loongsage.tracking.mlflow_tracker import MlflowParams

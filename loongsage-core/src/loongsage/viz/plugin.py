@@ -1,6 +1,6 @@
 """Core's ``plot`` and ``view`` commands, registered through the same hook as third-party commands."""
 
-from loongsage import hookimpl
+from loongsage.hookspecs import hookimpl
 
 
 @hookimpl

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from loongsage.engines.batch import LogitTerm, LossContext, TrainBatch
-from loongsage.engines.embedded_train import _section, train_section
+from loongsage.engines.sections import config_section, train_section
 from loongsage.engines.megatron import cpu_shims
 from loongsage.engines.megatron.bridge import build_with_bridge, export_with_bridge, uses_bridge
 from loongsage.engines.megatron.grads import clip_and_norm, reduce_gradients
@@ -100,7 +100,7 @@ class MegatronTrainEngine:
         """Build from the full resolved config (sections ``model``, ``train``, ``trainer``)."""
         from loongsage.models.resolve import resolve_model_path
 
-        model = _section(cfg, "model", ModelConfig)
+        model = config_section(cfg, "model", ModelConfig)
         model.path = str(resolve_model_path(str(model.path)))
         train = train_section(cfg)
         trainer = cfg.get("trainer") or {}

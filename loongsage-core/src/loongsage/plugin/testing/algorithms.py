@@ -1,10 +1,11 @@
-"""Helpers for testing algorithm plugins (ours and third-party): contexts and contract checks.
+"""Checks and helpers for testing algorithm plugins (ours and third-party ones).
 
 ``loss_context`` builds the ``LossContext`` a train engine would hand the objective for one
 micro-batch; ``split_and_sum`` runs a loss closure over row-slices of a batch with global
-denominators, which is how engines call it; ``check_policy_loss_contract`` asserts the
-properties every policy loss must have (shapes, finite values, gradient only through
-``logprobs``, metrics [N, L] or [N]).
+denominators, which is how engines call it. ``check_policy_loss_contract``,
+``check_correction_contract``, ``check_advantage_contract`` and ``check_kl_policy_contract``
+assert the properties every entry of those kinds must have (shapes, finite values, where the
+gradient flows, metrics [N, L] or [N]) on random inputs, raising ``AssertionError``.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ def check_policy_loss_contract(fn: Callable[..., PolicyLossOutput], params: Any,
     for name, value in out.metrics.items():
         assert "/" in name, f"metric {name!r} needs a section prefix (train/...)"
         assert value.shape in ((n, length), (n,)), f"metric {name} has shape {tuple(value.shape)}"
+    assert out.loss.requires_grad, "loss carries no gradient: the gradient must reach logprobs"
     (out.loss * mask).sum().backward()
     assert logprobs.grad is not None and torch.isfinite(logprobs.grad).all(), "gradient must reach logprobs"
 
@@ -123,3 +125,27 @@ def check_advantage_contract(fn: Callable[..., torch.Tensor], params: Any, seed:
     assert out.shape == (n, length), f"advantages must be [N, L], got {tuple(out.shape)}"
     assert torch.isfinite(out).all() and not out.requires_grad
     assert bool((out[mask == 0] == 0).all()), "advantages must be zero outside the loss mask"
+
+
+def check_kl_policy_contract(fn: Callable[..., torch.Tensor], teacher_targets: str = "logprobs") -> None:
+    """Assert the kl_policy contract: zero on identical policies, with a gradient.
+
+    ``teacher_targets`` is the policy's own declaration (its parameter class's attribute):
+    ``"logprobs"`` for a token-level ``fn(logprobs, ref_logprobs) -> [N, L]``; ``"full"`` or
+    ``"topk"`` for a logit-level ``fn(student_logits [c, V], teacher_logprobs, teacher_ids,
+    beta) -> [c]``, given the teacher's full log-softmax or its top-k (here k = V).
+    """
+    if teacher_targets == "logprobs":
+        logprobs = torch.tensor([[-1.0, -0.5, -3.0]], requires_grad=True)
+        value = fn(logprobs, logprobs.detach().clone())
+        assert value.shape == (1, 3), f"a token-level KL must be [N, L], got {tuple(value.shape)}"
+        assert torch.all(value == 0), "KL of identical policies must be 0"
+    else:
+        logits = torch.tensor([[2.0, 0.5, -1.0, 0.0], [0.0, 0.0, 1.0, -2.0]], requires_grad=True)
+        logprobs = torch.log_softmax(logits.detach(), -1)
+        top = logprobs.topk(4, dim=-1)
+        teacher = (logprobs, None) if teacher_targets == "full" else (top.values, top.indices)
+        value = fn(logits, *teacher, 0.5)
+        assert value.shape == (2,), f"a logit-level KL must be [c], got {tuple(value.shape)}"
+        assert value.abs().max() < 1e-6, "KL of identical distributions must be 0"
+    assert value.requires_grad, "the KL must keep its gradient"
