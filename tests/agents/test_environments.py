@@ -15,10 +15,9 @@ import asyncio
 import pytest
 from omegaconf import OmegaConf
 
-from loongsage import hookimpl
 from loongsage.config.validate import validate_config
 from loongsage.data.sources import build_sources
-from loongsage.errors import ConfigError, UnknownPluginError
+from loongsage.plugin import ConfigError, UnknownPluginError, hookimpl
 from loongsage.plugins import get_registries, load_plugins
 
 GYM = {"type": "reasoning_gym", "tasks": ["basic_arithmetic", {"name": "leg_counting", "weight": 3}],
@@ -106,7 +105,7 @@ class Scripted:
             self.context = context
 
         def tasks(self, split):
-            from loongsage.data.types import Prompt
+            from loongsage.plugin import Prompt
 
             class Tasks:
                 def __len__(self):
@@ -118,7 +117,7 @@ class Scripted:
             return Tasks()
 
         async def run_episode(self, task, endpoint):
-            from loongsage.data.environments import Episode
+            from loongsage.plugin import Episode
             from loongsage_agents.agents.chat import openai_client
 
             async with openai_client(dict(endpoint.urls), endpoint.api_key) as client:

@@ -16,7 +16,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 FLAKY = '''
-from loongsage import hookimpl
+from loongsage.plugin import hookimpl
 from loongsage_agents.environments.params import ReasoningGymParams
 from loongsage_agents.environments.reasoning_gym_env import ReasoningGymEnvironment
 

@@ -1,7 +1,7 @@
 """The ``environment`` agent: runs a data source's environment episodes through the router.
 
 A source that names an environment (``data_sources[i].environment``) gets this agent bound to it
-by config validation (``loongsage.data.environments``); the built environment arrives in the
+by config validation; the built environment arrives in the
 agent's ``SourceContext.environment``. Each trajectory of a group is one episode:
 ``environment.run_episode(prompt, endpoint)`` with the trajectory's own router URLs and key, so
 every model call the environment's code makes is recorded token-exactly like any agent's, under
@@ -19,8 +19,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from loongsage.data.environments import Endpoint
-from loongsage.data.types import Prompt
+from loongsage.plugin import Endpoint, Prompt
 
 from loongsage_agents.agents.chat import chat_sampling
 from loongsage_agents.agents.router_base import Outcome, RouterAgentBase, described, failed_model_call

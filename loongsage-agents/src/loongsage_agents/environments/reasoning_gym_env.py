@@ -19,12 +19,11 @@ trains on.
 
 from __future__ import annotations
 
+import difflib
 import random
 from typing import Any
 
-from loongsage.data.environments import Endpoint, Episode, EnvironmentContext
-from loongsage.data.types import Prompt
-from loongsage.errors import ConfigError
+from loongsage.plugin import ConfigError, Endpoint, EnvironmentContext, Episode, Prompt
 
 from loongsage_agents.agents.chat import openai_client
 from loongsage_agents.environments.params import HELD_OUT_OFFSET, ReasoningGymParams, task_entries
@@ -91,10 +90,8 @@ class ReasoningGymEnvironment:
         self.datasets: dict[str, list[Any]] = {"train": [], "held_out": []}
         for i, task in enumerate(self.tasks_config):
             if task["name"] not in known:
-                from loongsage.hints import closest
-
-                match = closest(task["name"], known)
-                hint = f"; did you mean {match!r}?" if match else ""
+                match = difflib.get_close_matches(task["name"], known, n=1)
+                hint = f"; did you mean {match[0]!r}?" if match else ""
                 raise ConfigError(f"tasks[{i}].name", f"reasoning-gym has no task {task['name']!r}{hint} "
                                   f"({len(known)} tasks: {', '.join(known)})")
             make = reasoning_gym.create_dataset

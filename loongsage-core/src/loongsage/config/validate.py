@@ -25,7 +25,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from loongsage.algorithms.lr_schedule import LR_DECAYS
 from loongsage.algorithms.validate import AlgorithmSpec, validate_algorithm
-from loongsage.config.backend_support import check_backend_keys, check_optional_packages
+from loongsage.config.backend_support import (check_backend_keys, check_environment_library,
+                                              check_optional_packages)
 from loongsage.config.opd import DistillSpec, validate_opd
 from loongsage.config.store import data_source_schema, root_schema
 from loongsage.data.environments import EnvironmentOptions, bind_environment
@@ -278,6 +279,7 @@ def _triple(i: int, node: DictConfig, cfg: DictConfig, registries: Registries) -
                           "episodes and rewards; name either the environment or the dataset/agent/reward triple")
     env = registries.resolve("environment", node.environment, f"{key}.environment", "type",
                              options=EnvironmentOptions())
+    check_environment_library(env)
     reward_options = RewardOptions(timeout_s=cfg.reward.timeout_s, on_error=cfg.reward.on_error)
     dataset, agent, reward = bind_environment(env, registries, bool(node.eval_only), reward_options)
     return {"dataset": dataset, "agent": agent, "reward": reward, "environment": env}

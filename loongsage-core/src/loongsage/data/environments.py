@@ -23,7 +23,7 @@ reference into the source's dataset, agent and reward references. The environmen
 generic keys (``EnvironmentOptions``) set the episode agent's deadline and concurrency. A
 parameter dataclass may declare ``requires = (module, distribution, extra)``: the library the
 environment drives, checked (found, not imported) before any actor starts, with the command
-that installs the extra.
+that installs the extra (``loongsage.config.backend_support.check_environment_library``).
 
 This module is cheap to import (the reward worker processes preload it).
 """
@@ -111,21 +111,6 @@ def episode_reward(text: str, ground_truth: Any, params: Any, *, sample: Any = N
     return {"score": info["episode_reward"]}
 
 
-def check_requirement(env: PluginRef) -> None:
-    """A ``ConfigError`` naming the extra to install when the environment's library is missing."""
-    requires = env.trait("requires")
-    if not requires:
-        return
-    from loongsage.config.backend_support import installed
-    from loongsage.install_hints import extra_command
-
-    module, distribution, extra = requires
-    if not installed(module):
-        raise ConfigError(f"{env.key}.type", f"environment '{env.name}' needs the {module!r} library, "
-                          f"which is not installed; install the extra [{extra}] of {distribution}: "
-                          f"{extra_command(distribution, extra)}")
-
-
 def _entry(kind: str, env: PluginRef, target: Any) -> RegistryEntry:
     return RegistryEntry(kind, env.name, target, env.entry.distribution, None,
                          f"the tasks, episodes and rewards of environment '{env.name}'")
@@ -134,7 +119,6 @@ def _entry(kind: str, env: PluginRef, target: Any) -> RegistryEntry:
 def bind_environment(env: PluginRef, registries: Registries, eval_only: bool,
                      reward_options: Any) -> tuple[PluginRef, PluginRef, PluginRef]:
     """The dataset, agent and reward references of a source that names environment ``env``."""
-    check_requirement(env)
     options = env.options or EnvironmentOptions()
     if options.episode_timeout_s <= 0 or options.concurrency < 0:
         raise ConfigError(env.key, "expected episode_timeout_s > 0 and concurrency >= 0, got "
