@@ -89,3 +89,16 @@ def test_reasoning_gym_scores_each_reply_with_the_tasks_own_scorer(scripted_engi
             assert source.score(sample.text, prompt.ground_truth, prompt=prompt, sample=sample) == {"score": expected}
     finally:
         source.agent.close()
+
+
+def test_without_the_library_the_error_names_the_extra_before_anything_starts(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # found by no import from here on
+    with pytest.raises(ConfigError) as err:
+        validate_config(config({"name": "rg", "environment": GYM}), get_registries())
+    message = str(err.value)
+    assert message.startswith("data_sources[0].environment.type: environment 'reasoning_gym' needs the "
+                              "'reasoning_gym' library, which is not installed; install the extra "
+                              "[reasoning-gym] of loongsage-agents: ")
+    assert message.endswith("reasoning-gym==0.1.25'")  # what the installed extra adds
