@@ -53,6 +53,13 @@ def test_unknown_environment_type_names_the_installed_ones():
     assert "reasoning_gym (loongsage-agents)" in message and "Did you mean 'reasoning_gym'?" in message
 
 
+@pytest.mark.parametrize("key, value", [("episode_timeout_s", 0), ("concurrency", -1)])
+def test_the_generic_keys_of_an_environment_node_are_checked(key, value):
+    with pytest.raises(ConfigError, match=r"^data_sources\[0\]\.environment: expected episode_timeout_s > 0 "
+                                          r"and concurrency >= 0"):
+        validate_config(config({"name": "rg", "environment": {**GYM, key: value}}), get_registries())
+
+
 def test_a_source_without_environment_still_needs_its_dataset_and_reward():
     with pytest.raises(ConfigError, match=r"^data_sources\[0\]\.dataset: required value missing"):
         validate_config(config({"name": "m", "reward": "math"}), get_registries())

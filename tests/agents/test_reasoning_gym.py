@@ -102,3 +102,22 @@ def test_without_the_library_the_error_names_the_extra_before_anything_starts(mo
                               "'reasoning_gym' library, which is not installed; install the extra "
                               "[reasoning-gym] of loongsage-agents: ")
     assert message.endswith("reasoning-gym==0.1.25'")  # what the installed extra adds
+
+
+def test_a_task_named_twice_with_two_configs_is_scored_against_its_own_entries(scripted_engine, tokenizer):
+    import reasoning_gym
+
+    easy = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
+    hard = {"min_terms": 3, "max_terms": 3, "min_digits": 3, "max_digits": 3}
+    gym = {"type": "reasoning_gym", "size": 10, "held_out_size": 2,
+           "tasks": [{"name": "basic_arithmetic", "config": easy}, {"name": "basic_arithmetic", "config": hard}]}
+    _, sources = built(get_registries(), {"name": "rg", "environment": gym}, tokenizer=tokenizer)
+    source = sources["rg"]
+    prompt = next(p for p in map(source.get, range(10)) if p.metadata["task_number"] == 1)
+    entry = reasoning_gym.create_dataset("basic_arithmetic", seed=0, size=10, **hard)[prompt.metadata["task_index"]]
+    assert prompt.messages[-1]["content"] == entry["question"]
+    try:
+        [sample] = run_group(source, prompt, 1, scripted_engine([f"<answer>{entry['answer']}</answer>"]))
+    finally:
+        source.agent.close()
+    assert sample.reward_info["episode_reward"] == 1.0

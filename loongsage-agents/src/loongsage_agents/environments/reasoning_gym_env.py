@@ -70,7 +70,7 @@ class TaskList:
             messages.insert(0, {"role": "system", "content": self.env.params.system_prompt})
         name = self.env.tasks_config[task]["name"]
         return Prompt(source="", index=index, messages=messages, ground_truth=str(entry["answer"]),
-                      metadata={"task": name, "split": self.split, "task_index": j,
+                      metadata={"task": name, "task_number": task, "split": self.split, "task_index": j,
                                 "solution": f"<answer>{entry['answer']}</answer>"})
 
 
@@ -132,8 +132,8 @@ class ReasoningGymEnvironment:
 
     def score(self, prompt: Prompt, text: str) -> tuple[float, str | None]:
         """The task's own score of a reply (its extracted answer), and that answer."""
-        meta = prompt.metadata
-        task = next(i for i, t in enumerate(self.tasks_config) if t["name"] == meta["task"])
+        meta = prompt.metadata  # task_number: a task named twice (two configs) is two tasks
+        task = meta["task_number"]
         entry = self.entry(meta["split"], task, meta["task_index"])
         answer = extract_final_answer(text)
         return float(self.datasets[meta["split"]][task].score_answer(answer, entry)), answer
