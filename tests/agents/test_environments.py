@@ -169,3 +169,35 @@ def test_a_failing_or_hanging_episode_is_marked_failed_and_the_others_scored(scr
     unscored = type(ok)(prompt_ids=[1], response_ids=[], response_logprobs=[], weight_versions=[], loss_mask=[])
     with pytest.raises(ValueError, match="the episode finished without a reward"):
         source.score("", None, prompt=prompt, sample=unscored)
+
+
+def test_without_the_episode_agent_the_error_says_where_it_comes_from(monkeypatch):
+    monkeypatch.setenv("LOONGSAGE_DISABLE_PLUGIN_AUTOLOAD", "1")  # loongsage-agents not loaded
+    registries = load_plugins(extra=[(Scripted, "scripted-envs")])
+    with pytest.raises(ConfigError) as err:
+        validate_config(config({"name": "s", "environment": {"type": "scripted"}}), registries)
+    message = str(err.value)
+    assert message.startswith("data_sources[0].environment: environment sources run their episodes with the "
+                              "'environment' agent, which no loaded distribution registers: 'environment' "
+                              "(agent) comes with loongsage-agents, which is installed but not loaded "
+                              "(LOONGSAGE_DISABLE_PLUGIN_AUTOLOAD is set)")
+
+
+class NoTasks:
+    """An environment plugin whose tasks are not a dataset."""
+
+    class Env(Scripted.Env):
+        def tasks(self, split):
+            return ["a list", "has no get"]
+
+    @staticmethod
+    @hookimpl
+    def loongsage_register_environments(register):
+        register("no_tasks", NoTasks.Env, params=Scripted.Params)
+
+
+def test_tasks_that_are_not_a_dataset_are_a_config_error_naming_the_environment():
+    registries = load_plugins(extra=[(NoTasks, "no-tasks")])
+    with pytest.raises(ConfigError, match=r"^data_sources\[0\]\.environment: Env\.tasks\('train'\) returned a "
+                                          r"list, not a dataset with get\(index\)"):
+        built(registries, {"name": "n", "environment": {"type": "no_tasks"}})

@@ -97,7 +97,8 @@ def split_of(eval_only: bool) -> str:
     return "held_out" if eval_only else "train"
 
 
-def episode_reward(text: str, ground_truth: Any, params: Any, *, sample: Any = None, **context: Any) -> dict[str, Any]:
+def episode_reward(text: str, ground_truth: Any, params: Any, *, sample: Any = None,
+                   **context: Any) -> dict[str, Any]:
     """The reward of an environment source: the episode's own reward, as ``run_episode`` returned it.
 
     A failed episode (``reward_info["failed"]``) scores 0 without an error of its own (it is
@@ -127,11 +128,11 @@ def bind_environment(env: PluginRef, registries: Registries, eval_only: bool,
         agent = registries.resolve("agent", {"name": EPISODE_AGENT, "concurrency": options.concurrency,
                                              "episode_timeout_s": options.episode_timeout_s}, env.key)
     except UnknownPluginError:
-        from loongsage.install_hints import distribution_command
+        from loongsage.catalogue import install_hint
 
         raise ConfigError(env.key, f"environment sources run their episodes with the {EPISODE_AGENT!r} "
-                          "agent of loongsage-agents, which is not installed: "
-                          f"{distribution_command('loongsage-agents')}") from None
+                          f"agent, which no loaded distribution registers:"
+                          f"{install_hint('agent', EPISODE_AGENT)}") from None
     dataset = PluginRef(_entry("dataset", env, env.entry.target),  # built by build_source's environment branch
                         EnvironmentBinding(env, split_of(eval_only)), env.key)
     reward = PluginRef(_entry("reward", env, "loongsage.data.environments:episode_reward"),
@@ -150,6 +151,6 @@ def environment_tasks(environment: Any, split: str) -> Any:
         raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
     tasks = environment.tasks(split)
     if not callable(getattr(tasks, "get", None)):
-        raise TypeError(f"{type(environment).__name__}.tasks({split!r}) returned a "
+        raise ValueError(f"{type(environment).__name__}.tasks({split!r}) returned a "
                         f"{type(tasks).__name__}, not a dataset with get(index)")
     return tasks
