@@ -53,6 +53,6 @@ wheels:
 	@rm -rf dist
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	tar -c --exclude=__pycache__ --exclude='*.egg-info' $(addsuffix /pyproject.toml,$(DISTRIBUTIONS)) \
-	  $(addsuffix /README.md,$(DISTRIBUTIONS)) $(addsuffix /LICENSE,$(DISTRIBUTIONS)) $(addsuffix /src,$(DISTRIBUTIONS)) \
+	  $(addsuffix /README.md,$(DISTRIBUTIONS)) $(addsuffix /LICENSE,$(DISTRIBUTIONS)) $(addsuffix /src,$(DISTRIBUTIONS)) recipes \
 	  | tar -x -C "$$tmp" && \
 	$(WHEEL_PYTHON) -m pip wheel --quiet --no-deps -w dist $(addprefix "$$tmp"/,$(DISTRIBUTIONS))

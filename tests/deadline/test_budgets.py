@@ -52,6 +52,22 @@ def test_a_stalled_dataset_read_names_the_source_the_dataset_and_the_budget(regi
                                      "within its 0.5 s budget (budgets.dataset_get_s)")
 
 
+def test_reads_on_one_thread_each_keep_their_own_budget_and_name_the_record_that_stalls(registries):
+    """``get_each`` (the start-up prompt check's reads): errors come back in their record's place,
+    reads slower in total than one budget pass as long as each is within it, and the read that
+    stalls is named. Fails if the budget covered the batch rather than each read."""
+    run = run_config(registries, {"format": "stall", "stall_index": 3}, {"dataset_get_s": 0.5})
+    source = build_sources(run.sources, registries)["s"]
+    assert [p.ground_truth for p in source.get_each([0, 1, 2])] == ["1", "2", "3"]
+    with pytest.raises(BudgetExceeded) as err:
+        source.get_each([0, 1, 2, 3, 4])
+    assert str(err.value).startswith("data_sources[0].dataset: dataset 'stall' get(3) did not return "
+                                     "within its 0.5 s budget (budgets.dataset_get_s)")
+    budget = Budget(0.3, "budgets.dataset_get_s")
+    results = budget.run_each(str, lambda x: (deadline_probes.RELEASE.wait(0.2), 1 / x)[1], [1, 0, 4])
+    assert results[0] == 1.0 and isinstance(results[1], ZeroDivisionError) and results[2] == 0.25
+
+
 def test_a_stalled_dataset_build(registries):
     run = run_config(registries, {"format": "stall", "stall_on_load": True}, {"dataset_load_s": 0.5})
     with pytest.raises(BudgetExceeded, match=r"^data_sources\[0\]\.dataset: dataset 'stall' building its "

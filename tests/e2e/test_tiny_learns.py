@@ -31,7 +31,13 @@ SCALED = ("train.dp_size=2", "rollout.num_engines=2", "placement.train_cpus=0.5"
 def test_tiny_grpo_reward_rises(tmp_path, runs):
     run_dir = tmp_path / "tiny"
     result = runs.train(run_dir, *SCALED)
-    assert f"run directory: {run_dir}" in result.stdout
+    # the start-up block: where it writes first, then what it trains, then on what data
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"run directory: {run_dir}"
+    assert lines[1].startswith("model: ") and "(builtin:tiny); recipe tiny/grpo, grpo advantages, ppo_clip loss, 20 steps" in lines[1]
+    [data] = [line for line in lines if line.startswith("data: ")]
+    assert data == "data: arithmetic (synthetic_math, 10,000 prompts, weight 1)"
+    assert lines.index(data) < next(i for i, line in enumerate(lines) if line.startswith("memory estimate"))
     rows = runs.metrics(run_dir)
     assert [r["step"] for r in rows] == list(range(20))
     for row in rows:

@@ -85,9 +85,8 @@ def test_page_lists_filters_and_shows_a_trajectory_as_the_files_say(tiny_run, vi
     browser.get(viewer)
     wait_until(lambda: len(rows_shown(browser)) == len(saved), f"{len(saved)} sample rows listed")
     assert browser.find_element(By.ID, "run-path").text == str(tiny_run.resolve())
-    assert wait_until(lambda: browser.execute_script(
-        "const i = document.getElementById('curves'); return i.complete && i.naturalWidth > 0;"),
-        "the curves image loaded", timeout=120)
+    wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, "#curves .panel polyline"), "the curves drawn",
+               timeout=120)
 
     # filters: length >= the median response length, then a reward ceiling below every reward
     lengths = sorted(len(r["response_ids"]) for r in saved)
@@ -173,6 +172,67 @@ def test_page_lists_filters_and_shows_a_trajectory_as_the_files_say(tiny_run, vi
 
     with Image.open(shot) as image:
         assert image.format == "PNG" and image.size[0] >= 1000
+
+
+def compare_run(folder: Path, steps: int) -> Path:
+    """A second run directory with only ``metrics.jsonl`` (all the curves read): a reward that
+    rises by 0.05 a step, over more steps than the tiny run."""
+    folder.mkdir(parents=True)
+    rows = [{"step": s, "rollout/reward_mean": 0.05 * s, "timing/step": 1.0 + s % 3} for s in range(steps)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def test_curves_overlay_runs_show_values_on_hover_and_zoom_to_a_dragged_range(tiny_run, browser, tmp_path):
+    """The interactive chart: one line per run with every logged point, the hovered step's values
+    as metrics.jsonl has them, a drag narrows every panel to the dragged steps and a double-click
+    restores them all."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    from loongsage.viz.server import start_viewer
+
+    other = compare_run(tmp_path / "other", steps=20)
+    server = start_viewer(tiny_run, compare=[other])
+    try:
+        browser.get(server.url)
+        reward = "#curves .panel[data-metric='rollout/reward_mean']"
+        wait_until(lambda: len(browser.find_elements(By.CSS_SELECTOR, f"{reward} polyline")) == 2,
+                   "two reward lines", timeout=120)
+        tiny_rewards = [r["rollout/reward_mean"] for r in json_rows(tiny_run / "metrics.jsonl")
+                        if "rollout/reward_mean" in r]
+        points = {line.get_attribute("data-run"): int(line.get_attribute("data-points"))
+                  for line in browser.find_elements(By.CSS_SELECTOR, f"{reward} polyline")}
+        assert points == {tiny_run.name: len(tiny_rewards), "other": 20}
+        key = browser.find_element(By.ID, "run-key").text
+        assert tiny_run.name in key and "other" in key
+
+        svg = browser.find_element(By.CSS_SELECTOR, f"{reward} svg")
+        width = svg.size["width"]
+        plot_left, plot_width = width * 48 / 460, width * (460 - 48 - 8) / 460  # the panel's padding, in pixels
+        at_step = lambda step, x1=19: plot_left + step / x1 * plot_width - width / 2  # offset from the centre
+        ActionChains(browser).move_to_element_with_offset(svg, at_step(1), 0).perform()
+        tip = browser.find_element(By.ID, "curve-tip")
+        wait_until(lambda: tip.get_attribute("data-step") == "1", "the tip at step 1")
+        assert f"{tiny_run.name}: {float(f'{tiny_rewards[1]:.4g}'):g}" in tip.text
+        assert "other: 0.05" in tip.text
+
+        ActionChains(browser).move_to_element_with_offset(svg, at_step(5), 0).click_and_hold() \
+            .move_to_element_with_offset(svg, at_step(12), 0).release().perform()
+        span = lambda: tuple(browser.find_element(By.CSS_SELECTOR, reward).get_attribute(a) for a in ("data-x0", "data-x1"))
+        wait_until(lambda: span() == ("5", "12"), "the reward panel zoomed to steps 5-12")
+        assert all(p.get_attribute("data-x0") == "5" for p in browser.find_elements(By.CSS_SELECTOR, "#curves .panel"))
+        zoomed = browser.find_element(By.CSS_SELECTOR, f"{reward} polyline[data-run='other']")
+        assert zoomed.get_attribute("data-points") == "8"
+        ActionChains(browser).double_click(browser.find_element(By.CSS_SELECTOR, f"{reward} svg")).perform()
+        wait_until(lambda: browser.find_element(By.CSS_SELECTOR, f"{reward} polyline[data-run='other']")
+                   .get_attribute("data-points") == "20", "all 20 steps again")
+    finally:
+        server.stop()
+
+
+def json_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def test_view_command_serves_on_loopback_and_reports_its_address(tiny_run):

@@ -1,9 +1,9 @@
 """LoongSage: agent-native, fully asynchronous RL post-training for LLMs.
 
-The public plugin API is ``loongsage.hookimpl`` plus the documented base types; see
-``docs/plugins.md``. ``loongsage.train(recipe, overrides, reward=fn)`` trains from Python
-(``loongsage.api``), imported on first use so that plugin modules importing ``hookimpl`` stay
-cheap.
+The public plugin API is ``loongsage.plugin`` (``docs/plugins.md``); ``loongsage.hookimpl`` is
+the same marker as ``loongsage.plugin.hookimpl``. ``loongsage.train(recipe, overrides,
+reward=fn)`` trains from Python (``loongsage.api``), imported on first use so that plugin
+modules importing ``hookimpl`` stay cheap.
 """
 
 from loongsage.hookspecs import hookimpl

@@ -5,7 +5,8 @@ Python callable (TRL's ``reward_funcs`` habit) with the reward contract
 ``fn(text, ground_truth, params, **context) -> float | dict`` (``params`` is ``None``; context
 holds ``prompt``, ``sample`` and ``sandbox``). It is registered for this one run through the
 same plugin path as any reward, a run-time plugin handed to ``load_config(extra_plugins=)``,
-under its ``__name__``, and every data source of the recipe scores with it. Rewards run in
+under its ``__name__``, and every data source of the recipe scores with it (set on the composed
+config, ``load_config(adjust=)``: the recipe is composed once). Rewards run in
 worker processes, which cannot import a notebook's (or a script's) functions, so the
 callable's module is sent by value (``cloudpickle.register_pickle_by_value``): the function's
 code travels with each call, and module globals it touches are the worker's copies.
@@ -13,12 +14,17 @@ code travels with each call, and module globals it touches are the worker's copi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from loongsage.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 
 @dataclass
@@ -57,14 +63,10 @@ def _send_by_value(fn: Callable) -> None:
         cloudpickle.register_pickle_by_value(module)
 
 
-def _reward_overrides(config_name: str, overrides: Sequence[str], config_dir: str | None,
-                      plugin: CallableRewards, name: str) -> list[str]:
-    """``data_sources.i.reward=NAME`` (a bare name replaces the recipe's reward node with its
-    parameters) for every data source of the composed recipe."""
-    from loongsage.config.compose import load_config
-
-    sources = load_config(config_name, overrides, config_dir, extra_plugins=[(plugin, "loongsage.train")]).cfg.data_sources
-    return [f"data_sources.{i}.reward={name}" for i in range(len(sources))]
+def _use_reward(name: str, cfg: DictConfig) -> None:
+    """Every data source's reward is ``name`` (a bare name: the callable's, with no parameters)."""
+    for source in cfg.data_sources:
+        source.reward = name
 
 
 def train(config_name: str, overrides: Sequence[str] = (), *, config_dir: str | None = None,
@@ -77,14 +79,17 @@ def train(config_name: str, overrides: Sequence[str] = (), *, config_dir: str | 
 
     if not logging.getLogger(ROOT).handlers:
         configure_logging(0)
-    extra, overrides = [], list(overrides)
-    if reward is not None:
+    if reward is None:
+        run = load_config(config_name, overrides, config_dir)
+    else:
         if not callable(reward):
             raise TypeError(f"reward must be a callable (text, ground_truth, params, **context), got {reward!r}")
         name = getattr(reward, "__name__", "python_reward").replace("<lambda>", "python_reward")
         _send_by_value(reward)
-        plugin = CallableRewards({name: reward})
-        extra = [(plugin, "loongsage.train")]
-        overrides += _reward_overrides(config_name, overrides, config_dir, plugin, name)
-    run_dir = Path(run_training(load_config(config_name, overrides, config_dir, extra_plugins=extra)))
+        run = load_config(config_name, overrides, config_dir, extra_plugins=[(CallableRewards({name: reward}), "loongsage.train")],
+                          adjust=partial(_use_reward, name))
+        # the model card and config.yaml say how the recipe was changed, as for an override
+        run = dataclasses.replace(run, overrides=(*run.overrides, *(f"data_sources.{s.index}.reward={name}"
+                                                                   for s in run.sources)))
+    run_dir = Path(run_training(run))
     return TrainResult(run_dir, read_metrics(run_dir / "metrics.jsonl"))

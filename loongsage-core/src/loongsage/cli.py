@@ -160,7 +160,7 @@ def cmd_config(args: argparse.Namespace, registries: Registries) -> int:
             raise ConfigError("--config-name", "required, except for listing a group alone (--group GROUP)")
         _print_group(args.group, registries)
         return 0
-    run = load_config(args.config_name, args.overrides, args.config_dir)
+    run = load_config(args.config_name, args.overrides, args.config_dir, registries=registries)
     if args.group is not None:
         _print_group(args.group, run.registries)
     elif args.doc:
@@ -172,32 +172,32 @@ def cmd_config(args: argparse.Namespace, registries: Registries) -> int:
     return 0
 
 
-def cmd_train(args: argparse.Namespace, _registries: Registries) -> int:
+def cmd_train(args: argparse.Namespace, registries: Registries) -> int:
     from loongsage.config.compose import load_config
 
     # the config is validated before the controller (Ray, the engines) is imported, so a config
-    # error comes back as fast as from `config show`
-    run = load_config(args.config_name, args.overrides, args.config_dir)
+    # error comes back as fast as from `config show`; the plugins are the ones main() loaded
+    run = load_config(args.config_name, args.overrides, args.config_dir, registries=registries)
     from loongsage.controller import run_training
 
     run_training(run)
     return 0
 
 
-def cmd_sft(args: argparse.Namespace, _registries: Registries) -> int:
+def cmd_sft(args: argparse.Namespace, registries: Registries) -> int:
     from loongsage.config.compose import load_config
 
-    run = load_config(args.config_name, args.overrides, args.config_dir)  # before the controller's imports
+    run = load_config(args.config_name, args.overrides, args.config_dir, registries=registries)  # before the controller
     from loongsage.controller import run_sft_only
 
     run_sft_only(run)
     return 0
 
 
-def cmd_serve(args: argparse.Namespace, _registries: Registries) -> int:
+def cmd_serve(args: argparse.Namespace, registries: Registries) -> int:
     from loongsage.controller.serve import run_serve
 
-    run_serve(args.config_name, args.overrides, args.config_dir, args.engine_url,
+    run_serve(args.config_name, args.overrides, args.config_dir, args.engine_url, registries=registries,
               session_header=args.session_header)
     return 0
 

@@ -130,6 +130,21 @@ def load_plugins(local_modules: Iterable[str] = (), extra: Iterable[tuple[object
     return registries
 
 
+def with_plugins(registries: Registries, local_modules: Iterable[str] = (),
+                 extra: Iterable[tuple[object, str]] = ()) -> Registries:
+    """``registries`` and the plugins of ``local_modules`` and ``extra`` (as ``load_plugins``
+    takes them): only the new plugins' hooks are called, so a run whose installed plugins are
+    already loaded (the CLI's) loads nothing twice. A name the new plugins register again is
+    refused as in one load."""
+    manager = PluginManager()
+    manager.load_local(local_modules)
+    for plugin, name in extra:
+        manager.register(plugin, name, name)
+    extended = manager.fill(registries.unfrozen_copy())
+    extended.freeze()
+    return extended
+
+
 _CACHE: dict[tuple, Registries] = {}
 
 

@@ -6,11 +6,10 @@ an unknown name raises ``UnknownPluginError`` naming the config key and the clos
 match, and nothing can be registered once the registry is frozen.
 
 ``Registries.resolve`` is the one way a config node naming a plugin (a bare name, or a
-mapping ``{name: ..., <params>}``; datasets key it by ``format``, sandboxes and environments by ``type``)
+mapping ``{name: ..., <params>}``; datasets key it by ``format``, sandboxes by ``type``)
 becomes a ``PluginRef``: the registry entry plus its parameters typed by the plugin's own
 dataclass, and the config key it came from (for every later error); for kinds whose nodes
-also carry generic keys the core reads (every reward node's ``timeout_s`` and ``on_error``, every
-environment node's ``episode_timeout_s`` and ``concurrency``),
+also carry generic keys the core reads (every reward node's ``timeout_s`` and ``on_error``),
 those are split off and typed by the core's own dataclass (``PluginRef.options``).
 Everything downstream (validation, data sources, the objective, schedulers, the router,
 trackers) receives ``PluginRef``s and never looks a name up again.
@@ -28,47 +27,7 @@ from loongsage.errors import (
     RegistryFrozenError,
     UnknownPluginError,
 )
-
-
-@dataclass(frozen=True)
-class Kind:
-    """A plugin kind: its registry name, its hook, and the config field that names it."""
-
-    name: str
-    hook: str
-    config_field: str
-
-
-KINDS: dict[str, Kind] = {
-    k.name: k
-    for k in (
-        Kind("agent", "loongsage_register_agents", "data_sources[*].agent.name"),
-        Kind("reward", "loongsage_register_rewards", "data_sources[*].reward.name"),
-        Kind("sandbox", "loongsage_register_sandboxes", "data_sources[*].sandbox.type"),
-        Kind("dataset", "loongsage_register_datasets", "data_sources[*].dataset.format"),
-        Kind("environment", "loongsage_register_environments", "data_sources[*].environment.type"),
-        Kind("tool_parser", "loongsage_register_tool_parsers", "agentflow.tool_parser"),
-        Kind(
-            "router_middleware",
-            "loongsage_register_router_middlewares",
-            "agentflow.middlewares",
-        ),
-        Kind(
-            "advantage",
-            "loongsage_register_advantage_estimators",
-            "algorithm.advantage_estimator",
-        ),
-        Kind("policy_loss", "loongsage_register_policy_losses", "algorithm.policy_loss"),
-        Kind("kl_policy", "loongsage_register_kl_policies", "algorithm.kl.method"),
-        Kind("is_correction", "loongsage_register_is_corrections", "algorithm.is_correction"),
-        Kind("data_filter", "loongsage_register_data_filters", "algorithm.filters"),
-        Kind("window_policy", "loongsage_register_window_policies", "async.window_policy"),
-        Kind("engine", "loongsage_register_engines", "train.backend"),
-        Kind("tracker", "loongsage_register_trackers", "logging.trackers"),
-        Kind("distiller", "loongsage_register_distillers", "opd.distiller"),
-        Kind("command", "loongsage_register_commands", "loongsage <command>"),
-    )
-}
+from loongsage.kind_table import KINDS
 
 
 def _first_doc_line(obj: Any) -> str:
@@ -324,6 +283,13 @@ class Registries:
     def freeze(self) -> None:
         for registry in self._by_kind.values():
             registry.freeze()
+
+    def unfrozen_copy(self) -> "Registries":
+        """The same entries in registries that take more (``plugins.with_plugins``)."""
+        copy = Registries()
+        for kind, registry in self._by_kind.items():
+            copy._by_kind[kind]._entries.update(registry._entries)
+        return copy
 
     def resolve(
         self, kind: str, node: Any, key: str, name_field: str = "name", options: Any = None

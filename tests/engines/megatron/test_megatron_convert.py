@@ -105,7 +105,7 @@ def test_train_step_updates_like_the_embedded_engine(tiny_family, family):
     megatron, embedded = engines(tiny_family[family], lr=0.05, eps=1.0, grad_clip=0.0)
     batch = ragged_batch(6)
     ours, theirs = megatron.train_step(batch, pg_loss, 2), embedded.train_step(batch, pg_loss, 2)
-    for key in ("train/loss", "train/grad_norm", "train/tokens", "train/num_tokens"):
+    for key in ("train/loss", "train/grad_norm", "train/tokens", "train/num_tokens", "train/entropy"):
         assert ours[key] == pytest.approx(theirs[key], rel=1e-5, abs=1e-6), key
     after, expected = dict(megatron.named_tensors()), dict(embedded.named_tensors())
     start = dict(EmbeddedTrainEngine(ModelConfig(path=str(tiny_family[family])), TrainConfig()).named_tensors())

@@ -85,6 +85,7 @@ def test_parallel_ranks_match_one_process(ray_cluster, tiny_model_dir, random_gr
         states = group.run(_hf_state)
     assert metrics["train/loss"] == pytest.approx(expected_metrics["train/loss"], rel=1e-5, abs=1e-7)
     assert metrics["train/grad_norm"] == pytest.approx(expected_metrics["train/grad_norm"], rel=1e-5)
+    assert metrics["train/entropy"] == pytest.approx(expected_metrics["train/entropy"], rel=1e-5)
     start = {name: t.numpy() for name, t in EmbeddedTrainEngine(
         ModelConfig(path=str(tiny_model_dir)), TrainConfig()).named_tensors()}
     assert max(float(np.abs(expected[k] - start[k]).max()) for k in start) > 1e-3

@@ -1,9 +1,11 @@
 """Compose a run configuration from recipes with Hydra, then validate it.
 
-``load_config`` is the only way a command gets its config: it loads the plugins and
-publishes their parameter groups to the ConfigStore, composes the recipe with Hydra, loads
-the local plugin modules the recipe names (and composes again if there are any), and
-validates the result before anything starts, returning the ``RunConfig`` with every plugin
+``load_config`` is the only way a command gets its config, and each step happens once: the
+installed plugins are loaded (or handed in already loaded, as the CLI does), the local plugin
+modules the recipe names in ``plugins:`` (read from the recipe file and the command line
+before composing, since the composition needs their parameter groups) are added, every
+plugin's parameter groups go to the ConfigStore, the recipe is composed with Hydra and the
+result validated before anything starts, returning the ``RunConfig`` with every plugin
 resolved.
 
 Hydra's errors are translated, never passed through: its hint for an unknown key is to add
@@ -19,7 +21,7 @@ import dataclasses
 import difflib
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -32,13 +34,14 @@ from loongsage.config.store import PLUGIN_GROUPS, publish_plugin_params, root_sc
 from loongsage.config.validate import RunConfig, validate_config
 from loongsage.errors import ConfigError, UnknownPluginError
 from loongsage.hints import closest_key, omegaconf_error, split_key
-from loongsage.plugins import load_plugins
+from loongsage.plugins import load_plugins, with_plugins
 from loongsage.registry import Registries
 
 
 def recipes_dir() -> Path:
-    """The bundled recipes: package data of ``loongsage`` (``loongsage/recipes``), so an
-    installed wheel finds them as the repository does; ``--config-dir`` adds the user's own."""
+    """The bundled recipes: the repository's top-level ``recipes/``, package data of
+    ``loongsage`` through the link ``loongsage/recipes`` (the wheel holds the files), so an
+    installed wheel finds them as a checkout does; ``--config-dir`` adds the user's own."""
     return Path(str(resources.files("loongsage") / "recipes"))
 
 
@@ -218,21 +221,51 @@ def load_config(
     overrides: Sequence[str] = (),
     config_dir: str | None = None,
     extra_plugins: Sequence[tuple[object, str]] = (),
+    registries: Registries | None = None,
+    adjust: Callable[[DictConfig], None] | None = None,
 ) -> RunConfig:
-    """Compose, load the plugins the recipe names, validate; return the resolved config.
+    """Load the plugins, compose, validate (module docstring); return the resolved config.
 
-    ``extra_plugins`` are ``(plugin, name)`` pairs registered for this run only (what
-    ``loongsage.train`` does with a reward given as a Python callable).
+    ``registries``: the installed plugins, already loaded (default: load them here).
+    ``extra_plugins`` are ``(plugin, name)`` pairs registered for this run only, and
+    ``adjust`` changes the composed config before validation (what ``loongsage.train`` does
+    with a reward given as a Python callable).
     """
-    registries = load_plugins(extra=extra_plugins)
+    local = declared_plugins(config_name, overrides, config_dir)
+    registries = registries if registries is not None else load_plugins()
+    if local or extra_plugins:
+        registries = with_plugins(registries, local, extra_plugins)
     publish_plugin_params(registries)
     cfg = _compose(config_name, overrides, config_dir, registries)
-    modules = cfg.get("plugins") or []
-    if not isinstance(modules, (list, ListConfig)):
-        raise ConfigError("plugins", f"expected a list of importable module names, got {modules!r}")
-    local = [str(m) for m in modules]
-    if local:
-        registries = load_plugins(local, extra=extra_plugins)
-        publish_plugin_params(registries)
-        cfg = _compose(config_name, overrides, config_dir, registries)
+    composed = _module_list(cfg.get("plugins"))
+    if composed != local:
+        raise ConfigError("plugins", f"{composed} came through the recipe's defaults list; name local plugin "
+                                     "modules in the recipe file itself or on the command line (plugins=[...]), "
+                                     "which are read before composing")
+    if adjust is not None:
+        with open_dict(cfg):
+            adjust(cfg)
     return dataclasses.replace(validate_config(cfg, registries), recipe=config_name, overrides=tuple(overrides))
+
+
+def declared_plugins(config_name: str, overrides: Sequence[str], config_dir: str | None) -> list[str]:
+    """The local plugin modules of ``plugins:``, from the recipe's own file and the command line
+    (the last override of ``plugins`` wins), without composing."""
+    value = None
+    for root in ([Path(config_dir)] if config_dir else []) + [recipes_dir()]:
+        path = root / f"{config_name}.yaml"
+        if path.is_file():
+            value = (OmegaConf.load(path) or {}).get("plugins")
+            break
+    for override in _parsed(overrides):
+        if override.key_or_group == "plugins":
+            value = None if override.is_delete() else override.value()
+    return _module_list(value)
+
+
+def _module_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, (list, ListConfig)):
+        raise ConfigError("plugins", f"expected a list of importable module names, got {value!r}")
+    return [str(m) for m in value]

@@ -11,7 +11,8 @@ swaps the whole node. A list entry (a data source's agent, a tracker, a filter) 
 holding a bare name (``train.backend``) cannot be picked with ``group=option``; their groups
 are stored for the types and the listing under ``plugin_options/`` (so ``train`` or
 ``data_sources`` never turn into Hydra group folders), and ``compose`` refuses a selection of
-them with the override that does work.
+them with the override that does work. The groups are the fields of the table of kinds
+(``loongsage.kind_table``).
 """
 
 from __future__ import annotations
@@ -24,59 +25,19 @@ from typing import TYPE_CHECKING, Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, ListConfig, OmegaConf
 
+from loongsage.kind_table import KIND_TABLE, PluginGroup
 from loongsage.schema import SECTIONS, DataSourceConfig
 
 if TYPE_CHECKING:
     from loongsage.registry import Registries
 
 SCHEMA_NAME = "loongsage_schema"
-LISTING_ROOT = "plugin_options"
 
-
-@dataclass(frozen=True)
-class PluginGroup:
-    """The config group of one plugin-naming field: its path, plugin kind and name field."""
-
-    group: str  # Hydra group path, e.g. "algorithm/policy_loss"
-    kind: str  # registry kind whose plugins are its options
-    field: str  # where the config names the plugin, e.g. "data_sources[*].agent"
-    name_field: str = "name"  # the node's key holding the plugin name ("" for a bare name)
-    selectable: bool = False  # `group=option` swaps the node (single config nodes only)
-
-    @property
-    def path(self) -> str:
-        """Where the options live in the ConfigStore: the group itself when selectable, else
-        under ``plugin_options/``, so that no config section (``train``, ``data_sources``)
-        becomes a Hydra group directory and whole-section overrides (``train={lr: 0.5}``)
-        keep working."""
-        return self.group if self.selectable else f"{LISTING_ROOT}/{self.group}"
-
-
+# group path -> its config group: one per plugin-naming field of the table of kinds, the
+# selectable groups first (the order `loongsage train --help` lists them in)
 PLUGIN_GROUPS: dict[str, PluginGroup] = {
     g.group: g
-    for g in (
-        PluginGroup("algorithm/advantage_estimator", "advantage", "algorithm.advantage_estimator", selectable=True),
-        PluginGroup("algorithm/policy_loss", "policy_loss", "algorithm.policy_loss", selectable=True),
-        PluginGroup("algorithm/is_correction", "is_correction", "algorithm.is_correction", selectable=True),
-        PluginGroup("async/window_policy", "window_policy", "async.window_policy", selectable=True),
-        PluginGroup("algorithm/filters", "data_filter", "algorithm.filters[*]"),
-        PluginGroup("algorithm/kl/method", "kl_policy", "algorithm.kl.method", name_field=""),
-        PluginGroup("opd/pg_kl_method", "kl_policy", "opd.pg_kl_method", name_field=""),
-        PluginGroup("opd/gkd_kl_method", "kl_policy", "opd.gkd_kl_method", name_field=""),
-        PluginGroup("opd/distiller", "distiller", "opd.distiller", name_field=""),
-        PluginGroup("opd/teachers/backend", "engine", "opd.teachers[*].backend", name_field=""),
-        PluginGroup("train/backend", "engine", "train.backend", name_field=""),
-        PluginGroup("rollout/backend", "engine", "rollout.backend", name_field=""),
-        PluginGroup("agentflow/tool_parser", "tool_parser", "agentflow.tool_parser", name_field=""),
-        PluginGroup("agentflow/middlewares", "router_middleware", "agentflow.middlewares[*]"),
-        PluginGroup("logging/trackers", "tracker", "logging.trackers[*]"),
-        PluginGroup("data_sources/dataset", "dataset", "data_sources[*].dataset", name_field="format"),
-        PluginGroup("data_sources/agent", "agent", "data_sources[*].agent"),
-        PluginGroup("data_sources/reward", "reward", "data_sources[*].reward"),
-        PluginGroup("data_sources/sandbox", "sandbox", "data_sources[*].sandbox", name_field="type"),
-        PluginGroup("data_sources/environment", "environment", "data_sources[*].environment", name_field="type"),
-        PluginGroup("data_sources/filters", "data_filter", "data_sources[*].filters[*]"),
-    )
+    for g in sorted((g for kind in KIND_TABLE for g in kind.groups()), key=lambda g: not g.selectable)
 }
 
 

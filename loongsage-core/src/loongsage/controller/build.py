@@ -49,6 +49,7 @@ from loongsage.controller.placement import Placement, Seat, format_layout, layou
 from loongsage.controller.recorded_rollout import RecordedBatches, RecordedRollout, check_recording
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
+from loongsage.controller.startup_block import data_line, run_lines
 from loongsage.models.folder_check import check_model_folder
 from loongsage.controller.train_group import TrainGroup
 from loongsage.controller.verbs import Run
@@ -201,7 +202,7 @@ def _start_rollout(run: Run, plain: dict) -> None:
     run.weight_sync = sync(run.trainers, run.rollout_actors, transfer, **views)
     health = cfg.rollout.health
     if health.enable and run.shared_engines:
-        log.info("rollout.health: the engines live in their train ranks' processes (placement.share_process), "
+        log.debug("rollout.health: the engines live in their train ranks' processes (placement.share_process), "
                  "so no engine monitor runs; an engine that fails fails its rank (trainer.auto_resume)")
     routes = config_is_moe(cfg.model.path)  # MoE: generations return routes (R3, routing mismatch)
     # without the monitor nothing restarts a dead engine: a failed request fails at once
@@ -248,8 +249,10 @@ def build_run(spec: RunConfig, rollout: bool = True) -> Iterator[Run]:
                                     spec.cfg.trainer.eval_interval)
     cfg = spec.cfg.copy()
     cfg.model.path = str(resolve_model_path(cfg.model.path))
-    spec = dataclasses.replace(spec, cfg=cfg)
+    given_model, spec = spec.cfg.model.path, dataclasses.replace(spec, cfg=cfg)
     with RunDirectory.for_config(cfg).claimed(cfg.trainer.resume, cfg.trainer.overwrite) as run_dir:
+        for line in run_lines(spec, given_model, run_dir.path):
+            log.info(line)
         with _started(spec, run_dir, rollout, recording) as run:
             yield run
 
@@ -272,6 +275,7 @@ def _started(spec: RunConfig, run_dir: RunDirectory, rollout: bool, recording: A
     run = Run(spec, run_dir, tokenizer, Objective(spec.algorithm), placement, resume_from=resume_from)
     try:
         run.sources = build_sources(spec.sources, spec.registries, cfg.trainer.seed, tokenizer)
+        log.info(data_line(run.sources))
         if engines:
             run.prompt_check = prompt_checker(cfg, tokenizer)
             run.prompt_check.scan(run.sources)

@@ -74,7 +74,6 @@ def resuming(spec: RunConfig, run_dir: Path) -> RunConfig:
 
 def _train(spec: RunConfig, stop: StopRequest) -> str:
     with build_run(spec) as run, stop:  # the handler goes in after ray.init, which sets Ray's
-        log.info(f"run directory: {run.run_dir.path}")
         first_step = resume_or_warm_start(run)
         run.phases.to_rollout()
         with FailureGuard(run) as guard:
@@ -98,7 +97,6 @@ def _train(spec: RunConfig, stop: StopRequest) -> str:
 def run_sft_only(spec: RunConfig) -> str:
     """Run only the supervised warm start and save the result."""
     with build_run(spec, rollout=False) as run:
-        log.info(f"run directory: {run.run_dir.path}")
         warm_start(run)
         folder = run.run_dir.path / "sft_model"
         save_model(run, str(folder))

@@ -85,17 +85,19 @@ def start_embedded_engines(cfg: Any) -> list[Any]:
 
 def run_serve(config_name: str, overrides: list[str], config_dir: str | None = None,
               engine_urls: list[str] | None = None, *, block: bool = True,
-              out: TextIO = sys.stdout, session_header: str | None = None) -> tuple[Router, list[Any]]:
+              out: TextIO = sys.stdout, registries: Any = None,
+              session_header: str | None = None) -> tuple[Router, list[Any]]:
     """``loongsage serve``: load the recipe, start (or reach) the engines, serve the router.
 
     ``session_header`` (``--session-header``) splits each key's requests into one trajectory per
     value of that header (``RouterSettings.session_header``). Returns the router and the embedded
     engines it started (empty with ``engine_urls``); with ``block`` it returns only after
-    Ctrl-C, everything stopped."""
+    Ctrl-C, everything stopped. ``registries``: the installed plugins when the caller has loaded
+    them (the CLI)."""
     from loongsage.config.compose import load_config
     from loongsage.models.resolve import resolve_model_path
 
-    run = load_config(config_name, overrides, config_dir)
+    run = load_config(config_name, overrides, config_dir, registries=registries)
     run.cfg.model.path = str(resolve_model_path(run.cfg.model.path))
     engines = [] if engine_urls else start_embedded_engines(run.cfg)
     urls = list(engine_urls or [e.url for e in engines])

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 LONG_PROMPTS = ("refuse", "drop")
 SHOWN = 5  # records named in one error
+BATCH = 256  # records rendered, then tokenized together (one call into the tokenizer per batch)
 
 
 class DataCheckFailed(LoongSageError):
@@ -69,20 +70,37 @@ class PromptChecker:
         """``(what is wrong, whether it is only its length)`` for record ``index``, or ``None``."""
         try:
             prompt = source.get(index)
-            ids = self._render(source, prompt)
+        except Exception as err:  # a dataset's error: whatever it is, named
+            prompt = err
+        rendered = self._rendered(source, prompt)
+        if not isinstance(rendered, str):
+            return rendered
+        return self._length_problem(len(self._token_ids([rendered])[0]))
+
+    def _rendered(self, source: DataSource, prompt: Prompt | Exception) -> str | tuple[str, bool]:
+        """The record rendered through the chat template with the source's tools, or ``(what is
+        wrong, False)`` when it could not be read or cannot be rendered."""
+        if isinstance(prompt, Exception):
+            return f"{type(prompt).__name__}: {prompt}", False
+        try:
+            messages = prompt.messages
+            if not all(isinstance(m.get("content"), str) for m in messages):
+                kinds = sorted({type(m.get("content")).__name__ for m in messages})
+                raise TypeError(f"message content must be text, got {', '.join(kinds)}")
+            return self.tokenizer.apply_chat_template(messages, tools=source.tool_schemas() or None, tokenize=False,
+                                                      add_generation_prompt=True)
         except Exception as err:  # a dataset's or a chat template's error: whatever it is, named
             return f"{type(err).__name__}: {err}", False
-        if len(ids) > self.max_tokens:
-            return f"its prompt has {len(ids)} tokens, above the limit of {self.max_tokens} ({self.limit_key})", True
-        return None
 
-    def _render(self, source: DataSource, prompt: Prompt) -> list[int]:
-        messages = prompt.messages
-        if not all(isinstance(m.get("content"), str) for m in messages):
-            kinds = sorted({type(m.get("content")).__name__ for m in messages})
-            raise TypeError(f"message content must be text, got {', '.join(kinds)}")
-        return self.tokenizer.apply_chat_template(messages, tools=source.tool_schemas() or None, tokenize=True,
-                                                  add_generation_prompt=True, return_dict=False)
+    def _token_ids(self, rendered: list[str]) -> list[list[int]]:
+        """The rendered prompts' token ids as ``apply_chat_template(tokenize=True)`` gives them
+        (the template writes the special tokens itself), encoded in one batch."""
+        return self.tokenizer(rendered, add_special_tokens=False)["input_ids"]
+
+    def _length_problem(self, n_tokens: int) -> tuple[str, bool] | None:
+        if n_tokens > self.max_tokens:
+            return f"its prompt has {n_tokens} tokens, above the limit of {self.max_tokens} ({self.limit_key})", True
+        return None
 
     def scan(self, sources: Mapping[str, DataSource]) -> None:
         """Check every record of every sized source within the budget (module docstring)."""
@@ -96,13 +114,18 @@ class PromptChecker:
             dropped = self._dropped.setdefault(source.name, set())
             index = 0
             while index < size and (self.budget_s is None or time.monotonic() - start < self.budget_s):
-                found = self.problem(source, index)
-                if found is not None:
-                    what, too_long = found
-                    (long if too_long else broken).append(f"{record_name(source, index)}: {what}")
-                    if too_long:
-                        dropped.add(index)
-                index += 1
+                batch = range(index, min(index + BATCH, size))
+                rendered = {i: self._rendered(source, p) for i, p in zip(batch, source.get_each(batch))}
+                texts = {i: r for i, r in rendered.items() if isinstance(r, str)}
+                lengths = dict(zip(texts, map(len, self._token_ids(list(texts.values()))))) if texts else {}
+                for i in batch:
+                    found = self._length_problem(lengths[i]) if i in lengths else rendered[i]
+                    if found is not None:
+                        what, too_long = found
+                        (long if too_long else broken).append(f"{record_name(source, i)}: {what}")
+                        if too_long:
+                            dropped.add(i)
+                index = batch.stop
             self._checked[source.name] = index
             if index < size:
                 log.warning(f"{source.spec.key} (source {source.name!r}): budgets.prompt_check_s="

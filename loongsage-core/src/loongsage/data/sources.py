@@ -38,7 +38,7 @@ import dataclasses
 import math
 import pickle
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from loongsage.data.types import Prompt
 from loongsage.deadline.budget import UNLIMITED, Budget
@@ -177,9 +177,19 @@ class DataSource:
 
     def get(self, index: int) -> Prompt:
         """Prompt ``index`` of the dataset, stamped with this source (within ``spec.get_budget``)."""
+        return self._stamped(self.spec.get_budget.run(self._get_call(index), self.dataset.get, index), index)
+
+    def get_each(self, indexes: Sequence[int]) -> list[Prompt | Exception]:
+        """``get`` of every index, read on one thread (``Budget.run_each``), each read within the
+        same budget; a record's error is returned in its place."""
+        read = self.spec.get_budget.run_each(self._get_call, self.dataset.get, indexes)
+        return [r if isinstance(r, Exception) else self._stamped(r, i) for r, i in zip(read, indexes)]
+
+    def _get_call(self, index: int) -> str:
         tasks = self.spec.tasks
-        what = f"{tasks.key}: {tasks.kind} '{tasks.name}' get({index})"
-        prompt = self.spec.get_budget.run(what, self.dataset.get, index)
+        return f"{tasks.key}: {tasks.kind} '{tasks.name}' get({index})"
+
+    def _stamped(self, prompt: Prompt, index: int) -> Prompt:
         messages = list(prompt.messages)
         if self.system_prompt:
             if messages and messages[0].get("role") == "system":

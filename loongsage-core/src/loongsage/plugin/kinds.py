@@ -8,7 +8,8 @@ kinds are subclasses of a core base class instead, which gives them working defa
 ``loongsage.plugin``: ``ToolParser`` and the distiller's ``Distiller`` / ``DistillTerm``.
 
 ``KIND_CONTRACTS`` names the contract type of every kind, as a name of ``loongsage.plugin``
-(resolved on first use, so this module imports neither torch nor the router).
+(resolved on first use, so this module imports neither torch nor the router); it comes from
+the table of kinds (``loongsage.kind_table``).
 
 How an object is built is part of the contract but not expressible in a ``Protocol``: each
 protocol's docstring says it (``cls(params, context)`` for an agent, ``cls(params, seed)``
@@ -19,6 +20,8 @@ that an object without them still satisfies ``isinstance`` on a runtime-checkabl
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
+
+from loongsage.kind_table import KIND_TABLE
 
 if TYPE_CHECKING:  # the records are imported only for the annotations
     import torch
@@ -181,22 +184,4 @@ class Command(Protocol):
 
 
 # kind -> the name in ``loongsage.plugin`` of its contract type (a Protocol or a base class)
-KIND_CONTRACTS: Mapping[str, str] = {
-    "agent": "Agent",
-    "reward": "Reward",
-    "sandbox": "Sandbox",
-    "dataset": "Dataset",
-    "environment": "Environment",
-    "tool_parser": "ToolParser",
-    "router_middleware": "RouterMiddleware",
-    "advantage": "AdvantageEstimator",
-    "policy_loss": "PolicyLoss",
-    "kl_policy": "KLPolicy",
-    "is_correction": "ISCorrection",
-    "data_filter": "DataFilter",
-    "window_policy": "WindowPolicy",
-    "engine": "Engine",
-    "tracker": "Tracker",
-    "distiller": "Distiller",
-    "command": "Command",
-}
+KIND_CONTRACTS: Mapping[str, str] = {kind.name: kind.contract for kind in KIND_TABLE}

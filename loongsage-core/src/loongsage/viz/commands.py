@@ -27,14 +27,17 @@ def plot_main(argv: Sequence[str], registries: Any = None) -> int:
 
 
 def view_main(argv: Sequence[str], registries: Any = None) -> int:
-    """``loongsage view RUN_DIR [--host 127.0.0.1] [--port 8765]``: the trajectory viewer."""
+    """``loongsage view RUN_DIR [--compare RUN_DIR ...] [--host 127.0.0.1] [--port 8765]``: the
+    trajectory viewer."""
     from loongsage.viz.server import serve_viewer
 
     parser = argparse.ArgumentParser(prog="loongsage view",
                                      description="Serve the trajectory viewer page over a run directory.")
     parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--compare", nargs="+", type=Path, default=[],
+                        help="other run directories whose curves are overlaid on this run's")
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     parser.add_argument("--port", type=int, default=8765, help="0 picks a free port")
     args = parser.parse_args(list(argv))
-    serve_viewer(args.run_dir, args.host, args.port)
+    serve_viewer(args.run_dir, args.host, args.port, args.compare)
     return 0

@@ -7,7 +7,8 @@ policy's entropy, response length, step time and the train/inference mismatch
 linear axis). ``train/ppo_kl`` is not among them: with one optimizer step per batch it is 0.
 Defaults a run never logged are left out, an explicitly asked-for metric (``--metrics``) that no
 run has is an error naming the metrics there are. ``plot_runs`` returns the figure and the exact series it
-drew, so callers (and tests) can check what is on the picture.
+drew, so callers (and tests) can check what is on the picture; ``run_curves`` gives the same series
+undrawn, for the viewer's interactive chart (``loongsage view``).
 """
 
 from __future__ import annotations
@@ -84,6 +85,31 @@ def choose_metrics(runs: dict[str, list[dict]], metrics: Sequence[str] | None) -
     return list(metrics)
 
 
+@dataclass
+class Curves:
+    """The chosen metrics of some runs: ``series[metric][run_label] = (steps, values)``."""
+
+    series: dict[str, dict[str, tuple[list[int], list[float]]]]
+
+    def log_scale(self, metric: str) -> bool:
+        """Drawn in log scale: a ``LOG_SCALE`` metric with a positive value."""
+        return metric in LOG_SCALE and any(v > 0 for _, values in self.series[metric].values() for v in values)
+
+    def as_json(self) -> dict:
+        """What the viewer's interactive chart draws (``/api/curves``)."""
+        runs = list(next(iter(self.series.values()), {}))
+        return {"runs": runs, "metrics": [{"name": m, "log": self.log_scale(m),
+                                           "series": {label: [list(s), list(v)] for label, (s, v) in by_run.items()}}
+                                          for m, by_run in self.series.items()]}
+
+
+def run_curves(run_dirs: Sequence[str | Path], metrics: Sequence[str] | None = None) -> Curves:
+    """Every chosen metric of every run (module docstring), not drawn."""
+    runs = load_runs(run_dirs)
+    return Curves({metric: {label: metric_series(rows, metric) for label, rows in runs.items()}
+                   for metric in choose_metrics(runs, metrics)})
+
+
 def plot_runs(run_dirs: Sequence[str | Path], metrics: Sequence[str] | None = None) -> Plot:
     """Draw every chosen metric of every run; see the module docstring."""
     import matplotlib
@@ -91,26 +117,21 @@ def plot_runs(run_dirs: Sequence[str | Path], metrics: Sequence[str] | None = No
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    runs = load_runs(run_dirs)
-    chosen = choose_metrics(runs, metrics)
-    rows_n = math.ceil(len(chosen) / COLUMNS)
-    cols = min(COLUMNS, len(chosen))
+    curves = run_curves(run_dirs, metrics)
+    rows_n = math.ceil(len(curves.series) / COLUMNS)
+    cols = min(COLUMNS, len(curves.series))
     figure = Figure(figsize=(5.5 * cols, 3.2 * rows_n), layout="constrained")
     axes = figure.subplots(rows_n, cols, squeeze=False).ravel()
-    plot = Plot(figure)
-    for axis, metric in zip(axes, chosen):
-        plot.series[metric] = {}
-        for label, rows in runs.items():
-            steps, values = metric_series(rows, metric)
-            plot.series[metric][label] = (steps, values)
+    for axis, (metric, by_run) in zip(axes, curves.series.items()):
+        for label, (steps, values) in by_run.items():
             axis.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, label=label)
-        if metric in LOG_SCALE and any(v > 0 for _, values in plot.series[metric].values() for v in values):
+        if curves.log_scale(metric):
             axis.set_yscale("log")
         axis.set_title(metric)
         axis.set_xlabel("step")
         axis.grid(alpha=0.3)
-        if len(runs) > 1:
+        if len(by_run) > 1:
             axis.legend(fontsize="small")
-    for axis in axes[len(chosen):]:
+    for axis in axes[len(curves.series):]:
         axis.set_visible(False)
-    return plot
+    return Plot(figure, curves.series)

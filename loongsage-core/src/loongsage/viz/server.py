@@ -1,7 +1,8 @@
 """``loongsage view``: a local web page over a run directory (loopback by default).
 
 One static page (``page.html``) and a small JSON API over ``RunFiles``: the run's curves (the
-PNG ``loongsage plot`` draws), the steps with saved samples, the samples filtered by data
+series ``loongsage plot`` draws, drawn by the page as interactive charts: hover for values, drag
+to zoom, double-click to reset, one line per run when others are given to compare), the steps with saved samples, the samples filtered by data
 source, reward and length, and one sample's tokens with loss mask, rollout and train logprob,
 their gap and weight version, plus its AgentFlow trajectory (segment tree, messages with tool
 calls and results, reward row). Every request reads the files again, so the page follows a
@@ -10,11 +11,10 @@ live run as it writes.
 
 from __future__ import annotations
 
-import io
 import logging
 from importlib import resources
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from loongsage.errors import LoongSageError
 from loongsage.http_thread import ThreadedServer
@@ -23,10 +23,10 @@ from loongsage.viz.run_files import RunFiles
 log = logging.getLogger(__name__)
 
 
-def create_app(run_dir: str | Path) -> Any:
-    """The viewer's FastAPI app over ``run_dir``."""
+def create_app(run_dir: str | Path, compare: Sequence[str | Path] = ()) -> Any:
+    """The viewer's FastAPI app over ``run_dir``; the curves overlay the runs in ``compare``."""
     from fastapi import FastAPI, HTTPException, Query
-    from fastapi.responses import HTMLResponse, Response
+    from fastapi.responses import HTMLResponse
 
     files = RunFiles(run_dir)
     app = FastAPI(title="loongsage view", docs_url=None, redoc_url=None)
@@ -69,29 +69,33 @@ def create_app(run_dir: str | Path) -> Any:
     def sample(step: int, index: int) -> dict:
         return guarded(files.sample_detail, step, index)
 
-    @app.get("/api/curves.png")
-    def curves() -> Response:
-        from loongsage.viz.plot import plot_runs
+    @app.get("/api/curves")
+    def curves(metric: Optional[list[str]] = Query(None)) -> dict:
+        from loongsage.viz.plot import run_curves
 
-        buffer = io.BytesIO()
-        guarded(plot_runs, [files.path]).figure.savefig(buffer, format="png", dpi=80)
-        return Response(buffer.getvalue(), media_type="image/png")
+        return guarded(run_curves, [files.path, *compare], metric).as_json()
+
+    @app.get("/api/logged")
+    def logged() -> list:
+        return sorted({key for row in files.metrics() for key in row if "/" in key})
 
     return app
 
 
-def start_viewer(run_dir: str | Path, host: str = "127.0.0.1", port: int = 0) -> ThreadedServer:
+def start_viewer(run_dir: str | Path, host: str = "127.0.0.1", port: int = 0,
+                 compare: Sequence[str | Path] = ()) -> ThreadedServer:
     """Serve the viewer in a background thread; ``server.url`` is its address."""
-    server = ThreadedServer(create_app(run_dir), host, port, name="loongsage-view")
+    server = ThreadedServer(create_app(run_dir, compare), host, port, name="loongsage-view")
     server.start()
     return server
 
 
-def serve_viewer(run_dir: str | Path, host: str = "127.0.0.1", port: int = 8765) -> None:
+def serve_viewer(run_dir: str | Path, host: str = "127.0.0.1", port: int = 8765,
+                 compare: Sequence[str | Path] = ()) -> None:
     """``loongsage view``: serve until interrupted, printing the address first."""
     import threading
 
-    server = start_viewer(run_dir, host, port)
+    server = start_viewer(run_dir, host, port, compare)
     print(f"loongsage view: {server.url}  (run directory {Path(run_dir).resolve()}; Ctrl-C stops)", flush=True)
     try:
         threading.Event().wait()

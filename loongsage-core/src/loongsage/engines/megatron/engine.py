@@ -281,15 +281,18 @@ class MegatronTrainEngine:
             device_micro = TrainBatch(micro.input_ids.to(self.device), micro.attention_mask.to(self.device),
                                       micro.loss_mask.to(self.device),
                                       {k: v.to(self.device) for k, v in micro.extras.items()})
-            ctx = LossContext(device_micro, scores.logprobs, scores.entropy, num_tokens, num_seqs, scores.values)
+            entropy = scores.entropy if with_entropy else None  # the loss sees it only when it asked
+            ctx = LossContext(device_micro, scores.logprobs, entropy, num_tokens, num_seqs, scores.values)
             out = loss_fn(ctx)
             loss, extra = out if isinstance(out, tuple) else (out, {})
             report = {key if "/" in key else f"train/{key}": float(value) for key, value in extra.items()}
             report["train/loss"] = float(loss.detach())
+            report["train/entropy"] = float((scores.entropy.detach() * device_micro.loss_mask).sum() / num_tokens)
             return loss, report
 
         self.optimizer.zero_grad(set_to_none=True)
-        reports = self._schedule(self.model, batch, closure, False, with_entropy, logit_term)
+        # the entropy is always scored in the fp32 head (train/entropy, as the embedded engine logs it)
+        reports = self._schedule(self.model, batch, closure, False, True, logit_term)
         metrics: dict[str, float] = {}
         for report in reports:
             for name, value in report.items():

@@ -1,0 +1,115 @@
+"""The plugin kinds, declared once: the table the hooks, registries and config groups come from.
+
+Each ``KindSpec`` is one plugin kind: its registry name, its registration hook (and the
+hook's one-line description), the config fields that name a plugin of the kind, the config
+key an error names by default, and its contract type (a name of ``loongsage.plugin``).
+``hookspecs`` builds one hook per entry, ``registry.KINDS`` is this table by name,
+``config.store.PLUGIN_GROUPS`` has one Hydra config group per field, and
+``loongsage.plugin.KIND_CONTRACTS`` maps each kind to its contract. Adding a kind is one
+entry here plus its contract type and its check (docs/plugins.md shows the diff).
+
+A field's config group is its path with ``[*]`` dropped and dots as slashes
+(``data_sources[*].agent`` -> ``data_sources/agent``). A field holding one mapping node
+named by ``name`` is *selectable* (``algorithm/policy_loss=m2po`` swaps the node); the
+options of the others are listed, not selected (``config.store``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LISTING_ROOT = "plugin_options"  # where the ConfigStore keeps the options of unselectable groups
+
+
+@dataclass(frozen=True)
+class PluginGroup:
+    """The config group of one plugin-naming field: its path, plugin kind and name field."""
+
+    group: str  # Hydra group path, e.g. "algorithm/policy_loss"
+    kind: str  # registry kind whose plugins are its options
+    field: str  # where the config names the plugin, e.g. "data_sources[*].agent"
+    name_field: str = "name"  # the node's key holding the plugin name ("" for a bare name)
+    selectable: bool = False  # `group=option` swaps the node (single config nodes only)
+
+    @property
+    def path(self) -> str:
+        """Where the options live in the ConfigStore: the group itself when selectable, else
+        under ``plugin_options/``, so that no config section (``train``, ``data_sources``)
+        becomes a Hydra group directory and whole-section overrides (``train={lr: 0.5}``)
+        keep working."""
+        return self.group if self.selectable else f"{LISTING_ROOT}/{self.group}"
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """One plugin kind (module docstring)."""
+
+    name: str
+    hook: str
+    doc: str  # the hook's description
+    contract: str  # its contract type in loongsage.plugin (a Protocol or a base class)
+    config_field: str  # the key an unknown name's error names when the caller gives none
+    fields: tuple[tuple[str, str], ...] = ()  # (config path, name field: "" for a bare name)
+
+    def groups(self) -> tuple[PluginGroup, ...]:
+        """One config group per field (module docstring)."""
+        return tuple(
+            PluginGroup(path.replace("[*]", "").replace(".", "/"), self.name, path, name_field,
+                        selectable="[*]" not in path and name_field == "name")
+            for path, name_field in self.fields
+        )
+
+
+KIND_TABLE: tuple[KindSpec, ...] = (
+    KindSpec("agent", "loongsage_register_agents",
+             "Register agent loops (white-box) and agent launchers (black-box).",
+             "Agent", "data_sources[*].agent.name", (("data_sources[*].agent", "name"),)),
+    KindSpec("reward", "loongsage_register_rewards", "Register reward functions.",
+             "Reward", "data_sources[*].reward.name", (("data_sources[*].reward", "name"),)),
+    KindSpec("sandbox", "loongsage_register_sandboxes", "Register sandbox backends.",
+             "Sandbox", "data_sources[*].sandbox.type", (("data_sources[*].sandbox", "type"),)),
+    KindSpec("dataset", "loongsage_register_datasets", "Register dataset formats (prompt sources).",
+             "Dataset", "data_sources[*].dataset.format", (("data_sources[*].dataset", "format"),)),
+    KindSpec("environment", "loongsage_register_environments",
+             "Register environments: the tasks, episodes and rewards of a data source in place of its "
+             "dataset, agent and reward.",
+             "Environment", "data_sources[*].environment.type", (("data_sources[*].environment", "type"),)),
+    KindSpec("tool_parser", "loongsage_register_tool_parsers",
+             "Register parsers that turn generated text into tool calls.",
+             "ToolParser", "agentflow.tool_parser", (("agentflow.tool_parser", ""),)),
+    KindSpec("router_middleware", "loongsage_register_router_middlewares",
+             "Register AgentFlow router middlewares.",
+             "RouterMiddleware", "agentflow.middlewares", (("agentflow.middlewares[*]", "name"),)),
+    KindSpec("advantage", "loongsage_register_advantage_estimators", "Register advantage estimators.",
+             "AdvantageEstimator", "algorithm.advantage_estimator",
+             (("algorithm.advantage_estimator", "name"),)),
+    KindSpec("policy_loss", "loongsage_register_policy_losses", "Register policy losses.",
+             "PolicyLoss", "algorithm.policy_loss", (("algorithm.policy_loss", "name"),)),
+    KindSpec("kl_policy", "loongsage_register_kl_policies",
+             "Register KL estimators usable as a loss term or a reward penalty.",
+             "KLPolicy", "algorithm.kl.method",
+             (("algorithm.kl.method", ""), ("opd.pg_kl_method", ""), ("opd.gkd_kl_method", ""))),
+    KindSpec("is_correction", "loongsage_register_is_corrections",
+             "Register rollout/training mismatch (importance-sampling) corrections.",
+             "ISCorrection", "algorithm.is_correction", (("algorithm.is_correction", "name"),)),
+    KindSpec("data_filter", "loongsage_register_data_filters",
+             "Register filters applied to prompt groups or samples before training.",
+             "DataFilter", "algorithm.filters",
+             (("algorithm.filters[*]", "name"), ("data_sources[*].filters[*]", "name"))),
+    KindSpec("window_policy", "loongsage_register_window_policies",
+             "Register async window policies (dispatch and collection gates).",
+             "WindowPolicy", "async.window_policy", (("async.window_policy", "name"),)),
+    KindSpec("engine", "loongsage_register_engines", "Register train, rollout and teacher engine backends.",
+             "Engine", "train.backend",
+             (("train.backend", ""), ("rollout.backend", ""), ("opd.teachers[*].backend", ""))),
+    KindSpec("tracker", "loongsage_register_trackers", "Register metric trackers.",
+             "Tracker", "logging.trackers", (("logging.trackers[*]", "name"),)),
+    KindSpec("distiller", "loongsage_register_distillers",
+             "Register distillers: teacher outputs for each training batch and the loss terms they feed.",
+             "Distiller", "opd.distiller", (("opd.distiller", ""),)),
+    KindSpec("command", "loongsage_register_commands",
+             "Register ``loongsage`` subcommands: ``main(argv, registries) -> exit code``.",
+             "Command", "loongsage <command>"),
+)
+
+KINDS: dict[str, KindSpec] = {kind.name: kind for kind in KIND_TABLE}
