@@ -64,12 +64,14 @@ def test_reasoning_gym_run_records_episodes_token_exactly_with_the_tasks_own_rew
     (tmp_path / "flaky_gym_plugin.py").write_text(textwrap.dedent(FLAKY))
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     run_dir = tmp_path / "run"
-    runs.train(run_dir, f"trainer.steps={STEPS}", "trainer.sft.steps=4", "trainer.sft.batch_size=4",
-               "trainer.sft.examples=32", f"rollout.prompts_per_step={PROMPTS}",
-               f"rollout.n_samples_per_prompt={SAMPLES}", "rollout.max_new_tokens=16",
-               "trainer.eval_interval=0", "checkpoint.interval=0", "plugins=[flaky_gym_plugin]",
-               "data_sources.1.environment.type=flaky_gym", "data_sources.1.eval_only=false",
-               "data_sources.1.name=flaky", config="tiny/reasoning_gym")
+    result = runs.train(run_dir, f"trainer.steps={STEPS}", "trainer.sft.steps=4", "trainer.sft.batch_size=4",
+                        "trainer.sft.examples=32", f"rollout.prompts_per_step={PROMPTS}",
+                        f"rollout.n_samples_per_prompt={SAMPLES}", "rollout.max_new_tokens=16",
+                        "trainer.eval_interval=0", "checkpoint.interval=0", "plugins=[flaky_gym_plugin]",
+                        "data_sources.1.environment.type=flaky_gym", "data_sources.1.eval_only=false",
+                        "data_sources.1.name=flaky", config="tiny/reasoning_gym")
+    assert ("data: reasoning_gym (environment reasoning_gym, 1,000 prompts, weight 1); "
+            "flaky (environment flaky_gym, 1,000 prompts, weight 1)") in result.stdout
     card = (run_dir / "final_model" / "README.md").read_text()
     assert "`reasoning_gym` (environment `reasoning_gym`), `flaky` (environment `flaky_gym`)" in card
     rows = runs.metrics(run_dir)
