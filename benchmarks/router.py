@@ -14,8 +14,10 @@ generator in this one:
   records the turn and answers in the Chat Completions format.
 
 Reported per level (median over ``--rounds``, the two sides interleaved round by round):
-request latency p50/p99 of each side, the router's added p50/p99 (router minus direct) and
-requests/s of each. Greedy decoding on identical token ids makes both sides generate the same
+request latency p50/p99 of each side, the router's added p50/p99 (router minus direct),
+requests/s of each, and the router process's CPU milliseconds per turn (its user + system time
+over the round, from ``/proc``, divided by the round's requests): what the router costs the
+cores it shares with the engine, less sensitive to the machine's load than latency is. Greedy decoding on identical token ids makes both sides generate the same
 tokens, so the difference is the router's cost, not the model's. The engine, the router and
 the load generator share this machine's cores: absolute numbers depend on the load around them.
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -107,6 +110,13 @@ threading.Event().wait()
 """
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def spawn(code: str, *argv: str) -> tuple[subprocess.Popen, str]:
     """Run ``code`` in its own process (its own GIL, as in a deployment); returns its URL."""
     proc = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=subprocess.PIPE,
@@ -159,11 +169,14 @@ def main() -> None:
         asyncio.run(run_router(router, 2, args.new_tokens, "warmup"))
         for level in (int(x) for x in args.levels.split(",")):
             per = {"direct": [], "router": []}
+            router_cpu = []
             for r in range(args.rounds):
                 per["direct"].append(asyncio.run(
                     run_direct(direct_client, tokenizer, level, args.new_tokens)))
+                before = cpu_seconds(router_proc.pid)
                 per["router"].append(asyncio.run(
                     run_router(router, level, args.new_tokens, f"l{level}r{r}")))
+                router_cpu.append((cpu_seconds(router_proc.pid) - before) / level)
             row = {"sessions": level}
             for side, runs in per.items():
                 row[f"{side}_p50_ms"] = statistics.median(percentile(lat, 0.5) for lat, _ in runs) * 1e3
@@ -172,6 +185,7 @@ def main() -> None:
             row["added_p50_ms"] = row["router_p50_ms"] - row["direct_p50_ms"]
             row["added_p99_ms"] = row["router_p99_ms"] - row["direct_p99_ms"]
             row["rps_ratio"] = row["router_rps"] / row["direct_rps"]
+            row["router_cpu_ms_per_turn"] = statistics.median(router_cpu) * 1e3
             rows.append(row)
     finally:
         for proc in (router_proc, engine_proc):
@@ -182,7 +196,7 @@ def main() -> None:
                           "rows": rows}))
         return
     head = (f"{'sessions':>8} | {'direct p50':>10} {'p99':>8} {'req/s':>8} | {'router p50':>10} {'p99':>8} "
-            f"{'req/s':>8} | {'added p50':>9} {'p99':>8} | {'req/s ratio':>11}")
+            f"{'req/s':>8} | {'added p50':>9} {'p99':>8} | {'req/s ratio':>11} | {'router CPU/turn':>15}")
     print(f"AgentFlow router vs direct engine calls (tiny model, greedy, {args.new_tokens} new tokens, "
           f"median of {args.rounds} rounds; ms)")
     print(head)
@@ -190,7 +204,8 @@ def main() -> None:
     for r in rows:
         print(f"{r['sessions']:>8} | {r['direct_p50_ms']:>10.1f} {r['direct_p99_ms']:>8.1f} {r['direct_rps']:>8.1f} | "
               f"{r['router_p50_ms']:>10.1f} {r['router_p99_ms']:>8.1f} {r['router_rps']:>8.1f} | "
-              f"{r['added_p50_ms']:>9.1f} {r['added_p99_ms']:>8.1f} | {r['rps_ratio']:>11.2f}")
+              f"{r['added_p50_ms']:>9.1f} {r['added_p99_ms']:>8.1f} | {r['rps_ratio']:>11.2f} | "
+              f"{r['router_cpu_ms_per_turn']:>15.2f}")
 
 
 if __name__ == "__main__":

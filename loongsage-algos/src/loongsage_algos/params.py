@@ -30,7 +30,7 @@ class RLOOParams:
 class ReinforcePPParams:
     """REINFORCE++: discounted token returns of the KL-shaped reward, whitened over the batch."""
 
-    gamma: float = 1.0
+    gamma: float = 1.0  # discount per response token of the returns, in (0, 1]
 
     def __post_init__(self) -> None:
         if not 0 < self.gamma <= 1:
@@ -58,8 +58,8 @@ def _check_eps(eps_low: float, eps_high: float) -> None:
 class GSPOParams:
     """GSPO: sequence-level ratio (geometric mean of token ratios), clipped per sequence."""
 
-    eps_low: float = 3e-4
-    eps_high: float = 4e-4
+    eps_low: float = 3e-4  # sequence ratio clipped below at 1 - eps_low
+    eps_high: float = 4e-4  # sequence ratio clipped above at 1 + eps_high
     uses_rollout_ratio: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
@@ -76,7 +76,7 @@ class CISPOParams:
     """CISPO: clipped, detached IS weight times Â·log π_θ; clipped tokens keep their gradient."""
 
     eps_low: float = 1.0  # 1.0 = no lower bound (MiniMax-M1 tunes only eps_high)
-    eps_high: float = 0.28
+    eps_high: float = 0.28  # the IS weight is clipped at 1 + eps_high
     uses_rollout_ratio: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
@@ -87,8 +87,8 @@ class CISPOParams:
 class SAOParams:
     """SAO: ratio π_θ/π_roll, tokens outside [1 − eps_low, 1 + eps_high] masked out entirely."""
 
-    eps_low: float = 0.2
-    eps_high: float = 0.28
+    eps_low: float = 0.2  # tokens with ratio below 1 - eps_low leave the loss
+    eps_high: float = 0.28  # tokens with ratio above 1 + eps_high leave the loss
     uses_rollout_ratio: ClassVar[bool] = True  # its ratio is against π_roll
 
     def __post_init__(self) -> None:
@@ -104,7 +104,7 @@ class ReinforceParams:
 class M2POParams:
     """M2PO: mask the largest squared log-ratios until their second moment is ≤ threshold."""
 
-    threshold: float = 0.04
+    threshold: float = 0.04  # τ: the kept tokens' mean squared log-ratio stays <= this
     uses_rollout_ratio: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
@@ -123,7 +123,7 @@ class ISParams:
 
     action: str = "clip"  # clip (TIS: truncate the weight) | mask (MIS: drop the token/sequence)
     lower: Optional[float] = None  # None = no lower bound (one-sided TIS)
-    upper: float = 2.0
+    upper: float = 2.0  # upper bound of the weight
     uses_rollout_ratio: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
@@ -137,16 +137,16 @@ class ISParams:
 class IcePopParams(ISParams):
     """IcePop: token-level two-sided mask, keep π_old/π_roll in [0.5, 5]."""
 
-    action: str = "mask"
-    lower: Optional[float] = 0.5
-    upper: float = 5.0
+    action: str = "mask"  # clip | mask
+    lower: Optional[float] = 0.5  # lower bound of the weight
+    upper: float = 5.0  # upper bound of the weight
 
 
 @dataclass
 class OPSMParams:
     """OPSM: drop negative-advantage sequences whose mean log(π_old/π_θ) exceeds delta."""
 
-    delta: float = 0.1  # LS-ref default; slime uses 1e-4
+    delta: float = 0.1  # bound on the mean log-ratio (slime uses 1e-4)
     uses_rollout_ratio: ClassVar[bool] = False
 
 
@@ -174,8 +174,8 @@ class OverlongParams:
 class LengthParams:
     """Length filter: drop samples whose response length lies outside [min_tokens, max_tokens]."""
 
-    min_tokens: int = 0
-    max_tokens: Optional[int] = None
+    min_tokens: int = 0  # shortest kept response, in tokens
+    max_tokens: Optional[int] = None  # longest kept response, in tokens; None = no upper bound
 
     def __post_init__(self) -> None:
         if self.min_tokens < 0 or (self.max_tokens is not None and self.max_tokens < self.min_tokens):

@@ -164,9 +164,9 @@ def cmd_config(args: argparse.Namespace, registries: Registries) -> int:
     if args.group is not None:
         _print_group(args.group, run.registries)
     elif args.doc:
-        from loongsage.config.docs import documented_lines
+        from loongsage.config.docs import documented_lines, plugin_refs
 
-        print("\n".join(documented_lines(run.cfg)))
+        print("\n".join(documented_lines(run.cfg, plugin_refs(run))))
     else:
         print(OmegaConf.to_yaml(run.cfg))
     return 0

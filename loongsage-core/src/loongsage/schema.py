@@ -26,7 +26,7 @@ class ModelConfig:
     tokenizer_path: Optional[str] = None  # defaults to `path`
     dtype: str = "float32"  # float32 | bfloat16 | float16
     fp32_lm_head: bool = True  # compute logits and log-softmax in fp32 (train/infer consistency)
-    trust_remote_code: bool = False
+    trust_remote_code: bool = False  # let transformers run the checkpoint's own Python modelling code
 
 
 @dataclass
@@ -42,9 +42,10 @@ class MegatronSettings:
 class LoraSettings:
     """``train.lora``: LoRA adapters instead of full fine-tuning (``engines.lora``; rank 0 = off)."""
 
-    rank: int = 0
-    alpha: float = 16.0
-    dropout: float = 0.0
+    rank: int = 0  # adapter rank r (peft's LoraConfig.r); 0 = full fine-tuning
+    alpha: float = 16.0  # lora_alpha: the update is scaled by alpha / rank
+    dropout: float = 0.0  # dropout on the adapters' input while training, in [0, 1)
+    # names of the modules that get adapters (peft matches them against the module names)
     target_modules: List[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     sync: str = "adapter"  # adapter (only adapter tensors; the embedded engine merges) | merged
 
@@ -53,18 +54,19 @@ class LoraSettings:
 class TrainConfig:
     """The train engine: backend, optimiser and batching."""
 
-    backend: str = "embedded_train"
-    lr: float = 1e-5
-    weight_decay: float = 0.0
-    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
-    eps: float = 1e-8
-    grad_clip: float = 1.0
+    backend: str = "embedded_train"  # engine plugin training the policy: embedded_train | megatron
+    lr: float = 1e-5  # AdamW learning rate (constant over the RL steps)
+    weight_decay: float = 0.0  # AdamW decoupled weight decay
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW (beta1, beta2)
+    eps: float = 1e-8  # AdamW epsilon
+    grad_clip: float = 1.0  # clip the global gradient norm to this before each optimizer step; 0 = off
     micro_batch_size: int = 8  # sequences per forward/backward
     share_prompt: bool = True  # a group's prompt runs once per micro-batch, replies on its KV cache
-    max_tokens_per_micro_batch: int = 0  # > 0: length-sorted micro-batches of rows x longest <= this (overrides micro_batch_size)
+    # > 0: length-sorted micro-batches of rows x longest <= this (overrides micro_batch_size)
+    max_tokens_per_micro_batch: int = 0
     mini_batches_per_step: int = 1  # optimizer steps per rollout batch
     num_threads: int = 0  # torch threads per train rank (0 = the cores its placement gives it)
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = False  # recompute activations in backward: less memory, more compute
     logprob_chunk_tokens: int = 512  # positions per fp32 LM-head + log-softmax chunk ([tokens, vocab] logits)
     dp_size: int = 1  # data-parallel train ranks: one torch.distributed group (gloo / NCCL)
     strategy: str = "ddp"  # ddp | fsdp2 (sharded params, grads, optimizer state); for dp_size > 1
@@ -76,7 +78,7 @@ class TrainConfig:
 class EngineHealthConfig:
     """The engine monitor (controller/engine_health.py): when an engine counts as dead or hung."""
 
-    enable: bool = True
+    enable: bool = True  # run the monitor (not with placement.share_process, where a rank owns its engine)
     interval_s: float = 2.0  # between two looks at every engine
     failures: int = 3  # /health probes in a row without a 200 that mean hung (a local stopped process: at once)
     max_restarts: int = 3  # restarts per run; past them a dead engine stays down
@@ -88,32 +90,34 @@ class EngineHealthConfig:
 class SGLangConfig:
     """``rollout.backend=sglang``: how each replica's server is launched (engines/sglang_server.py)."""
 
+    # the server's command; --model-path, --port and the other flags are appended
     launch_command: List[str] = field(default_factory=lambda: ["python", "-m", "sglang.launch_server"])
-    tp_size: int = 1
-    mem_fraction_static: float = 0.8
-    context_length: Optional[int] = None
+    tp_size: int = 1  # --tp-size: tensor-parallel GPUs per server
+    mem_fraction_static: float = 0.8  # --mem-fraction-static: GPU memory share for weights and KV cache
+    context_length: Optional[int] = None  # --context-length; null = the model's own
     routed_experts: bool = False  # --enable-return-routed-experts (router replay)
-    extra_args: List[str] = field(default_factory=list)
-    startup_timeout_s: float = 600.0
+    extra_args: List[str] = field(default_factory=list)  # appended to the server's command line as they are
+    startup_timeout_s: float = 600.0  # wait this long for a launched server's /health before failing
 
 
 @dataclass
 class RolloutConfig:
     """The rollout engines and sampling."""
 
-    backend: str = "embedded_rollout"
-    num_engines: int = 1
+    backend: str = "embedded_rollout"  # engine plugin generating samples: embedded_rollout | sglang
+    num_engines: int = 1  # rollout engine replicas (colocated: engine i shares bundle i with train rank i)
     prompts_per_step: int = 4  # B: prompt groups per training step
     n_samples_per_prompt: int = 4  # G: samples per prompt group
-    max_new_tokens: int = 64
-    max_prompt_tokens: int = 512
+    max_new_tokens: int = 64  # most tokens generated per reply (per turn for multi-turn agents)
+    max_prompt_tokens: int = 512  # longest prompt in tokens (capped at the model's context less one)
     long_prompts: str = "refuse"  # a prompt above max_prompt_tokens (or the context): refuse | drop (counted)
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
+    temperature: float = 1.0  # sampling temperature of training rollouts (0 = greedy)
+    top_p: float = 1.0  # nucleus sampling: keep the smallest token set of this probability, in (0, 1]
+    top_k: int = -1  # keep the k most likely tokens; -1 = off
     max_running_requests: int = 64  # engine's decode batch cap
-    num_threads: int = 0
+    num_threads: int = 0  # torch threads per embedded rollout engine (0 = the cores its placement gives it)
     partial: bool = False  # partial rollout across weight updates
+    # partial rollout: tokens sampled under an older weight version than the sample's newest leave the loss
     mask_offpolicy_in_partial_rollout: bool = False
     oversample_groups: int = 0  # extra prompt groups dispatched per step
     health: EngineHealthConfig = field(default_factory=EngineHealthConfig)
@@ -144,7 +148,7 @@ class CriticConfig:
 
     backend: str = "embedded_critic"  # engine plugin hosting the value model
     path: Optional[str] = None  # initial weights: null = the policy's model.path; a saved critic keeps its head
-    lr: float = 1e-5
+    lr: float = 1e-5  # the critic's AdamW learning rate (its other optimizer settings are train's)
     value_clip: float = 0.5  # ε_v of the clipped value loss; V moves at most this far from V_old per step
     warmup_steps: int = 0  # first steps train only the critic (the policy waits)
     updates_per_step: int = 1  # critic optimizer passes over each step's batch (SAO: 2)
@@ -174,7 +178,7 @@ class AlgorithmConfig:
 class AsyncConfig:
     """Fully asynchronous runtime: window policy and its bounds."""
 
-    enable: bool = False
+    enable: bool = False  # rollout runs ahead of training by up to stale_steps versions (else step by step)
     window_policy: Any = field(default_factory=lambda: {"name": "no_window"})
     stale_steps: int = 1  # S: max policy versions a trained token may lag
 
@@ -199,7 +203,7 @@ class PlacementConfig:
     train_resources: Dict[str, float] = field(default_factory=dict)  # custom resources per bundle
     rollout_resources: Dict[str, float] = field(default_factory=dict)  # (colocated: both merged)
     timeout_s: float = 120.0  # wait this long for the cluster to fit the bundles
-    object_store_memory: int = 1 << 30
+    object_store_memory: int = 1 << 30  # bytes of Ray's object store, for a local cluster
     memory_check: str = "refuse"  # refuse | warn | off, when the start-up memory estimate exceeds free memory
     # colocated: rollout engine i lives in train rank i's process when its engine class allows it
     # (the embedded one): one copy of torch and transformers less; it then fails and restarts
@@ -240,7 +244,7 @@ class DataSourceConfig:
     """One data source: its prompts, agent, reward (or an environment in their place), sandbox,
     teacher and sampling."""
 
-    name: str = MISSING
+    name: str = MISSING  # unique; names the source in prompts, samples and metrics (rollout/reward_mean/<name>)
     weight: float = 1.0  # proportion of every batch (normalised over sources)
     dataset: Any = None  # PluginRef keyed by `format`; required unless `environment` is set
     agent: Any = None  # PluginRef; null = single_turn (an environment runs its own episodes)
@@ -249,10 +253,11 @@ class DataSourceConfig:
     # place of dataset, agent and reward (loongsage.data.environments)
     environment: Any = None
     sandbox: Any = None  # PluginRef keyed by `type`
-    teacher: Optional[str] = None
+    teacher: Optional[str] = None  # the opd.teachers name distilling into this source; null = none
+    # data_filter PluginRefs applied to this source's groups, before algorithm.filters
     filters: List[Any] = field(default_factory=list)
     sampling: Dict[str, Any] = field(default_factory=dict)  # overrides of rollout sampling
-    system_prompt: Optional[str] = None
+    system_prompt: Optional[str] = None  # sent as the first (system) message of every prompt
     # scored by trainer.eval_* only (e.g. held-out tasks): never in a training batch or the SFT
     # warm start; while any source is eval_only, evaluations draw from those sources alone
     eval_only: bool = False
@@ -264,7 +269,8 @@ class AgentFlowConfig:
 
     host: str = "127.0.0.1"  # any other address needs api_key (agentflow/access.py)
     port: int = 0  # 0 = pick a free port
-    tool_parser: str = "hermes"
+    tool_parser: str = "hermes"  # tool_parser plugin reading tool calls in replies (and writing SFT demos)
+    # router_middleware PluginRefs, in chain order; the built-in tool_call_parser is added last unless listed
     middlewares: List[Any] = field(default_factory=list)
     api_key: Optional[str] = None  # else LOONGSAGE_ROUTER_API_KEY; with one, agents get per-trajectory tokens
     max_body_bytes: int = 32 << 20  # request bodies past this are refused with 413
@@ -276,7 +282,7 @@ class AgentFlowConfig:
 class TeacherConfig:
     """One distillation teacher: the name data sources give in ``teacher``, and its model."""
 
-    name: str = MISSING
+    name: str = MISSING  # what data_sources[*].teacher gives to pick this teacher
     path: str = MISSING  # any Hugging Face folder, builtin:*, or a run's exported model
     backend: str = "embedded_teacher"  # engine plugin hosting it, forward only
 
@@ -285,7 +291,7 @@ class TeacherConfig:
 class OPDConfig:
     """On-policy distillation: each data source's teacher, the objectives, the teachers' memory."""
 
-    teachers: List[TeacherConfig] = field(default_factory=list)
+    teachers: List[TeacherConfig] = field(default_factory=list)  # none = no distillation
     distiller: str = "multi_teacher"  # distiller plugin (loongsage-distill)
     pg_ratio: float = 0.0  # λ_pg: advantage A_t − λ_pg·sg(KL_t)
     gkd_ratio: float = 0.0  # λ_gkd: loss (1 − λ_gkd)·L_RL + λ_gkd·L_GKD; 1 skips the RL loss
@@ -301,12 +307,12 @@ class OPDConfig:
 class LoggingConfig:
     """Trackers, run directory and trajectory samples."""
 
-    trackers: List[Any] = field(default_factory=lambda: ["console", "jsonl"])
-    run_root: str = "runs"
-    run_name: Optional[str] = None
+    trackers: List[Any] = field(default_factory=lambda: ["console", "jsonl"])  # tracker PluginRefs
+    run_root: str = "runs"  # a new run's directory is <run_root>/<run_name> (unless trainer.run_dir)
+    run_name: Optional[str] = None  # null = the start time, YYYYMMDD-HHMMSS
     samples_per_step: int = 4  # decoded trajectories saved per step
     tracker_samples_every: int = 10  # every N steps the saved samples go to the trackers too (0 = never)
-    progress_bar: bool = True
+    progress_bar: bool = True  # a tqdm bar of the steps on stderr, when it is a terminal
 
 
 @dataclass
@@ -314,7 +320,7 @@ class CheckpointConfig:
     """Checkpointing."""
 
     interval: int = 0  # steps between checkpoints; 0 = only at the end
-    keep_last: int = 2
+    keep_last: int = 2  # newest step_* checkpoints kept on disk; older ones are deleted
     # save the trainer after every step that is not checkpointed (checkpoints/.snapshot_step_N, one kept):
     # an actor death then loses at most the step in flight (controller/step_snapshot.py)
     snapshot: bool = True
@@ -324,11 +330,11 @@ class CheckpointConfig:
 class SFTConfig:
     """Supervised warm start run by `loongsage sft` or before RL (trainer.sft_steps)."""
 
-    steps: int = 0
-    lr: float = 1e-3
+    steps: int = 0  # optimizer steps of the warm start; 0 = none
+    lr: float = 1e-3  # its peak learning rate (a fresh AdamW; train.lr's is reset after it)
     warmup_steps: int = 0  # the learning rate rises linearly to lr over these first steps
     lr_decay: str = "constant"  # then: constant | linear | cosine (to zero at the last step)
-    batch_size: int = 16
+    batch_size: int = 16  # examples per step, split over train.dp_size ranks
     examples: int = 512  # generated from the data sources' ground truths
 
 
@@ -336,9 +342,9 @@ class SFTConfig:
 class TrainerConfig:
     """The training loop: steps, seed, resume."""
 
-    steps: int = 10
-    seed: int = 0
-    resume: bool = False
+    steps: int = 10  # RL steps: one rollout batch and train.mini_batches_per_step optimizer steps each
+    seed: int = 0  # seeds the data order, generated datasets, SFT examples, sampling and torch
+    resume: bool = False  # continue the run in trainer.run_dir from its newest intact checkpoint
     auto_resume: int = 3  # restarts from the last checkpoint when an actor dies (0 = stop with the resume command)
     run_dir: Optional[str] = None  # resume into / write to this directory
     overwrite: bool = False  # a fresh run in a run_dir holding another run's files deletes them first
@@ -364,4 +370,10 @@ SECTIONS: Dict[str, type] = {
     "transfer": TransferConfig,  # weight sync: bucket size, slots, checksum, delta
     "reward": RewardConfig,
     "budgets": BudgetConfig,
+}
+
+# the root's keys besides SECTIONS (loongsage.config.store.root_schema), as `config show --doc` says them
+ROOT_KEYS: Dict[str, str] = {
+    "data_sources": "the prompt sources every batch is drawn from (at least one)",
+    "plugins": "modules imported and registered as plugins (pluggy hooks) before the config is validated",
 }

@@ -72,7 +72,7 @@ class ProcessParams(SandboxParams):
 class BwrapParams(SandboxParams):
     """bubblewrap: new user/pid/net/ipc/uts namespaces, read-only system dirs, tmpfs work dir."""
 
-    bwrap_path: str = "bwrap"
+    bwrap_path: str = "bwrap"  # the bubblewrap executable: a name on PATH or a path
     python: str = "/usr/bin/python3"  # interpreter inside the sandbox (runs the supervisor and user code)
     ro_binds: List[str] = field(default_factory=list)  # extra host paths mounted read-only
     host_uid: Optional[int] = None  # when run as root: unprivileged host uid (default 200000+slot)
@@ -82,10 +82,10 @@ class BwrapParams(SandboxParams):
 class DockerParams(SandboxParams):
     """Docker container: no network, read-only root, capped memory/pids, tmpfs work dir."""
 
-    docker_path: str = "docker"
-    image: str = "python:3.11-slim"
-    python: str = "python3"
-    cpus: float = 1.0
+    docker_path: str = "docker"  # the docker executable: a name on PATH or a path
+    image: str = "python:3.11-slim"  # the container image (present locally unless pull)
+    python: str = "python3"  # interpreter inside the container (runs the supervisor and user code)
+    cpus: float = 1.0  # docker run --cpus: CPU share of the container
     pull: bool = False  # pull the image if missing (otherwise it must already exist)
 
 
@@ -93,9 +93,9 @@ class DockerParams(SandboxParams):
 class RemoteParams(SandboxParams):
     """Client of a ``loongsage sandbox serve`` service (which runs its own backend)."""
 
-    url: str = "http://127.0.0.1:8765"
+    url: str = "http://127.0.0.1:8765"  # the service's http(s) URL
     token: Optional[str] = None  # defaults to the environment variable named by token_env
-    token_env: str = "LOONGSAGE_SANDBOX_TOKEN"
+    token_env: str = "LOONGSAGE_SANDBOX_TOKEN"  # environment variable holding the token
     request_timeout_s: float = 60.0  # added to each exec's own timeout
 
 

@@ -13,9 +13,9 @@ class SyntheticMathParams:
     """Seeded arithmetic word problems (add/subtract) with answers in \\boxed{}."""
 
     size: int = 10000  # distinct problems (one epoch)
-    min_operand: int = 0
+    min_operand: int = 0  # smallest operand (>= 0)
     max_operand: int = 9  # 9: single-digit, 99: two-digit
-    operations: List[str] = field(default_factory=lambda: ["+", "-"])
+    operations: List[str] = field(default_factory=lambda: ["+", "-"])  # drawn from: + | -
     num_operands: int = 2  # terms per problem (>= 2)
     allow_negative: bool = False  # False: subtractions never go below zero
     instruction: str = "Put your final answer in \\boxed{}."  # appended to every question
@@ -28,7 +28,7 @@ class SyntheticMathParams:
 class FileDatasetParams:
     """Prompts and ground truths read from a JSONL or Parquet file."""
 
-    path: str = MISSING
+    path: str = MISSING  # the file to read (~ expanded)
     prompt_field: str = "prompt"  # dotted path; a string or a list of chat messages
     ground_truth_field: str = "reward_model.ground_truth"  # dotted path (verl/DAPO layout)
     metadata_fields: List[str] = field(default_factory=list)  # dotted paths copied to metadata
@@ -44,7 +44,7 @@ class HuggingFaceDatasetParams(FileDatasetParams):
     # "parquet", "csv" with data_files), or a hub dataset id already in the local cache
     name: Optional[str] = None  # the dataset's configuration name, if it has several
     data_files: List[str] = field(default_factory=list)  # local files for a builder path
-    split: str = "train"
+    split: str = "train"  # the split read
 
 
 @dataclass
@@ -56,5 +56,5 @@ class CodeRepairParams:
     heldout_share: float = 0.2  # share of all function sources that belong to the heldout split
     families: List[str] = field(default_factory=list)  # bug families to draw from; [] = all
     min_tests: int = 2  # visible test cases per task (the hidden tests add as many again, or more)
-    max_tests: int = 5
+    max_tests: int = 5  # most visible test cases per task
     stress_share: float = 0.3  # share of tasks whose tests also call the function many times over

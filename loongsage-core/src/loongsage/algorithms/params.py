@@ -50,7 +50,7 @@ class GRPOParams:
 
     norm_mode: str = "group_zscore"  # group_zscore | group_mean | batch_zscore | batch_mean | none
     eps: float = 1e-6  # added to the standard deviation
-    std_unbiased: bool = True  # Bessel-corrected std (torch.std default, as verl and LS-ref)
+    std_unbiased: bool = True  # Bessel-corrected std (torch.std default, as in verl)
 
     @property
     def group_baseline(self) -> bool:

@@ -36,8 +36,8 @@ DEFAULT_KEYS = [
 class ConsoleParams:
     """Print one line per step with the key metrics."""
 
-    keys: list[str] = field(default_factory=lambda: list(DEFAULT_KEYS))
-    every: int = 1
+    keys: list[str] = field(default_factory=lambda: list(DEFAULT_KEYS))  # metrics on the line, when logged
+    every: int = 1  # print every N steps
 
 
 def format_duration(seconds: float) -> str:

@@ -23,7 +23,7 @@ from loongsage.tracking.base import Tracker
 class JsonlParams:
     """Append one JSON object per step to metrics.jsonl in the run directory."""
 
-    filename: str = "metrics.jsonl"
+    filename: str = "metrics.jsonl"  # the file, relative to the run directory
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict]:

@@ -29,7 +29,7 @@ class MlflowParams:
     """Log to MLflow (a file store in the run directory by default)."""
 
     tracking_uri: Optional[str] = None  # default: $MLFLOW_TRACKING_URI, else file:<run_dir>/mlruns
-    experiment: str = "loongsage"
+    experiment: str = "loongsage"  # experiment name; created when missing
     run_name: Optional[str] = None  # default: the run directory's name
 
     def __post_init__(self) -> None:

@@ -22,7 +22,7 @@ class TensorBoardParams:
     """Write TensorBoard scalar events to a folder of the run directory."""
 
     log_dir: str = "tensorboard"  # relative to the run directory
-    flush_secs: int = 10
+    flush_secs: int = 10  # seconds between flushes of the event file to disk
 
     def __post_init__(self) -> None:
         require("tensorboard", "tensorboard")

@@ -28,11 +28,11 @@ MODES = ("auto", "online", "offline", "disabled")
 class WandbParams:
     """Log to Weights & Biases (offline unless logged in)."""
 
-    project: str = "loongsage"
-    entity: Optional[str] = None
+    project: str = "loongsage"  # W&B project of the run
+    entity: Optional[str] = None  # W&B user or team; None = the logged-in default
     run_name: Optional[str] = None  # default: the run directory's name
     mode: str = "auto"  # auto | online | offline | disabled
-    tags: List[str] = field(default_factory=list)
+    tags: List[str] = field(default_factory=list)  # tags of the W&B run
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
