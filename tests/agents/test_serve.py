@@ -77,3 +77,44 @@ def test_serve_uses_running_engines_when_given(engine_url):
         assert sum(traj["loss_mask"]) == reply.usage.completion_tokens
     finally:
         router.stop()
+
+
+def test_serve_with_a_session_header_records_one_trajectory_per_session(engine_url):
+    """verifiers' ``vf-eval`` sends every rollout with one API key and its own ``X-Session-ID``;
+    with ``--session-header x-session-id`` each session is a trajectory of its own, its turns
+    recorded token-exactly; requests without the header stay on the key's trajectory."""
+    import io
+
+    from loongsage.controller.serve import run_serve
+
+    out = io.StringIO()
+    router, _ = run_serve("tiny/grpo", [], engine_urls=[engine_url], block=False, out=out,
+                          session_header="x-session-id")
+    try:
+        assert "a request with header x-session-id: S goes to trajectory '<trajectory_id>.S'" in out.getvalue()
+
+        def client(session=None):
+            headers = {"X-Session-ID": session} if session else None
+            return openai.OpenAI(base_url=f"{router.url}/v1", api_key="vf-eval", max_retries=0,
+                                 default_headers=headers)
+
+        first = [{"role": "user", "content": "hi"}]
+        sampled: dict[str, int] = {}
+        replies: dict[str, str] = {}
+        for session in ("rollout-0", "rollout-1", None):
+            reply = client(session).chat.completions.create(model="m", messages=first, max_tokens=3)
+            sampled[session or ""] = reply.usage.completion_tokens
+            replies[session or ""] = reply.choices[0].message.content
+        # a second turn of rollout-0 continues its own trajectory
+        again = [*first, {"role": "assistant", "content": replies["rollout-0"]}, {"role": "user", "content": "and?"}]
+        second = client("rollout-0").chat.completions.create(model="m", messages=again, max_tokens=3)
+        sampled["rollout-0"] += second.usage.completion_tokens
+        listing = httpx.get(f"{router.url}/v1/trajectories").json()["trajectories"]
+        assert sorted(t["trajectory_id"] for t in listing) == ["vf-eval", "vf-eval.rollout-0", "vf-eval.rollout-1"]
+        for tid, session in (("vf-eval.rollout-0", "rollout-0"), ("vf-eval.rollout-1", "rollout-1"), ("vf-eval", "")):
+            [traj] = httpx.get(f"{router.url}/v1/trajectories/{tid}").json()["attempts"]
+            assert sum(traj["loss_mask"]) == sampled[session], tid
+        with pytest.raises(openai.BadRequestError, match="header x-session-id: expected 1 to 128"):
+            client("a/b").chat.completions.create(model="m", messages=first, max_tokens=3)
+    finally:
+        router.stop()

@@ -30,8 +30,12 @@ def test_recipe_composes_and_resolves_every_plugin(recipe):
         *zip(alg.filters, [f.name for f in cfg.algorithm.filters]),
     ]
     for source, node in zip(run.sources, cfg.data_sources, strict=True):
-        resolved += [(source.dataset, node.dataset.format), (source.agent, node.agent.name),
-                     (source.reward, node.reward.name), *zip(source.filters, [f.name for f in node.filters])]
+        resolved += [*zip(source.filters, [f.name for f in node.filters])]
+        if node.environment is not None:  # its dataset, agent and reward are bound to it
+            resolved.append((source.environment, node.environment.type))
+        else:
+            resolved += [(source.dataset, node.dataset.format), (source.agent, node.agent.name),
+                         (source.reward, node.reward.name)]
         if node.sandbox is not None:
             resolved.append((source.sandbox, node.sandbox.type))
     for ref, name in resolved:  # each named plugin resolved once, to the registered entry of that name

@@ -109,9 +109,9 @@ def test_second_distribution_claiming_a_core_name_fails_at_load(registries_with)
         registries_with(Impostor)
 
 
-def test_fifteen_kinds_each_with_one_hook():
+def test_seventeen_kinds_each_with_one_hook():
     from loongsage import hookspecs
 
-    assert len(KINDS) == 16
+    assert len(KINDS) == 17
     for kind in KINDS.values():
         assert callable(getattr(hookspecs, kind.hook))

@@ -3,10 +3,12 @@
 from loongsage.plugin import hookimpl
 from loongsage_agents.agents.params import SingleTurnParams
 from loongsage_agents.agents.router_params import (ChatParams, ClaudeCodeParams, CodexParams,
-                                                   CommandParams, MiniSweAgentParams,
-                                                   OpenCodeParams, ToolLoopParams)
+                                                   CommandParams, EnvironmentAgentParams,
+                                                   MiniSweAgentParams, OpenCodeParams,
+                                                   ToolLoopParams)
 from loongsage_agents.datasets.params import (CodeRepairParams, FileDatasetParams,
                                               HuggingFaceDatasetParams, SyntheticMathParams)
+from loongsage_agents.environments.params import ReasoningGymParams
 from loongsage_agents.rewards.params import MathRewardParams
 from loongsage_agents.rewards.code_exec import CodeExecParams
 
@@ -26,6 +28,12 @@ def loongsage_register_datasets(register):
 
 
 @hookimpl
+def loongsage_register_environments(register):
+    register("reasoning_gym", "loongsage_agents.environments.reasoning_gym_env:ReasoningGymEnvironment",
+             params=ReasoningGymParams)
+
+
+@hookimpl
 def loongsage_register_rewards(register):
     register("math", "loongsage_agents.rewards.math:math_reward", params=MathRewardParams)
     register("code_exec", "loongsage_agents.rewards.code_exec:code_exec_reward", params=CodeExecParams)
@@ -36,6 +44,8 @@ def loongsage_register_agents(register):
     register("single_turn", "loongsage_agents.agents.single_turn:SingleTurnAgent",
              params=SingleTurnParams)
     register("chat", "loongsage_agents.agents.chat:ChatAgent", params=ChatParams)
+    register("environment", "loongsage_agents.agents.environment:EnvironmentAgent",
+             params=EnvironmentAgentParams)
     register("tool_loop", "loongsage_agents.agents.tool_loop:ToolLoopAgent", params=ToolLoopParams)
     register("command", "loongsage_agents.launchers.command:CommandAgent", params=CommandParams)
     register("codex", "loongsage_agents.launchers.codex:CodexAgent", params=CodexParams)

@@ -84,6 +84,9 @@ def build_parser(registries: Registries) -> argparse.ArgumentParser:
     _add_config_args(serve)
     serve.add_argument("--engine-url", action="append", default=None,
                        help="use this running engine instead of starting one (repeatable)")
+    serve.add_argument("--session-header", default=None, metavar="HEADER",
+                       help="one trajectory per value of this request header under each key "
+                            "(x-session-id: one per verifiers rollout)")
     for entry in registries.command:
         command = sub.add_parser(entry.name, help=f"{entry.doc} (from {entry.distribution})", add_help=False)
         command.add_argument("rest", nargs=argparse.REMAINDER)
@@ -194,7 +197,8 @@ def cmd_sft(args: argparse.Namespace, registries: Registries) -> int:
 def cmd_serve(args: argparse.Namespace, registries: Registries) -> int:
     from loongsage.controller.serve import run_serve
 
-    run_serve(args.config_name, args.overrides, args.config_dir, args.engine_url, registries=registries)
+    run_serve(args.config_name, args.overrides, args.config_dir, args.engine_url, registries=registries,
+              session_header=args.session_header)
     return 0
 
 

@@ -70,6 +70,10 @@ KIND_TABLE: tuple[KindSpec, ...] = (
              "Sandbox", "data_sources[*].sandbox.type", (("data_sources[*].sandbox", "type"),)),
     KindSpec("dataset", "loongsage_register_datasets", "Register dataset formats (prompt sources).",
              "Dataset", "data_sources[*].dataset.format", (("data_sources[*].dataset", "format"),)),
+    KindSpec("environment", "loongsage_register_environments",
+             "Register environments: the tasks, episodes and rewards of a data source in place of its "
+             "dataset, agent and reward.",
+             "Environment", "data_sources[*].environment.type", (("data_sources[*].environment", "type"),)),
     KindSpec("tool_parser", "loongsage_register_tool_parsers",
              "Register parsers that turn generated text into tool calls.",
              "ToolParser", "agentflow.tool_parser", (("agentflow.tool_parser", ""),)),

@@ -241,13 +241,17 @@ class BudgetConfig:
 
 @dataclass
 class DataSourceConfig:
-    """One data source: its prompts, agent, reward, sandbox, teacher and sampling."""
+    """One data source: its prompts, agent, reward (or an environment in their place), sandbox,
+    teacher and sampling."""
 
     name: str = MISSING  # unique; names the source in prompts, samples and metrics (rollout/reward_mean/<name>)
     weight: float = 1.0  # proportion of every batch (normalised over sources)
-    dataset: Any = MISSING  # PluginRef keyed by `format`
-    agent: Any = field(default_factory=lambda: {"name": "single_turn"})
-    reward: Any = MISSING  # PluginRef
+    dataset: Any = None  # PluginRef keyed by `format`; required unless `environment` is set
+    agent: Any = None  # PluginRef; null = single_turn (an environment runs its own episodes)
+    reward: Any = None  # PluginRef; required unless `environment` is set
+    # PluginRef keyed by `type`: tasks, episodes and rewards from an environment library, in
+    # place of dataset, agent and reward (loongsage.data.environments)
+    environment: Any = None
     sandbox: Any = None  # PluginRef keyed by `type`
     teacher: Optional[str] = None  # the opd.teachers name distilling into this source; null = none
     # data_filter PluginRefs applied to this source's groups, before algorithm.filters

@@ -120,8 +120,8 @@ def trajectory_failure(router: Any, tid: str, outcome: "Outcome") -> str | None:
     """Why trajectory ``tid`` failed, if it did: the agent process timed out (killed with its
     process group), a turn's engine request failed (the router marked it), a white-box
     agent's model call failed (``model_call_failed``: its SDK timed out or lost the
-    connection), or its sandbox could not run a tool call (``sandbox_failed``: the supervisor
-    died). The router's own reason comes first: it names the engine's error."""
+    connection), its sandbox could not run a tool call (``sandbox_failed``: the supervisor
+    died), or an environment's episode raised or ran past its deadline (``episode_failed``). The router's own reason comes first: it names the engine's error."""
     traj = router.store.lookup(tid, "0")
     if traj is not None and traj.status == "failed":
         return f"a turn failed: {traj.error}"
@@ -129,6 +129,8 @@ def trajectory_failure(router: Any, tid: str, outcome: "Outcome") -> str | None:
         return "the agent process timed out and was killed"
     if outcome.info.get("model_call_failed"):
         return f"a model call failed: {outcome.info['model_call_failed']}"
+    if outcome.info.get("episode_failed"):
+        return f"the environment's episode failed: {outcome.info['episode_failed']}"
     if outcome.info.get("sandbox_failed"):
         return f"its sandbox could not run a tool call: {outcome.info.get('sandbox_error')}"
     return None

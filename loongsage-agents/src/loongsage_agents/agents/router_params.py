@@ -33,6 +33,13 @@ class ChatParams(RouterAgentParams):
 
 
 @dataclass
+class EnvironmentAgentParams(RouterAgentParams):
+    """An environment's episodes, one per trajectory, each against its own router URL."""
+
+    episode_timeout_s: float = 300.0  # an episode still running then is cancelled and marked failed
+
+
+@dataclass
 class ToolLoopParams(RouterAgentParams):
     """Multi-turn function calling through the router; tools run in the data source's sandbox."""
 

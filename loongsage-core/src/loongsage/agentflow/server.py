@@ -6,7 +6,11 @@ Routes (each ``/v1/...`` also under a ``/{trajectory_id}/{attempt_id}`` prefix):
 ``GET /v1/trajectories`` (a listing), ``GET /v1/trajectories/{trajectory_id}`` and
 ``GET /health``. A request's trajectory comes
 from the path prefix, else from the API key (``Authorization: Bearer`` or ``x-api-key``)
-read as ``"{trajectory_id}:{attempt_id}"`` or ``"{trajectory_id}"`` (attempt ``"0"``).
+read as ``"{trajectory_id}:{attempt_id}"`` or ``"{trajectory_id}"`` (attempt ``"0"``). With
+``settings.session_header`` (``loongsage serve --session-header x-session-id``), a request
+carrying that header goes to trajectory ``"{trajectory_id}.{session}"`` instead, so a client
+that sends every rollout with one key and a session id per rollout (verifiers' ``vf-eval``)
+records one trajectory per rollout.
 Every error is answered in the caller's wire format. Binding a non-loopback address needs
 an API key, with which agents name trajectories by issued tokens, and bodies are capped
 (``access.py``).
@@ -18,6 +22,7 @@ relays the engine's own token stream as it is generated.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -38,6 +43,7 @@ from loongsage.engines.pool import EnginePool
 from loongsage.registry import Registries
 
 BUILTIN_PARSER_MIDDLEWARE = "tool_call_parser"
+SESSION_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")  # what a session header may name
 
 
 def build_middlewares(settings: RouterSettings, registries: Registries) -> list[RouterMiddleware]:
@@ -132,11 +138,23 @@ class Router:
                                    kind="authentication_error")
             tid, _, aid = key.partition(":")
         tid, aid = self.tokens.resolve(tid, aid or "0", trusted)
+        tid = self._session_trajectory(http, tid)
         traj = self.store.lookup(tid, aid)
         if traj is None:
             raise RequestError(f"unknown trajectory {tid!r} attempt {aid or '0'!r}; open it first",
                                status=404, kind="not_found_error")
         return traj
+
+    def _session_trajectory(self, http: Request, tid: str) -> str:
+        """``tid``, or ``"{tid}.{session}"`` for a request carrying ``settings.session_header``."""
+        header = self.settings.session_header
+        session = http.headers.get(header) if header else None
+        if session is None:
+            return tid
+        if not SESSION_ID.fullmatch(session):
+            raise RequestError(f"header {header}: expected 1 to 128 of A-Z a-z 0-9 . _ -, got {session!r}",
+                               status=400, param=header)
+        return f"{tid}.{session}"
 
     def _check_model(self, model: str) -> None:
         served = self.settings.served_model_names + self.settings.untrained_models

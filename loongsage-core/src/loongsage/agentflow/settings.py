@@ -17,6 +17,9 @@ class RouterSettings:
     # names, {"name": ..., "params": {...}} or {"name": ..., **params} (validated config)
     middlewares: list[Any] = field(default_factory=list)
     auto_create_trajectories: bool = False  # `loongsage serve`: any key opens a trajectory
+    # `loongsage serve --session-header`: a request carrying this header (e.g. verifiers'
+    # x-session-id, one per rollout) goes to trajectory "<trajectory_id>.<session>" of its key
+    session_header: str | None = None
     default_max_tokens: int = 1024
     max_context: int | None = None  # tokens; None = the tokenizer's model_max_length if sane
     clamp_max_tokens: bool = True  # max_tokens beyond the context left is lowered, not refused

@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
 from loongsage.errors import ConfigError
 from loongsage.install_hints import extra_command
+
+if TYPE_CHECKING:
+    from loongsage.registry import PluginRef
 
 SECTION_KEYS = ("train.megatron", "train.lora")  # checked whole: a backend takes all of it or none
 EXTRA_KEYS = ("trainer.router_replay",)
@@ -88,6 +91,17 @@ def check_optional_packages(cfg: DictConfig) -> None:
             raise ConfigError(package.key, f"{package.key}={_plain(OmegaConf.select(cfg, package.key))} needs "
                               f"the {package.module!r} package, which is not installed: "
                               f"{extra_command('loongsage-core', package.extra)}")
+
+
+def check_environment_library(env: PluginRef) -> None:
+    """``ConfigError`` naming the extra to install when an environment's library is missing (the
+    ``requires = (module, distribution, extra)`` its parameter dataclass declares)."""
+    requires = env.trait("requires")
+    if requires and not installed(requires[0]):
+        module, distribution, extra = requires
+        raise ConfigError(f"{env.key}.type", f"environment '{env.name}' needs the {module!r} library, "
+                          f"which is not installed; install the extra [{extra}] of {distribution}: "
+                          f"{extra_command(distribution, extra)}")
 
 
 def _plain(value: Any) -> Any:

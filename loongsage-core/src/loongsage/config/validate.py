@@ -8,8 +8,9 @@ registry (``Registries.resolve``) and its parameters are validated by the plugin
 dataclass; ``validate_config`` returns them in a ``RunConfig``, and writes the resolved
 parameters, defaults included, back into the config so ``config show`` prints all of them.
 A reward node's generic keys (``timeout_s``, ``on_error``) default to the ``reward`` section
-and are checked by the same rules as its keys; the ``budgets`` section's limits travel in
-each ``SourceSpec``. The ``opd`` section and the sources' teachers become a ``DistillSpec``
+and are checked by the same rules as its keys. A source naming an environment gets its
+dataset, agent and reward bound to it (``loongsage.data.environments``); naming both is
+refused. The ``budgets`` section's limits travel in each ``SourceSpec``. The ``opd`` section and the sources' teachers become a ``DistillSpec``
 (``loongsage.config.opd``).
 """
 
@@ -24,9 +25,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from loongsage.algorithms.lr_schedule import LR_DECAYS
 from loongsage.algorithms.validate import AlgorithmSpec, validate_algorithm
-from loongsage.config.backend_support import check_backend_keys, check_optional_packages
+from loongsage.config.backend_support import (check_backend_keys, check_environment_library,
+                                              check_optional_packages)
 from loongsage.config.opd import DistillSpec, validate_opd
 from loongsage.config.store import data_source_schema, root_schema
+from loongsage.data.environments import EnvironmentOptions, bind_environment
 from loongsage.data.sources import SourceSpec
 from loongsage.deadline.budget import Budget
 from loongsage.errors import ConfigError
@@ -254,6 +257,34 @@ def _reward(node: DictConfig, key: str, cfg: DictConfig, registries: Registries)
     return ref
 
 
+TRIPLE = ("dataset", "agent", "reward")
+
+
+def _triple(i: int, node: DictConfig, cfg: DictConfig, registries: Registries) -> dict[str, Any]:
+    """The source's dataset, agent and reward: its own, or bound to the environment it names."""
+    key = f"data_sources[{i}]"
+    if node.environment is None:
+        for name in ("dataset", "reward"):
+            if node[name] is None:
+                raise ConfigError(f"{key}.{name}", "required value missing: a source names a dataset, "
+                                  "an agent (default single_turn) and a reward, or an environment instead")
+        agent = node.agent if node.agent is not None else "single_turn"
+        return {"dataset": registries.resolve("dataset", node.dataset, f"{key}.dataset", "format"),
+                "agent": registries.resolve("agent", agent, f"{key}.agent"),
+                "reward": _reward(node.reward, f"{key}.reward", cfg, registries), "environment": None}
+    given = [name for name in TRIPLE if node[name] is not None]
+    if given:
+        raise ConfigError(f"{key}.{given[0]}", f"the source names both an environment ({key}.environment) "
+                          f"and {', '.join(f'{key}.{g}' for g in given)}: an environment supplies its own tasks, "
+                          "episodes and rewards; name either the environment or the dataset/agent/reward triple")
+    env = registries.resolve("environment", node.environment, f"{key}.environment", "type",
+                             options=EnvironmentOptions())
+    check_environment_library(env)
+    reward_options = RewardOptions(timeout_s=cfg.reward.timeout_s, on_error=cfg.reward.on_error)
+    dataset, agent, reward = bind_environment(env, registries, bool(node.eval_only), reward_options)
+    return {"dataset": dataset, "agent": agent, "reward": reward, "environment": env}
+
+
 def _source_spec(i: int, node: DictConfig, cfg: DictConfig, registries: Registries) -> SourceSpec:
     key = f"data_sources[{i}]"
     sandbox = node.sandbox
@@ -261,9 +292,7 @@ def _source_spec(i: int, node: DictConfig, cfg: DictConfig, registries: Registri
         index=i,
         name=str(node.name),
         weight=float(node.weight),
-        dataset=registries.resolve("dataset", node.dataset, f"{key}.dataset", "format"),
-        agent=registries.resolve("agent", node.agent, f"{key}.agent"),
-        reward=_reward(node.reward, f"{key}.reward", cfg, registries),
+        **_triple(i, node, cfg, registries),
         sandbox=registries.resolve("sandbox", sandbox, f"{key}.sandbox", "type") if sandbox is not None else None,
         filters=registries.resolve_all("data_filter", node.filters, f"{key}.filters"),
         teacher=node.teacher,
@@ -289,9 +318,12 @@ def _write_back(cfg: DictConfig, run: RunConfig) -> None:
     cfg.agentflow.middlewares = [m.as_node() for m in run.middlewares]
     cfg.logging.trackers = [t.as_node() for t in run.trackers]
     for node, source in zip(cfg.data_sources, run.sources):
-        node.dataset = source.dataset.as_node("format")
-        node.agent = source.agent.as_node()
-        node.reward = source.reward.as_node()
+        if source.environment is not None:
+            node.environment = source.environment.as_node("type")
+        else:
+            node.dataset = source.dataset.as_node("format")
+            node.agent = source.agent.as_node()
+            node.reward = source.reward.as_node()
         if source.sandbox is not None:
             node.sandbox = source.sandbox.as_node("type")
         node.filters = [f.as_node() for f in source.filters]

@@ -155,4 +155,16 @@ def rollout_metrics(groups: Sequence[Group]) -> dict[str, float]:
     for source in sorted({g.prompt.source for g in groups}):
         chosen = [s.reward for g in groups if g.prompt.source == source for s in g.samples]
         metrics[f"rollout/reward_mean/{source}"] = sum(chosen) / len(chosen)
+        metrics.update(episode_metrics(source, [s for g in groups if g.prompt.source == source for s in g.samples]))
     return metrics
+
+
+def episode_metrics(source: str, samples: Sequence[Sample]) -> dict[str, float]:
+    """``rollout/<metric>_mean/<source>``: each metric an environment's episodes reported
+    (``reward_info["episode_metrics"]``), averaged over the episodes that reported it."""
+    reported = [m for s in samples if isinstance(m := s.reward_info.get("episode_metrics"), dict)]
+    out = {}
+    for name in sorted({k for m in reported for k in m}):
+        values = [float(m[name]) for m in reported if name in m]
+        out[f"rollout/{name}_mean/{source}"] = sum(values) / len(values)
+    return out

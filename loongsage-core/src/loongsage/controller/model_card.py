@@ -40,6 +40,13 @@ def metrics_table(rows: Sequence[dict]) -> list[str]:
     return lines
 
 
+def source_line(node: Any) -> str:
+    """What a data source trains on: its dataset and reward, or its environment."""
+    if node.get("environment") is not None:
+        return f"environment `{node.environment.type}`"
+    return f"{node.dataset.format}, reward `{node.reward.name}`"
+
+
 def model_card(cfg: Any, recipe: str, overrides: Sequence[str], rows: Sequence[dict]) -> Any:
     """A ``huggingface_hub.ModelCard`` for the model ``cfg`` trained (``rows``: metrics.jsonl)."""
     from huggingface_hub import ModelCard, ModelCardData
@@ -50,7 +57,7 @@ def model_card(cfg: Any, recipe: str, overrides: Sequence[str], rows: Sequence[d
                          tags=["loongsage", "reinforcement-learning", loss, advantage])
     steps = [r["step"] for r in rows if "rollout/reward_mean" in r]
     command = " ".join(["loongsage train --config-name", recipe or "?", *overrides])
-    sources = ", ".join(f"`{s.name}` ({s.dataset.format}, reward `{s.reward.name}`)" for s in cfg.data_sources)
+    sources = ", ".join(f"`{s.name}` ({source_line(s)})" for s in cfg.data_sources)
     body = [
         f"# {cfg.logging.run_name or 'LoongSage run'}: RL post-training with LoongSage", "",
         f"Trained by the LoongSage recipe `{recipe or 'unknown'}`"

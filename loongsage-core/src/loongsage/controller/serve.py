@@ -28,6 +28,8 @@ def describe(router: Router, example: str = "demo") -> str:
         router.tokens.issue(example, "0")
     urls = router.base_urls(example, "0")
     root = f"{router.url}/{{trajectory_id}}/{{attempt_id}}"
+    header = router.settings.session_header
+    sessions = [f"  a request with header {header}: S goes to trajectory '<trajectory_id>.S'"] if header else []
     keyed = ["  with agentflow.api_key: send 'Authorization: Bearer <key>' (or x-api-key) to reach any "
              "trajectory by its id and to list them"] if router.tokens.required else []
     return "\n".join([
@@ -36,7 +38,7 @@ def describe(router: Router, example: str = "demo") -> str:
         f"  OpenAI Responses         POST {root}/v1/responses",
         f"  Anthropic Messages       POST {root}/v1/messages",
         f"  e.g. OPENAI_BASE_URL={urls['openai']} ANTHROPIC_BASE_URL={urls['anthropic']}",
-        *keyed,
+        *keyed, *sessions,
         f"  trajectories: GET {router.url}/v1/trajectories  (one: /v1/trajectories/{example})",
     ])
 
@@ -83,12 +85,15 @@ def start_embedded_engines(cfg: Any) -> list[Any]:
 
 def run_serve(config_name: str, overrides: list[str], config_dir: str | None = None,
               engine_urls: list[str] | None = None, *, block: bool = True,
-              out: TextIO = sys.stdout, registries: Any = None) -> tuple[Router, list[Any]]:
+              out: TextIO = sys.stdout, registries: Any = None,
+              session_header: str | None = None) -> tuple[Router, list[Any]]:
     """``loongsage serve``: load the recipe, start (or reach) the engines, serve the router.
 
-    Returns the router and the embedded engines it started (empty with ``engine_urls``);
-    with ``block`` it returns only after Ctrl-C, everything stopped. ``registries``: the
-    installed plugins when the caller has loaded them (the CLI)."""
+    ``session_header`` (``--session-header``) splits each key's requests into one trajectory per
+    value of that header (``RouterSettings.session_header``). Returns the router and the embedded
+    engines it started (empty with ``engine_urls``); with ``block`` it returns only after
+    Ctrl-C, everything stopped. ``registries``: the installed plugins when the caller has loaded
+    them (the CLI)."""
     from loongsage.config.compose import load_config
     from loongsage.models.resolve import resolve_model_path
 
@@ -98,7 +103,7 @@ def run_serve(config_name: str, overrides: list[str], config_dir: str | None = N
     urls = list(engine_urls or [e.url for e in engines])
     print(f"engines: {', '.join(urls)}", file=out, flush=True)
     try:
-        router = serve(run, urls, block=block, out=out)
+        router = serve(run, urls, block=block, out=out, session_header=session_header)
     finally:
         if block:
             for engine in engines:

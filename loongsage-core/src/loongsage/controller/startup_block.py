@@ -26,11 +26,14 @@ def run_lines(spec: RunConfig, given_model: str, run_dir: Any) -> list[str]:
 
 
 def data_line(sources: Mapping[str, Any]) -> str:
-    """``data: math (jsonl, 1,200 prompts, weight 0.7), ...``: every source as built."""
+    """``data: math (jsonl, 1,200 prompts, weight 0.7), gym (environment reasoning_gym, 1,000
+    prompts, weight 0.3)``: every source as built."""
     parts = []
     for source in sources.values():
         size = source.size()
         count = "unbounded" if size is None else f"{size:,} prompts"
         role = ", held out" if source.spec.eval_only else f", weight {source.weight:g}"
-        parts.append(f"{source.name} ({source.spec.dataset.name}, {count}{role})")
+        tasks = source.spec.tasks  # its dataset, or the environment that supplies its tasks
+        what = tasks.name if tasks.kind == "dataset" else f"{tasks.kind} {tasks.name}"
+        parts.append(f"{source.name} ({what}, {count}{role})")
     return "data: " + "; ".join(parts)

@@ -22,6 +22,11 @@ the dataset runs in-process within the time budgets of the ``budgets`` section: 
 (``dataset_load_s``) and each ``get`` (``dataset_get_s``); a stalled reader stops the run
 with an error naming it (``loongsage.deadline.budget``).
 
+A source that names an environment (``data_sources[i].environment``) has its dataset, agent and
+reward bound to it at validation (``loongsage.data.environments``): ``build_source`` builds the
+environment once, reads the tasks of its split (``held_out`` for an ``eval_only`` source) as the
+dataset, and lends the environment to its episode agent (``SourceContext.environment``).
+
 A source marked ``eval_only`` (held-out tasks) is built like any other, with its agent, router
 and reward, but only evaluations read it: ``training_sources`` is what the mixer and the SFT
 warm start get, ``evaluation_sources`` what ``trainer.eval_*`` draws from.
@@ -52,6 +57,7 @@ class SourceSpec:
     agent: PluginRef
     reward: PluginRef
     sandbox: PluginRef | None = None
+    environment: PluginRef | None = None  # the source's environment; dataset, agent, reward bound to it
     filters: tuple[PluginRef, ...] = ()
     teacher: str | None = None
     sampling: Mapping[str, Any] = field(default_factory=dict)
@@ -63,6 +69,11 @@ class SourceSpec:
     @property
     def key(self) -> str:
         return f"data_sources[{self.index}]"
+
+    @property
+    def tasks(self) -> PluginRef:
+        """What supplies the prompts: the environment when the source names one, else its dataset."""
+        return self.environment or self.dataset
 
 
 @dataclass(frozen=True)
@@ -120,6 +131,7 @@ class SourceContext:
     tokenizer: Any
     registries: Registries
     sandbox: SandboxFactory | None = None
+    environment: Any = None  # the built environment of an environment source (its episode agent runs it)
 
     def require_sandbox(self, who: str) -> SandboxFactory:
         """The source's sandbox, or a ``ConfigError`` saying ``who`` needs one."""
@@ -174,7 +186,8 @@ class DataSource:
         return [r if isinstance(r, Exception) else self._stamped(r, i) for r, i in zip(read, indexes)]
 
     def _get_call(self, index: int) -> str:
-        return f"{self.spec.key}.dataset: dataset '{self.spec.dataset.name}' get({index})"
+        tasks = self.spec.tasks
+        return f"{tasks.key}: {tasks.kind} '{tasks.name}' get({index})"
 
     def _stamped(self, prompt: Prompt, index: int) -> Prompt:
         messages = list(prompt.messages)
@@ -209,20 +222,34 @@ def check_reward(call: RewardCall) -> None:
                           "module-level function or class and picklable parameters") from None
 
 
+def _load_environment(spec: SourceSpec, seed: int, sandbox: SandboxFactory | None) -> tuple[Any, Any]:
+    """An environment source's environment and the tasks of its split (``data.environments``)."""
+    from loongsage.data.environments import EnvironmentContext, build_environment, environment_tasks
+
+    env = spec.environment
+    environment = build_environment(env, EnvironmentContext(spec.name, env.key, seed, sandbox))
+    return environment, environment_tasks(environment, spec.dataset.params.split)
+
+
 def build_source(spec: SourceSpec, registries: Registries, seed: int = 0, tokenizer: Any = None) -> DataSource:
     """Build one data source from its ``spec`` (the agent only when a ``tokenizer`` is given)."""
-    what = f"{spec.key}.dataset: dataset '{spec.dataset.name}' building its prompts"
-    try:
-        dataset = spec.load_budget.run(what, spec.dataset.obj, spec.dataset.params, seed)
-    except ConfigError as err:  # the dataset names its own field; prefix the source's key
-        raise ConfigError(f"{spec.key}.{err.key}", err.problem) from None
-    except (OSError, ValueError) as err:  # missing file, bad record: the message names them
-        raise ConfigError(f"{spec.key}.dataset", str(err)) from err
     sandbox = SandboxFactory(spec.sandbox) if spec.sandbox is not None else None
+    environment = None
+    what = f"{spec.tasks.key}: {spec.tasks.kind} '{spec.tasks.name}' building its prompts"
+    try:
+        if spec.environment is None:
+            dataset = spec.load_budget.run(what, spec.dataset.obj, spec.dataset.params, seed)
+        else:
+            environment, dataset = spec.load_budget.run(what, _load_environment, spec, seed, sandbox)
+    except ConfigError as err:  # the dataset names its own field (an environment: within its node)
+        prefix = spec.key if spec.environment is None else spec.environment.key
+        raise ConfigError(f"{prefix}.{err.key}", err.problem) from None
+    except (OSError, ValueError) as err:  # missing file, bad record: the message names them
+        raise ConfigError(spec.tasks.key, str(err)) from err
     check_reward(RewardCall(spec.reward, sandbox, spec.name))
     agent = None
     if tokenizer is not None:
-        context = SourceContext(spec.name, spec.key, tokenizer, registries, sandbox)
+        context = SourceContext(spec.name, spec.key, tokenizer, registries, sandbox, environment)
         agent = spec.agent.obj(spec.agent.params, context)
     return DataSource(spec, dataset, agent, sandbox)
 

@@ -35,6 +35,7 @@ PUBLIC: dict[str, tuple[str, str]] = {
     "Reward": ("loongsage.plugin.kinds", "contract of kind reward"),
     "Sandbox": ("loongsage.plugin.kinds", "contract of kind sandbox"),
     "Dataset": ("loongsage.plugin.kinds", "contract of kind dataset"),
+    "Environment": ("loongsage.plugin.kinds", "contract of kind environment"),
     "ToolParser": ("loongsage.agentflow.tool_calls", "contract of kind tool_parser"),
     "RouterMiddleware": ("loongsage.agentflow.middleware", "base class of kind router_middleware"),
     "AdvantageEstimator": ("loongsage.plugin.kinds", "contract of kind advantage"),
@@ -56,6 +57,9 @@ PUBLIC: dict[str, tuple[str, str]] = {
     "FilterResult": ("loongsage.algorithms.filters", "what a data filter returns"),
     "SourceContext": ("loongsage.data.sources", "what an agent is built with: tokenizer, sandbox, registries"),
     "SandboxFactory": ("loongsage.data.sources", "the sandbox an agent or a reward receives"),
+    "EnvironmentContext": ("loongsage.data.environments", "what an environment is built with: source, seed, sandbox"),
+    "Endpoint": ("loongsage.data.environments", "where an episode calls the policy: router URLs, key, model"),
+    "Episode": ("loongsage.data.environments", "what an environment's run_episode returns: reward, metrics"),
     "GenerateOutput": ("loongsage.engines.client", "what GenerationClient.agenerate returns"),
     "ToolCall": ("loongsage.agentflow.tool_calls", "what a tool parser parses and renders"),
     "ParsedOutput": ("loongsage.agentflow.tool_calls", "what a tool parser's parse returns"),
@@ -139,6 +143,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time the names load o
     from loongsage.algorithms.types import AdvantageInputs, Correction, PolicyLossInputs, PolicyLossOutput
     from loongsage.config.opd import DistillSpec, TeacherSpec
     from loongsage.controller.distill import DistillContext, Distiller
+    from loongsage.data.environments import Endpoint, EnvironmentContext, Episode
     from loongsage.data.sources import SandboxFactory, SourceContext
     from loongsage.data.types import Group, Prompt, Sample
     from loongsage.engines.batch import LogitTerm, LossContext, TrainBatch
@@ -154,8 +159,8 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time the names load o
     from loongsage.install_hints import extra_command
     from loongsage.models.resolve import resolve_model_path
     from loongsage.plugin.kinds import (
-        KIND_CONTRACTS, AdvantageEstimator, Agent, Command, DataFilter, Dataset, Engine, GenerationClient,
-        ISCorrection, KLPolicy, LogitKLPolicy, PolicyLoss, Reward, Sandbox,
+        KIND_CONTRACTS, AdvantageEstimator, Agent, Command, DataFilter, Dataset, Engine, Environment,
+        GenerationClient, ISCorrection, KLPolicy, LogitKLPolicy, PolicyLoss, Reward, Sandbox,
     )
     from loongsage.registry import PluginRef, Registries, RegistryEntry
     from loongsage.runtime.window import WindowPolicy, WindowView

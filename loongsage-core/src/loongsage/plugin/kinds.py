@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # the records are imported only for the annotations
 
     from loongsage.algorithms.filters import FilterResult
     from loongsage.algorithms.types import AdvantageInputs, Correction, PolicyLossInputs, PolicyLossOutput
+    from loongsage.data.environments import Endpoint, Episode
     from loongsage.data.types import Group, Prompt, Sample
     from loongsage.engines.client import GenerateOutput
     from loongsage.registry import Registries
@@ -104,6 +105,21 @@ class Dataset(Protocol):
     for an infinite source)."""
 
     def get(self, index: int) -> Prompt: ...
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """Kind ``environment``: built as ``cls(params, context)`` with an ``EnvironmentContext``;
+    bound to a data source in place of its dataset, agent and reward.
+
+    ``tasks(split)`` (``"train"`` or ``"held_out"``) returns a ``Dataset`` of the split's tasks
+    (``get(index) -> Prompt``, and ``__len__``). ``run_episode`` makes its model calls through the
+    ``Endpoint``'s router URLs and returns the ``Episode``'s reward and metrics.
+    """
+
+    def tasks(self, split: str) -> Dataset: ...
+
+    async def run_episode(self, task: Prompt, endpoint: Endpoint) -> Episode: ...
 
 
 class AdvantageEstimator(Protocol):

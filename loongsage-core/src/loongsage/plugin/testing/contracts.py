@@ -79,6 +79,16 @@ def check_agent_contract(cls: type, params: Any) -> None:
         raise AssertionError(f"{cls} must be built as cls(params, context): {err}") from None
 
 
+def check_environment_contract(cls: type, params: Any) -> None:
+    """``cls(params, context)`` with ``tasks(split)`` and ``async run_episode(task, endpoint)``."""
+    assert callable(getattr(cls, "tasks", None)), f"{cls} needs tasks(split)"
+    assert inspect.iscoroutinefunction(getattr(cls, "run_episode", None)), f"{cls}.run_episode must be async"
+    try:
+        inspect.signature(cls).bind(params, None)
+    except TypeError as err:
+        raise AssertionError(f"{cls} must be built as cls(params, context): {err}") from None
+
+
 def check_sandbox_contract(cls: type, params: Any) -> None:
     """An async context manager with ``exec`` and the files API, and a ``pool``."""
     for method in ("exec", "write_file", "read_file", "list_files", "reset", "close", "__aenter__"):
@@ -159,6 +169,7 @@ CONTRACT_CHECKS: dict[str, Callable[[Any, Any], None]] = {
     "reward": check_reward_contract,
     "sandbox": check_sandbox_contract,
     "dataset": check_dataset_contract,
+    "environment": check_environment_contract,
     "tool_parser": check_tool_parser_contract,
     "router_middleware": check_router_middleware_contract,
     "advantage": check_advantage_contract,

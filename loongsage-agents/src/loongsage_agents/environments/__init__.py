@@ -1,0 +1,1 @@
+"""Environments from episode libraries, registered as the ``environment`` plugin kind."""
