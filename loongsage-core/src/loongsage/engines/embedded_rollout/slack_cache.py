@@ -19,8 +19,13 @@ buffer is next reallocated or merged (at most ``SLACK`` steps later).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
+
+if TYPE_CHECKING:
+    from loongsage.engines.embedded_rollout.prefix_cache import Segment
 
 SLACK = 32  # spare columns a full buffer is reallocated with
 
@@ -128,4 +133,27 @@ def concat_rows(first: Cache, second: Cache, width: int) -> Cache:
         merged.is_initialized, merged.device = True, keys.device
         merged.keys, merged.values = keys, values
         merged.length = width
+    return cache
+
+
+def prefix_rows(parts: "list[Segment | None]", width: int, room: int) -> Cache:
+    """A cache holding, per row, ``parts[i]``'s keys/values right-aligned in ``width`` columns
+    (zeros before them; a row with no part is all zeros), copied into one new buffer per layer
+    with room for ``room`` more columns plus ``SLACK``: the past of a prefill that continues
+    cached prefixes (``KVBatch._prefill_distinct``)."""
+    ref = next(p for p in parts if p is not None)
+    cache = Cache(layers=[SlackLayer() for _ in ref.keys])
+    for i, layer in enumerate(cache.layers):
+        buffers = []
+        for tensors in (ref.keys, ref.values):
+            heads, _, dim = tensors[i].shape
+            buffers.append(tensors[i].new_zeros(len(parts), heads, width + room + SLACK, dim))
+        for row, part in enumerate(parts):
+            if part is not None:
+                n = part.keys[i].shape[1]
+                buffers[0][row, :, width - n:width] = part.keys[i]
+                buffers[1][row, :, width - n:width] = part.values[i]
+        layer.is_initialized, layer.device = True, buffers[0].device
+        layer.keys, layer.values = buffers
+        layer.length = width
     return cache
