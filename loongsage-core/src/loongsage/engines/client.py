@@ -15,7 +15,9 @@ or incremental (``--stream-output``) and are normalised to increments; ``weight_
 strings that are decimal integers become ``int``. A client made with
 ``return_routed_experts=True`` asks every generation for its MoE routes (SGLang's
 ``return_routed_experts``) and gives them as ``GenerateOutput.routed_experts`` in the record
-format of ``loongsage.engines.routing`` (aligned with prompt + output tokens). Every request carries a ``rid`` (a fresh
+format of ``loongsage.engines.routing`` (aligned with prompt + output tokens). ``usage``
+counts the prompt tokens of finished generations and the engine's ``cached_tokens`` among them
+(``PromptUsage``: a step's prefix-cache metrics). Every request carries a ``rid`` (a fresh
 UUID unless the caller gives one) so that it can be aborted.
 
 The client holds one ``httpx.Client`` for blocking calls and one ``httpx.AsyncClient`` per
@@ -34,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import threading
 import time
 import uuid
 import weakref
@@ -193,6 +196,32 @@ def _raise_for(resp: httpx.Response, endpoint: str) -> None:
 KEEPALIVE_EXPIRY_S = 2.0
 
 
+class PromptUsage:
+    """Prompt tokens sent in finished generations and how many the engine took from its prefix
+    cache (``meta_info.cached_tokens``, SGLang's field, which the embedded engine fills the
+    same way), since the last ``take``; safe to share between threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.prompt_tokens = self.cached_tokens = 0
+
+    def note(self, meta: dict[str, Any]) -> None:
+        with self._lock:
+            self.prompt_tokens += int(meta.get("prompt_tokens") or 0)
+            self.cached_tokens += int(meta.get("cached_tokens") or 0)
+
+    def counted(self, out: GenerateOutput) -> GenerateOutput:
+        self.note(out.meta_info)
+        return out
+
+    def take(self) -> tuple[int, int]:
+        """``(prompt_tokens, cached_tokens)`` since the last call."""
+        with self._lock:
+            taken = (self.prompt_tokens, self.cached_tokens)
+            self.prompt_tokens = self.cached_tokens = 0
+        return taken
+
+
 class EngineClient:
     """Client of one rollout engine (embedded or SGLang) at ``base_url``.
 
@@ -207,6 +236,7 @@ class EngineClient:
         self.limits = httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)
         self._client = httpx.Client(base_url=self.base_url, timeout=self.timeout, limits=self.limits)
         self._aclients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.usage = PromptUsage()
 
     def __repr__(self) -> str:
         return f"EngineClient({self.base_url!r})"
@@ -278,14 +308,14 @@ class EngineClient:
         """Generate from token ids (no chat template is applied). Always set
         ``sampling_params["max_new_tokens"]``: SGLang's default is 16."""
         body = self._generate_body(input_ids, sampling_params, return_logprob, rid, False)
-        return _output(self._call("POST", "/generate", body), body["rid"])
+        return self.usage.counted(_output(self._call("POST", "/generate", body), body["rid"]))
 
     async def agenerate(self, input_ids: Sequence[int],
                         sampling_params: dict[str, Any] | None = None, *,
                         return_logprob: bool = True, rid: str | None = None) -> GenerateOutput:
         """Asyncio form of :meth:`generate`."""
         body = self._generate_body(input_ids, sampling_params, return_logprob, rid, False)
-        return _output(await self._acall("POST", "/generate", body), body["rid"])
+        return self.usage.counted(_output(await self._acall("POST", "/generate", body), body["rid"]))
 
     async def agenerate_batch(self, prompts: Sequence[Sequence[int]],
                               sampling_params: SamplingParams = None, *,
@@ -302,7 +332,7 @@ class EngineClient:
         if not isinstance(outs, list) or len(outs) != len(prompts):
             raise EngineError("/generate", f"a batch of {len(prompts)} prompts came back as "
                               f"{type(outs).__name__} of {len(outs) if isinstance(outs, list) else 1}", 200)
-        return [_output(out, rid) for out, rid in zip(outs, rids)]
+        return [self.usage.counted(_output(out, rid)) for out, rid in zip(outs, rids)]
 
     async def astream_generate(self, input_ids: Sequence[int],
                                sampling_params: dict[str, Any] | None = None, *,
@@ -345,6 +375,8 @@ class EngineClient:
                     seen_tokens = total
                     reason, _ = _finish(meta)
                     routes = _routes(meta, int(meta.get("prompt_tokens", 0)) + total)
+                    if reason is not None:
+                        self.usage.note(meta)
                     yield StreamChunk(ids, logprobs, delta, reason is not None, reason,
                                       _version(meta.get("weight_version")), body["rid"], routes,
                                       versions)
