@@ -90,7 +90,7 @@ class KVBatch:
         distinct: dict[tuple[int, ...], int] = {}
         rows = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
         seqs = [list(p) for p in distinct]
-        hits = [cache.match(p[:-1]) for p in seqs] if cache is not None else [Match(0, None)] * len(seqs)
+        hits = [cache.match(p[:-1]) for p in seqs] if cache is not None else [Match(0)] * len(seqs)
         batch, logits = cls._prefill_distinct(head, seqs, device, hits)
         batch.shared_tokens = sum(map(len, prompts)) - sum(map(len, distinct))
         if len(distinct) == len(prompts):
@@ -129,7 +129,7 @@ class KVBatch:
             mask[i, width - len(p):] = 1
         ids, mask = ids.to(device), mask.to(device)
         positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)[:, past:]
-        parts = [h.data.cut(0, n) if n else None for h, n in zip(hits, reused)]
+        parts = [h.head(n) for h, n in zip(hits, reused)]
         cache = prefix_rows(parts, past, fed) if past else slack_cache()
         logits = head(ids, mask, positions, cache)
         if not bool(mask.all()):
@@ -139,7 +139,8 @@ class KVBatch:
                 layer.values.masked_fill_(pad, 0)
         batch = cls(cache, mask)
         batch.fed, batch.reused, batch.cached_tokens = fed, reused, sum(reused)
-        batch.reused_routes = [None if part is None else part.routes for part in parts]
+        batch.reused_routes = [torch.cat([p.routes for p in row]) if row and row[0].routes is not None
+                               else None for row in parts]
         return batch, logits
 
     def row_segment(self, row: int) -> Callable[[int, int], Segment]:

@@ -14,8 +14,8 @@ A lookup walks the tree comparing tokens and may end inside an edge. Chosen over
 fixed-size blocks (vLLM's automatic prefix caching) because a hit then covers the whole common
 prefix, not the whole blocks of it, and the tree needs no hash of every prefix.
 
-**Never mutated by a request.** ``match`` returns the matched tensors; the batch that uses them
-copies them into a buffer of its own (``KVBatch``). ``insert`` clones what it keeps out of the
+**Never mutated by a request.** ``match`` returns views of the matched entries; the batch that
+uses them copies them into a buffer of its own (``slack_cache.prefix_rows``). ``insert`` clones what it keeps out of the
 running batch, and splitting an edge clones both halves. So a request that extends a cached
 prefix writes only its own buffer, and a cached entry is never referenced by a running batch:
 every entry can be evicted at any time.
@@ -48,6 +48,10 @@ class Segment:
     routes: torch.Tensor | None = None
 
     @property
+    def length(self) -> int:
+        return self.keys[0].shape[1]
+
+    @property
     def nbytes(self) -> int:
         tensors = [*self.keys, *self.values] + ([self.routes] if self.routes is not None else [])
         return sum(t.numel() * t.element_size() for t in tensors)
@@ -61,13 +65,6 @@ class Segment:
         return Segment([k.clone() for k in self.keys], [v.clone() for v in self.values],
                        None if self.routes is None else self.routes.clone())
 
-    @staticmethod
-    def join(parts: list["Segment"]) -> "Segment":
-        """The parts end to end, in new tensors."""
-        layers = range(len(parts[0].keys))
-        routes = None if parts[0].routes is None else torch.cat([p.routes for p in parts])
-        return Segment([torch.cat([p.keys[i] for p in parts], dim=1) for i in layers],
-                       [torch.cat([p.values[i] for p in parts], dim=1) for i in layers], routes)
 
 
 @dataclass(eq=False)
@@ -81,10 +78,21 @@ class _Node:
 
 @dataclass
 class Match:
-    """The longest cached prefix of a lookup: ``length`` tokens, their data (None when 0)."""
+    """The longest cached prefix of a lookup: ``length`` tokens, as views of the entries on
+    its path (``parts``, in order)."""
 
     length: int
-    data: Segment | None
+    parts: list[Segment] = field(default_factory=list)
+
+    def head(self, n: int) -> list[Segment]:
+        """Views of the first ``n`` matched tokens, part by part."""
+        out, left = [], n
+        for part in self.parts:
+            if left <= 0:
+                break
+            out.append(part if part.length <= left else part.cut(0, left))
+            left -= part.length
+        return out
 
 
 def _common(a: Sequence[int], b: Sequence[int], start: int) -> int:
@@ -111,7 +119,7 @@ class PrefixCache:
                       "evicted_tokens": 0, "clears": 0}
 
     def match(self, tokens: Sequence[int]) -> Match:
-        """The longest prefix of ``tokens`` in the cache (its data as views of the entries)."""
+        """The longest prefix of ``tokens`` in the cache."""
         self._clock += 1
         node, at, parts = self._root, 0, []
         while at < len(tokens):
@@ -128,7 +136,7 @@ class PrefixCache:
         self.stats["lookups"] += 1
         self.stats["lookup_tokens"] += len(tokens)
         self.stats["hit_tokens"] += at
-        return Match(at, Segment.join(parts) if parts else None)
+        return Match(at, parts)
 
     def insert(self, tokens: Sequence[int], take: Callable[[int, int], Segment]) -> int:
         """Keep ``tokens``; ``take(start, end)`` gives the data of ``tokens[start:end]`` (views

@@ -136,23 +136,24 @@ def concat_rows(first: Cache, second: Cache, width: int) -> Cache:
     return cache
 
 
-def prefix_rows(parts: "list[Segment | None]", width: int, room: int) -> Cache:
-    """A cache holding, per row, ``parts[i]``'s keys/values right-aligned in ``width`` columns
-    (zeros before them; a row with no part is all zeros), copied into one new buffer per layer
-    with room for ``room`` more columns plus ``SLACK``: the past of a prefill that continues
-    cached prefixes (``KVBatch._prefill_distinct``)."""
-    ref = next(p for p in parts if p is not None)
+def prefix_rows(rows: "list[list[Segment]]", width: int, room: int) -> Cache:
+    """A cache holding, per row, the keys/values of ``rows[i]``'s parts end to end,
+    right-aligned in ``width`` columns (zeros before them; a row with no parts is all zeros),
+    copied into one new buffer per layer with room for ``room`` more columns plus ``SLACK``:
+    the past of a prefill that continues cached prefixes (``KVBatch._prefill_distinct``)."""
+    ref = next(row[0] for row in rows if row)
     cache = Cache(layers=[SlackLayer() for _ in ref.keys])
     for i, layer in enumerate(cache.layers):
         buffers = []
         for tensors in (ref.keys, ref.values):
             heads, _, dim = tensors[i].shape
-            buffers.append(tensors[i].new_zeros(len(parts), heads, width + room + SLACK, dim))
-        for row, part in enumerate(parts):
-            if part is not None:
-                n = part.keys[i].shape[1]
-                buffers[0][row, :, width - n:width] = part.keys[i]
-                buffers[1][row, :, width - n:width] = part.values[i]
+            buffers.append(tensors[i].new_zeros(len(rows), heads, width + room + SLACK, dim))
+        for r, parts in enumerate(rows):
+            at = width - sum(part.length for part in parts)
+            for part in parts:
+                buffers[0][r, :, at:at + part.length] = part.keys[i]
+                buffers[1][r, :, at:at + part.length] = part.values[i]
+                at += part.length
         layer.is_initialized, layer.device = True, buffers[0].device
         layer.keys, layer.values = buffers
         layer.length = width
