@@ -95,7 +95,8 @@ def model_dirs(tiny_model_dir, sliding_dir):
 
 def script(client: EngineClient) -> list:
     """Three turns of one trajectory, a group's samples sent one by one, then one batched
-    request mixing a cached prefix, a fresh prompt and a prefix that ends inside an edge."""
+    request mixing cached prefixes (one ending inside an edge) with uncached suffixes of
+    different lengths and a fresh prompt."""
     sp = lambda seed: {**SAMPLING, "sampling_seed": seed}  # noqa: E731
     first = client.generate(PROMPT, sp(1), return_logprob=True)
     turn2 = PROMPT + first.output_ids + [11, 12, 13, 14, 15]
@@ -103,8 +104,8 @@ def script(client: EngineClient) -> list:
     turn3 = turn2 + second.output_ids + [21, 22, 23]
     third = client.generate(turn3, sp(3), return_logprob=True)
     group = [client.generate(PROMPT, sp(seed), return_logprob=True) for seed in (4, 5)]
-    mixed = asyncio.run(client.agenerate_batch([turn3 + [31], list(range(100, 130)), PROMPT[:20] + [7]],
-                                               sp(6)))
+    mixed = asyncio.run(client.agenerate_batch(
+        [turn3 + [31], list(range(100, 130)), PROMPT[:20] + [7], turn2 + [40, 41, 42, 43, 44, 45]], sp(6)))
     inside = client.generate(PROMPT[:20] + [7, 8], sp(7), return_logprob=True)
     return [first, second, third, *group, *mixed, inside]
 
@@ -134,10 +135,12 @@ def test_cached_requests_equal_a_cold_prefill(kind, model_dirs, running_engine):
     assert second.meta_info["cached_tokens"] == n + SAMPLING["max_new_tokens"] - 1  # all fed so far
     assert third.meta_info["cached_tokens"] == second.prompt_tokens + SAMPLING["max_new_tokens"] - 1
     assert (g1.meta_info["cached_tokens"], g2.meta_info["cached_tokens"]) == (n - 1, n - 1)
-    # one forward feeds the longest uncached suffix (the fresh 30-token prompt): the cached row
-    # computes its last 30 tokens, the 21-token one (shorter) is computed whole
-    assert [o.meta_info["cached_tokens"] for o in mixed] == [mixed[0].prompt_tokens - 30, 0, 0]
+    # the fresh prompt is prefilled apart; the others continue their cached prefixes in one
+    # forward that feeds every row the longest uncached suffix (6 tokens), right-aligned
+    assert [o.meta_info["cached_tokens"] for o in mixed] == [third.prompt_tokens + 1 - 6, 0, 21 - 6,
+                                                              second.prompt_tokens]
     assert inside.meta_info["cached_tokens"] == 21  # PROMPT[:20] + [7], kept by the batch above
+    assert stats["prefills"] == cold_stats["prefills"] + 1
     cached = sum(o.meta_info["cached_tokens"] for o in warm)
     assert stats["prefill_tokens_cached"] == cached <= stats["prefix_cache_hit_tokens"]  # hits a batch could use
     assert stats["prefill_tokens"] == cold_stats["prefill_tokens"]

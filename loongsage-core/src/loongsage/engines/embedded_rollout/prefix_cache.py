@@ -138,6 +138,20 @@ class PrefixCache:
         self.stats["hit_tokens"] += at
         return Match(at, parts)
 
+    def cached_length(self, tokens: Sequence[int]) -> int:
+        """How many leading tokens of ``tokens`` are cached (a look that changes nothing)."""
+        node, at = self._root, 0
+        while at < len(tokens):
+            child = node.children.get(tokens[at])
+            if child is None:
+                break
+            n = _common(child.tokens, tokens, at)
+            at += n
+            if n < len(child.tokens):
+                break
+            node = child
+        return at
+
     def insert(self, tokens: Sequence[int], take: Callable[[int, int], Segment]) -> int:
         """Keep ``tokens``; ``take(start, end)`` gives the data of ``tokens[start:end]`` (views
         of the running batch; cloned here), asked only for what is not cached yet. Returns the

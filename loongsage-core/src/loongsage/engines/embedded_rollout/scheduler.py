@@ -305,21 +305,8 @@ class Scheduler:
         if free > 0 and self._waiting:
             new, self._waiting = self._waiting[:free], self._waiting[free:]
             self._admitting = new
-            with self.routers.routing(capture=self.routers.is_moe) as routed:
-                batch, logits = KVBatch.prefill(self.head, [r.prompt_ids + r.output_ids for r in new],
-                                                self.device, self.prefix_cache)
-            self._record_prefill_routes(new, routed, batch)
-            self.stats["prefills"] += 1
-            self.stats["prefill_tokens"] += sum(len(r.prompt_ids) + len(r.output_ids) for r in new)
-            self.stats["prefill_tokens_shared"] += batch.shared_tokens
-            self.stats["prefill_tokens_cached"] += batch.cached_tokens
-            for i, r in enumerate(new):
-                if r.cached_tokens is None:
-                    r.cached_tokens = min(batch.reused[i], len(r.prompt_ids))
-                self._keep_prefix(r, batch, i)
-            self._append(new, logits, self._row_settings(new))
-            self._batch = batch if self._batch is None else self._batch.merge(batch)
-            self._rows += new
+            for group in self._prefill_groups(new):
+                self._admit(group)
             self._admitting, self._settings = [], None
             self._evict_finished()
         if self._rows:
@@ -337,6 +324,35 @@ class Scheduler:
         for r in self._rows:
             if r.stream:
                 r.on_update(len(r.output_ids), False)
+
+    def _prefill_groups(self, new: list[Request]) -> list[list[Request]]:
+        """The requests to prefill together: all of them; with a prefix cache, those that
+        continue a cached prefix apart from those computed whole. One forward feeds its longest
+        uncached suffix to every row (``KVBatch._prefill_distinct``), so a fresh prompt beside a
+        continued turn would make the turn compute as many tokens as the prompt."""
+        if self.prefix_cache is None:
+            return [new]
+        warm = [self.prefix_cache.cached_length((r.prompt_ids + r.output_ids)[:-1]) > 0 for r in new]
+        groups = [[r for r, w in zip(new, warm) if not w], [r for r, w in zip(new, warm) if w]]
+        return [group for group in groups if group]
+
+    def _admit(self, new: list[Request]) -> None:
+        """Prefill ``new`` in one forward, sample their first tokens, add them to the batch."""
+        with self.routers.routing(capture=self.routers.is_moe) as routed:
+            batch, logits = KVBatch.prefill(self.head, [r.prompt_ids + r.output_ids for r in new],
+                                            self.device, self.prefix_cache)
+        self._record_prefill_routes(new, routed, batch)
+        self.stats["prefills"] += 1
+        self.stats["prefill_tokens"] += sum(len(r.prompt_ids) + len(r.output_ids) for r in new)
+        self.stats["prefill_tokens_shared"] += batch.shared_tokens
+        self.stats["prefill_tokens_cached"] += batch.cached_tokens
+        for i, r in enumerate(new):
+            if r.cached_tokens is None:
+                r.cached_tokens = min(batch.reused[i], len(r.prompt_ids))
+            self._keep_prefix(r, batch, i)
+        self._append(new, logits, self._row_settings(new))
+        self._batch = batch if self._batch is None else self._batch.merge(batch)
+        self._rows += new
 
     def _record_prefill_routes(self, reqs: list[Request], routed: RoutingPass, batch: KVBatch) -> None:
         """Each request's routes for its whole sequence: a row served partly from the prefix
