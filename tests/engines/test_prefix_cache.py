@@ -250,3 +250,25 @@ def test_the_config_reaches_the_engine(tiny_model_dir):
     off = EmbeddedRolloutEngine.from_config(load_config("tiny/grpo", [f"model.path={tiny_model_dir}",
                                                                       "rollout.prefix_cache_gb=0"]).cfg)
     assert off.scheduler.prefix_cache is None
+
+
+def test_an_aborted_request_is_continued_from_the_cache(tiny_model_dir, running_engine):
+    """Partial rollout: a turn aborted mid-generation (for a weight update) has put every token
+    it fed in the cache, so its continuation (prompt + tokens so far) prefills one token; with
+    ``keep_on_update`` that holds across the update too."""
+    with running_engine(tiny_model_dir, keep_prefix_cache_on_update=True) as engine:
+        with EngineClient(engine.url, timeout=120) as client:
+
+            async def aborted():
+                task = asyncio.ensure_future(client.agenerate(
+                    PROMPT, {**SAMPLING, "max_new_tokens": 2000, "sampling_seed": 1}, rid="long"))
+                while engine.scheduler.load()["decode_steps"] < 5:
+                    await asyncio.sleep(0.01)
+                await client.aabort("long")
+                return await task
+
+            out = asyncio.run(aborted())
+            engine.apply_weights(perturbed(tiny_model_dir))
+            continued = client.generate(PROMPT + out.output_ids, SAMPLING)
+    assert out.finish_reason == "abort" and len(out.output_ids) >= 5
+    assert continued.meta_info["cached_tokens"] == len(PROMPT) + len(out.output_ids) - 1
