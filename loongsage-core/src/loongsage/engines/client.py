@@ -20,8 +20,13 @@ counts the prompt tokens of finished generations and the engine's ``cached_token
 (``PromptUsage``: a step's prefix-cache metrics). Every request carries a ``rid`` (a fresh
 UUID unless the caller gives one) so that it can be aborted.
 
-The client holds one ``httpx.Client`` for blocking calls and one ``httpx.AsyncClient`` per
-event loop, so it is safe to share between threads and between ``asyncio.run`` calls.
+The client holds one ``httpx.Client`` for blocking calls and, per event loop, ``POOL_SHARDS``
+``httpx.AsyncClient``s taken in turn, so it is safe to share between threads and between
+``asyncio.run`` calls. One pool per loop would hold a connection per concurrent request, and
+httpcore's pool walks all of its connections at every request it assigns and every response it
+releases (quadratic in the concurrency, encode/httpcore#1035): with 64 concurrent turns that
+walk was about 40% of the AgentFlow router's CPU (``benchmarks/router.py``). Shards keep each
+pool small; the shards share one SSL context (building one costs ~0.1 s).
 
     client = EngineClient(url)                        # e.g. EmbeddedRolloutEngine(...).start()
     out = client.generate(ids, {"max_new_tokens": 64, "temperature": 1.0})
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
 import threading
 import time
@@ -194,6 +200,7 @@ def _raise_for(resp: httpx.Response, endpoint: str) -> None:
 # (SGLang's uvicorn: 5 s; ours: http_thread.KEEP_ALIVE_S): reusing a connection the server is
 # closing resets it, and the request fails unread (httpx's own default is also 5 s).
 KEEPALIVE_EXPIRY_S = 2.0
+POOL_SHARDS = 8  # async connection pools per event loop, taken in turn (module docstring)
 
 
 class PromptUsage:
@@ -235,7 +242,9 @@ class EngineClient:
         self.timeout = httpx.Timeout(timeout, connect=None if timeout is None else min(10.0, timeout))
         self.limits = httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)
         self._client = httpx.Client(base_url=self.base_url, timeout=self.timeout, limits=self.limits)
-        self._aclients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._aclients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> shards
+        self._turn = itertools.count()
+        self._ssl: Any = None
         self.usage = PromptUsage()
 
     def __repr__(self) -> str:
@@ -243,12 +252,16 @@ class EngineClient:
 
     # ---- plumbing ------------------------------------------------------------------------
     def _aclient(self) -> httpx.AsyncClient:
+        """This loop's next connection pool (``POOL_SHARDS`` of them, taken in turn)."""
         loop = asyncio.get_running_loop()
-        client = self._aclients.get(loop)
-        if client is None:
-            client = httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout, limits=self.limits)
-            self._aclients[loop] = client
-        return client
+        shards = self._aclients.get(loop)
+        if shards is None:
+            if self._ssl is None:
+                self._ssl = httpx.create_ssl_context()
+            shards = [httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout, limits=self.limits,
+                                        verify=self._ssl) for _ in range(POOL_SHARDS)]
+            self._aclients[loop] = shards
+        return shards[next(self._turn) % len(shards)]
 
     def _call(self, method: str, path: str, body: dict | None = None) -> Any:
         try:
@@ -270,8 +283,7 @@ class EngineClient:
         self._client.close()
 
     async def aclose(self) -> None:
-        client = self._aclients.pop(asyncio.get_running_loop(), None)
-        if client is not None:
+        for client in self._aclients.pop(asyncio.get_running_loop(), []):
             await client.aclose()
 
     def __enter__(self) -> "EngineClient":
