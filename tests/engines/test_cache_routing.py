@@ -103,6 +103,16 @@ def test_load_overrides_the_cache_beyond_the_slack(two_engines):
     assert pool.prefixes[0].match(P + out.output_ids) == 3 * BLOCK
 
 
+def test_a_short_shared_prefix_does_not_pull_sessions_together():
+    """Half the prompt must be held: a shared system prompt (one block of three) leaves a new
+    session to the least-loaded replica; no request is sent."""
+    pool = EnginePool([EngineClient("http://127.0.0.1:9"), EngineClient("http://127.0.0.1:9")])
+    pool.prefixes[0].record(P)
+    pool.sessions[0] = 1  # replica 0 holds a session already: least-loaded is replica 1
+    assert pool.pick("long", P[:2 * BLOCK] + Q[2 * BLOCK:]) == 0  # two blocks of three held there
+    assert pool.pick("short", P[:BLOCK] + Q[BLOCK:]) == 1
+
+
 @pytest.fixture
 def fake_sglang():
     """A stand-in for SGLang's ``/generate`` (SGLang needs CUDA): answers in its format, with

@@ -2,11 +2,13 @@
 
 A session (a router trajectory) keeps its replica for its whole life, so the replica's
 prefix cache holds its tokens. A new session, or a request without one, goes to the replica
-that was sent the longest prefix of its prompt (``engines.prefix_index``: a group's prompt, a
-shared system prompt and task) when the load allows it: that replica has at most
-``prefix_slack`` more requests in flight than the least-loaded one. Otherwise, or when no
-replica holds any of it, it goes to the replica with the fewest in-flight requests, ties
-broken by the fewest sticky sessions, then by index. At most ``max_inflight`` requests per
+that was sent the longest prefix of its prompt (``engines.prefix_index``: a group's prompt
+sent again, a task shared by several sessions) when that prefix is at least ``prefix_share``
+of the prompt and the load allows it: that replica has at most ``prefix_slack`` more requests
+in flight than the least-loaded one (sgl-router's cache-aware policy has the same two knobs,
+``cache_threshold`` and its balance thresholds). A shared system prompt alone is too little to
+pile sessions onto one replica for. Otherwise it goes to the replica with the fewest in-flight
+requests, ties broken by the fewest sticky sessions, then by index. At most ``max_inflight`` requests per
 replica are sent at once; the rest wait here (cheap) rather than piling connections onto a
 busy engine.
 
@@ -123,7 +125,7 @@ class SendGate:
 
 class EnginePool:
     def __init__(self, clients: Sequence[Any], max_inflight: int = 64, *, max_attempts: int = 3,
-                 wait_s: float = 300.0, prefix_slack: int = 4) -> None:
+                 wait_s: float = 300.0, prefix_slack: int = 4, prefix_share: float = 0.5) -> None:
         if not clients:
             raise ValueError("the engine pool needs at least one engine replica")
         if max_inflight < 1:
@@ -139,7 +141,7 @@ class EnginePool:
         self.sessions = [0] * len(self.clients)
         self.served = [0] * len(self.clients)
         self._sticky: dict[Hashable, int] = {}
-        self.prefix_slack = prefix_slack
+        self.prefix_slack, self.prefix_share = prefix_slack, prefix_share
         self.prefixes = [PrefixIndex() for _ in self.clients]  # what each replica was sent
         self.held = False  # from abort_for_update to resume_after_update: nothing is sent
         self.update_aborts = 0  # abort_for_update calls so far
@@ -163,7 +165,8 @@ class EnginePool:
             live = [i for i in range(len(self.clients)) if i not in self.down] or [least]
             held = {i: self.prefixes[i].match(prompt) for i in live}
             best = max(live, key=lambda i: (held[i], -self.inflight[i], -i))
-            if held[best] > held[least] and self.inflight[best] <= self.inflight[least] + self.prefix_slack:
+            if (held[best] > held[least] and held[best] >= self.prefix_share * len(prompt)
+                    and self.inflight[best] <= self.inflight[least] + self.prefix_slack):
                 idx = best
             self.prefixes[idx].record(prompt)
         return idx
