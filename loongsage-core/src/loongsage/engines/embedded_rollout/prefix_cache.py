@@ -118,39 +118,36 @@ class PrefixCache:
         self.stats = {"lookups": 0, "lookup_tokens": 0, "hit_tokens": 0, "inserted_tokens": 0,
                       "evicted_tokens": 0, "clears": 0}
 
-    def match(self, tokens: Sequence[int]) -> Match:
-        """The longest prefix of ``tokens`` in the cache."""
-        self._clock += 1
-        node, at, parts = self._root, 0, []
+    def _path(self, tokens: Sequence[int]) -> list[tuple[_Node, int]]:
+        """The nodes a lookup of ``tokens`` passes, each with how many of its tokens match."""
+        node, at, path = self._root, 0, []
         while at < len(tokens):
             child = node.children.get(tokens[at])
             if child is None:
                 break
             n = _common(child.tokens, tokens, at)
-            child.used = self._clock
-            parts.append(child.data if n == len(child.tokens) else child.data.cut(0, n))
+            path.append((child, n))
             at += n
             if n < len(child.tokens):
                 break
             node = child
+        return path
+
+    def match(self, tokens: Sequence[int]) -> Match:
+        """The longest prefix of ``tokens`` in the cache (its entries count as used now)."""
+        self._clock += 1
+        path = self._path(tokens)
+        for node, _ in path:
+            node.used = self._clock
+        length = sum(n for _, n in path)
         self.stats["lookups"] += 1
         self.stats["lookup_tokens"] += len(tokens)
-        self.stats["hit_tokens"] += at
-        return Match(at, parts)
+        self.stats["hit_tokens"] += length
+        return Match(length, [node.data if n == len(node.tokens) else node.data.cut(0, n) for node, n in path])
 
     def cached_length(self, tokens: Sequence[int]) -> int:
         """How many leading tokens of ``tokens`` are cached (a look that changes nothing)."""
-        node, at = self._root, 0
-        while at < len(tokens):
-            child = node.children.get(tokens[at])
-            if child is None:
-                break
-            n = _common(child.tokens, tokens, at)
-            at += n
-            if n < len(child.tokens):
-                break
-            node = child
-        return at
+        return sum(n for _, n in self._path(tokens))
 
     def insert(self, tokens: Sequence[int], take: Callable[[int, int], Segment]) -> int:
         """Keep ``tokens``; ``take(start, end)`` gives the data of ``tokens[start:end]`` (views
