@@ -15,7 +15,9 @@ generator in this one:
 
 Reported per level (median over ``--rounds``, the two sides interleaved round by round):
 request latency p50/p99 of each side, the router's added p50/p99 (router minus direct) and
-requests/s of each. Greedy decoding on identical token ids makes both sides generate the same
+requests/s of each; and CPU milliseconds per turn (``/proc/<pid>/stat`` of each process around
+the round, over the round's turns): the router process's, the engine process's on each side,
+and the load generator's own on each side, so the router's cost shows as CPU as well as time. Greedy decoding on identical token ids makes both sides generate the same
 tokens, so the difference is the router's cost, not the model's. The engine, the router and
 the load generator share this machine's cores: absolute numbers depend on the load around them.
 
@@ -27,10 +29,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
+
+
+def cpu_s(pid: int | None = None) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far, this process's when None."""
+    if pid is None:
+        return time.process_time()
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(run, pids: dict[str, int | None], turns: int) -> tuple[list[float], float, dict[str, float]]:
+    """``run()``'s latencies and wall time, and each process's CPU ms per turn while it ran."""
+    before = {name: cpu_s(pid) for name, pid in pids.items()}
+    lat, wall = asyncio.run(run())
+    return lat, wall, {name: (cpu_s(pid) - before[name]) * 1e3 / turns for name, pid in pids.items()}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -159,16 +178,20 @@ def main() -> None:
         asyncio.run(run_router(router, 2, args.new_tokens, "warmup"))
         for level in (int(x) for x in args.levels.split(",")):
             per = {"direct": [], "router": []}
+            pids = {"engine": engine_proc.pid, "client": None}
             for r in range(args.rounds):
-                per["direct"].append(asyncio.run(
-                    run_direct(direct_client, tokenizer, level, args.new_tokens)))
-                per["router"].append(asyncio.run(
-                    run_router(router, level, args.new_tokens, f"l{level}r{r}")))
+                per["direct"].append(measured(
+                    lambda: run_direct(direct_client, tokenizer, level, args.new_tokens), pids, level))
+                per["router"].append(measured(
+                    lambda: run_router(router, level, args.new_tokens, f"l{level}r{r}"),
+                    {**pids, "router": router_proc.pid}, level))
             row = {"sessions": level}
             for side, runs in per.items():
-                row[f"{side}_p50_ms"] = statistics.median(percentile(lat, 0.5) for lat, _ in runs) * 1e3
-                row[f"{side}_p99_ms"] = statistics.median(percentile(lat, 0.99) for lat, _ in runs) * 1e3
-                row[f"{side}_rps"] = statistics.median(level / wall for _, wall in runs)
+                row[f"{side}_p50_ms"] = statistics.median(percentile(lat, 0.5) for lat, _, _ in runs) * 1e3
+                row[f"{side}_p99_ms"] = statistics.median(percentile(lat, 0.99) for lat, _, _ in runs) * 1e3
+                row[f"{side}_rps"] = statistics.median(level / wall for _, wall, _ in runs)
+                for name in runs[0][2]:
+                    row[f"{side}_{name}_cpu_ms_per_turn"] = statistics.median(cpu[name] for _, _, cpu in runs)
             row["added_p50_ms"] = row["router_p50_ms"] - row["direct_p50_ms"]
             row["added_p99_ms"] = row["router_p99_ms"] - row["direct_p99_ms"]
             row["rps_ratio"] = row["router_rps"] / row["direct_rps"]
@@ -191,6 +214,14 @@ def main() -> None:
         print(f"{r['sessions']:>8} | {r['direct_p50_ms']:>10.1f} {r['direct_p99_ms']:>8.1f} {r['direct_rps']:>8.1f} | "
               f"{r['router_p50_ms']:>10.1f} {r['router_p99_ms']:>8.1f} {r['router_rps']:>8.1f} | "
               f"{r['added_p50_ms']:>9.1f} {r['added_p99_ms']:>8.1f} | {r['rps_ratio']:>11.2f}")
+    print("\nCPU ms per turn (median of the rounds)")
+    head = f"{'sessions':>8} | {'direct: engine':>14} {'client':>7} | {'router: router':>14} {'engine':>7} {'client':>7}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['sessions']:>8} | {r['direct_engine_cpu_ms_per_turn']:>14.2f} {r['direct_client_cpu_ms_per_turn']:>7.2f} | "
+              f"{r['router_router_cpu_ms_per_turn']:>14.2f} {r['router_engine_cpu_ms_per_turn']:>7.2f} "
+              f"{r['router_client_cpu_ms_per_turn']:>7.2f}")
 
 
 if __name__ == "__main__":

@@ -27,17 +27,21 @@ COMPAT = [sys.executable, "-m", "loongsage.engines.embedded_rollout.sglang_compa
 def test_argv_carries_sglangs_flags_and_the_stand_in_parses_every_one():
     engine = SGLangServerEngine("/models/m", launch_command=["python", "-m", "sglang.launch_server"], tp_size=1,
                                 mem_fraction_static=0.7, max_running_requests=16, context_length=2048,
-                                routed_experts=True, memory_saver=True, extra_args=["--log-level", "info"])
+                                routed_experts=True, memory_saver=True, radix_cache=False,
+                                extra_args=["--log-level", "info"])
     argv = engine.launch_argv("127.0.0.1", 30000)
     assert argv[:3] == ["python", "-m", "sglang.launch_server"]
     pairs = dict(zip(argv[3::1], argv[4::1]))
     assert pairs["--model-path"] == "/models/m" and pairs["--port"] == "30000" and pairs["--tp-size"] == "1"
     assert pairs["--mem-fraction-static"] == "0.7" and pairs["--context-length"] == "2048"
     assert pairs["--max-running-requests"] == "16" and pairs["--weight-version"] == "0"
-    assert {"--enable-return-routed-experts", "--enable-memory-saver", "--skip-server-warmup"} <= set(argv)
+    assert {"--enable-return-routed-experts", "--enable-memory-saver", "--skip-server-warmup",
+            "--disable-radix-cache"} <= set(argv)
     assert argv[-2:] == ["--log-level", "info"]
     args = parse_args(argv[3:-2])  # everything the launcher passes, and nothing unknown, is accepted
     assert args.model_path == "/models/m" and args.port == 30000 and args.enable_memory_saver
+    assert args.disable_radix_cache
+    assert "--disable-radix-cache" not in SGLangServerEngine("/models/m", launch_command=["sglang"]).launch_argv("h", 1)
     with pytest.raises(SystemExit):
         parse_args(argv[3:])  # an unknown flag is refused, not ignored
 

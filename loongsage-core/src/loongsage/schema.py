@@ -101,6 +101,15 @@ class SGLangConfig:
 
 
 @dataclass
+class PrefixCacheConfig:
+    """``rollout.prefix_cache``: how the embedded engine's prefix cache treats weight updates."""
+
+    # on: later turns continue on KV of older weights (the mismatch shows in
+    # train/is_approx_k3_kl); off: every weight update clears the cache
+    keep_on_update: bool = False  # keep the prefix cache across weight updates
+
+
+@dataclass
 class RolloutConfig:
     """The rollout engines and sampling."""
 
@@ -116,6 +125,9 @@ class RolloutConfig:
     top_k: int = -1  # keep the k most likely tokens; -1 = off
     max_running_requests: int = 64  # engine's decode batch cap
     num_threads: int = 0  # torch threads per embedded rollout engine (0 = the cores its placement gives it)
+    # a turn prefills only its new tokens (engines.embedded_rollout.prefix_cache)
+    prefix_cache_gb: float = 1.0  # GiB of earlier requests' prefix KV an engine keeps (LRU; 0 = off)
+    prefix_cache: PrefixCacheConfig = field(default_factory=PrefixCacheConfig)
     partial: bool = False  # partial rollout across weight updates
     # partial rollout: tokens sampled under an older weight version than the sample's newest leave the loss
     mask_offpolicy_in_partial_rollout: bool = False

@@ -111,7 +111,7 @@ class TurnRunner:
         ctx.request.prompt_tokens = len(plan.prompt_ids)
         rid = f"{traj.trajectory_id}#{traj.attempt_id}#{next(self._counter)}"
         return PreparedTurn(ctx, plan, plan.seg_len_before, plan.messages_before,
-                            self.pool.pick(traj.key), rid, sampling)
+                            self.pool.pick(traj.key, plan.prompt_ids), rid, sampling)
 
     async def events(self, turn: PreparedTurn, stream: bool) -> AsyncIterator[StreamEvent]:
         turn.started = True

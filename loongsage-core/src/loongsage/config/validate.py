@@ -78,6 +78,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "rollout.top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
     "rollout.top_k": (lambda v: v == -1 or v >= 1, "-1 (off) or >= 1"),
     "rollout.oversample_groups": (lambda v: v >= 0, ">= 0"),
+    "rollout.prefix_cache_gb": (lambda v: v >= 0, ">= 0 GiB (0 turns the prefix cache off)"),
     "algorithm.kl.coef": (lambda v: v >= 0, ">= 0"),
     "async.stale_steps": (lambda v: v >= 0, ">= 0"),
     "trainer.steps": (lambda v: v >= 0, ">= 0"),
@@ -170,6 +171,12 @@ def _check_modes(cfg: DictConfig) -> None:
         raise ConfigError(
             "rollout.mask_offpolicy_in_partial_rollout",
             "only meaningful with rollout.partial=true or async.enable=true",
+        )
+    if cfg.rollout.prefix_cache.keep_on_update and cfg.rollout.backend != "embedded_rollout":
+        raise ConfigError(
+            "rollout.prefix_cache.keep_on_update",
+            f"applies to the embedded engine only; rollout.backend={cfg.rollout.backend} flushes its "
+            "cache at every weight update (SGLang: the update's flush_cache)",
         )
     filtered = bool(cfg.algorithm.filters) or any(s.get("filters") for s in cfg.data_sources)
     if filtered and (asynchronous or cfg.rollout.partial or cfg.rollout.oversample_groups):

@@ -222,6 +222,21 @@ def shared_weights(cfg: Any) -> tuple[bool, bool]:
     return engines, trainer
 
 
+def prefix_cache_bytes(cfg: Any, shape: ModelShape, tokens_per_row: int) -> int:
+    """The most the embedded engine's prefix cache holds: ``rollout.prefix_cache_gb``, or, as it
+    is cleared at every weight update (unless ``rollout.prefix_cache.keep_on_update``), the KV
+    of one step's rows when that is less. SGLang's radix cache lives in its own KV pool."""
+    r = cfg.rollout
+    if r.backend != "embedded_rollout" or r.prefix_cache_gb <= 0:
+        return 0
+    budget = int(r.prefix_cache_gb * (1 << 30))
+    if r.prefix_cache.keep_on_update:
+        return budget
+    rows = (r.prompts_per_step + r.oversample_groups) * r.n_samples_per_prompt
+    per_token = shape.layers * 2 * shape.kv_heads * shape.head_dim * _DTYPE_BYTES.get(cfg.model.dtype, 4)
+    return min(budget, rows * tokens_per_row * per_token)
+
+
 def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int, prompt_tokens: int = 0,
                  teachers: list[ModelShape] | None = None, engines_in_train_processes: int = 0) -> Estimate:
     """The expected peak memory of every process of ``cfg``'s run (see the module docstring);
@@ -258,11 +273,13 @@ def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int, prompt_tokens
     kv = requests * tokens_per_row * shape.layers * 2 * shape.kv_heads * shape.head_dim * b
     engines_read_ring, trainer_is_ring = shared_weights(cfg)
     engine_weights = 0 if engines_read_ring else weights
-    engine = PROCESS_BYTES + engine_weights + 3 * kv + 2 * requests * shape.vocab * 4
+    prefixes = prefix_cache_bytes(cfg, shape, tokens_per_row)
+    engine = PROCESS_BYTES + engine_weights + 3 * kv + 2 * requests * shape.vocab * 4 + prefixes
     hosted = engines_in_train_processes
     est.parts["rollout engines"] = r.num_engines * engine - hosted * PROCESS_BYTES
     est.detail["rollout engines"] = (f"{r.num_engines} x (weights {engine_weights / GB:.1f} GB, KV cache "
-                                     f"{kv / GB:.1f} GB for {requests} requests x {tokens_per_row} tokens)"
+                                     f"{kv / GB:.1f} GB for {requests} requests x {tokens_per_row} tokens, "
+                                     f"prefix cache {prefixes / GB:.1f} GB)"
                                      + (f", {hosted} in train ranks' processes" if hosted else ""))
     est.parts["weight-sync ring"] = 0 if trainer_is_ring else weights
     if engines_read_ring:

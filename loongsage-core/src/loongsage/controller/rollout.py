@@ -139,8 +139,17 @@ class RolloutManager:
         return await source.agent.continue_sample(sample, self.pool, params)
 
     def engine_metrics(self) -> dict[str, float]:
-        """``rollout/engine_requests/<i>``: requests each engine served since the last call."""
-        return {f"rollout/engine_requests/{i}": float(n) for i, n in enumerate(self.pool.take_served())}
+        """``rollout/engine_requests/<i>``: requests each engine served since the last call;
+        ``rollout/prefill_tokens`` (prompt tokens the engines computed) and
+        ``rollout/prefix_cache_hit_ratio`` (cached / submitted prompt tokens), from every
+        finished generation's ``meta_info.cached_tokens`` (the embedded engine's prefix cache,
+        SGLang's radix cache) since the last call."""
+        metrics = {f"rollout/engine_requests/{i}": float(n) for i, n in enumerate(self.pool.take_served())}
+        prompt, cached = self.pool.take_prompt_usage()
+        if prompt:
+            metrics["rollout/prefill_tokens"] = float(prompt - cached)
+            metrics["rollout/prefix_cache_hit_ratio"] = cached / prompt
+        return metrics
 
     async def abort_for_update(self) -> None:
         """Partial rollout at a weight update: the pool holds new requests and aborts every

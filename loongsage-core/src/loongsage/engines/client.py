@@ -15,11 +15,18 @@ or incremental (``--stream-output``) and are normalised to increments; ``weight_
 strings that are decimal integers become ``int``. A client made with
 ``return_routed_experts=True`` asks every generation for its MoE routes (SGLang's
 ``return_routed_experts``) and gives them as ``GenerateOutput.routed_experts`` in the record
-format of ``loongsage.engines.routing`` (aligned with prompt + output tokens). Every request carries a ``rid`` (a fresh
+format of ``loongsage.engines.routing`` (aligned with prompt + output tokens). ``usage``
+counts the prompt tokens of finished generations and the engine's ``cached_tokens`` among them
+(``PromptUsage``: a step's prefix-cache metrics). Every request carries a ``rid`` (a fresh
 UUID unless the caller gives one) so that it can be aborted.
 
-The client holds one ``httpx.Client`` for blocking calls and one ``httpx.AsyncClient`` per
-event loop, so it is safe to share between threads and between ``asyncio.run`` calls.
+The client holds one ``httpx.Client`` for blocking calls and, per event loop, ``POOL_SHARDS``
+``httpx.AsyncClient``s taken in turn, so it is safe to share between threads and between
+``asyncio.run`` calls. One pool per loop would hold a connection per concurrent request, and
+httpcore's pool walks all of its connections at every request it assigns and every response it
+releases (quadratic in the concurrency, encode/httpcore#1035): with 64 concurrent turns that
+walk was about 40% of the AgentFlow router's CPU (``benchmarks/router.py``). Shards keep each
+pool small; the shards share one SSL context (building one costs ~0.1 s).
 
     client = EngineClient(url)                        # e.g. EmbeddedRolloutEngine(...).start()
     out = client.generate(ids, {"max_new_tokens": 64, "temperature": 1.0})
@@ -33,7 +40,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
+import threading
 import time
 import uuid
 import weakref
@@ -191,6 +200,33 @@ def _raise_for(resp: httpx.Response, endpoint: str) -> None:
 # (SGLang's uvicorn: 5 s; ours: http_thread.KEEP_ALIVE_S): reusing a connection the server is
 # closing resets it, and the request fails unread (httpx's own default is also 5 s).
 KEEPALIVE_EXPIRY_S = 2.0
+POOL_SHARDS = 8  # async connection pools per event loop, taken in turn (module docstring)
+
+
+class PromptUsage:
+    """Prompt tokens sent in finished generations and how many the engine took from its prefix
+    cache (``meta_info.cached_tokens``, SGLang's field, which the embedded engine fills the
+    same way), since the last ``take``; safe to share between threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.prompt_tokens = self.cached_tokens = 0
+
+    def note(self, meta: dict[str, Any]) -> None:
+        with self._lock:
+            self.prompt_tokens += int(meta.get("prompt_tokens") or 0)
+            self.cached_tokens += int(meta.get("cached_tokens") or 0)
+
+    def counted(self, out: GenerateOutput) -> GenerateOutput:
+        self.note(out.meta_info)
+        return out
+
+    def take(self) -> tuple[int, int]:
+        """``(prompt_tokens, cached_tokens)`` since the last call."""
+        with self._lock:
+            taken = (self.prompt_tokens, self.cached_tokens)
+            self.prompt_tokens = self.cached_tokens = 0
+        return taken
 
 
 class EngineClient:
@@ -206,19 +242,26 @@ class EngineClient:
         self.timeout = httpx.Timeout(timeout, connect=None if timeout is None else min(10.0, timeout))
         self.limits = httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)
         self._client = httpx.Client(base_url=self.base_url, timeout=self.timeout, limits=self.limits)
-        self._aclients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._aclients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> shards
+        self._turn = itertools.count()
+        self._ssl: Any = None
+        self.usage = PromptUsage()
 
     def __repr__(self) -> str:
         return f"EngineClient({self.base_url!r})"
 
     # ---- plumbing ------------------------------------------------------------------------
     def _aclient(self) -> httpx.AsyncClient:
+        """This loop's next connection pool (``POOL_SHARDS`` of them, taken in turn)."""
         loop = asyncio.get_running_loop()
-        client = self._aclients.get(loop)
-        if client is None:
-            client = httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout, limits=self.limits)
-            self._aclients[loop] = client
-        return client
+        shards = self._aclients.get(loop)
+        if shards is None:
+            if self._ssl is None:
+                self._ssl = httpx.create_ssl_context()
+            shards = [httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout, limits=self.limits,
+                                        verify=self._ssl) for _ in range(POOL_SHARDS)]
+            self._aclients[loop] = shards
+        return shards[next(self._turn) % len(shards)]
 
     def _call(self, method: str, path: str, body: dict | None = None) -> Any:
         try:
@@ -240,8 +283,7 @@ class EngineClient:
         self._client.close()
 
     async def aclose(self) -> None:
-        client = self._aclients.pop(asyncio.get_running_loop(), None)
-        if client is not None:
+        for client in self._aclients.pop(asyncio.get_running_loop(), []):
             await client.aclose()
 
     def __enter__(self) -> "EngineClient":
@@ -278,14 +320,14 @@ class EngineClient:
         """Generate from token ids (no chat template is applied). Always set
         ``sampling_params["max_new_tokens"]``: SGLang's default is 16."""
         body = self._generate_body(input_ids, sampling_params, return_logprob, rid, False)
-        return _output(self._call("POST", "/generate", body), body["rid"])
+        return self.usage.counted(_output(self._call("POST", "/generate", body), body["rid"]))
 
     async def agenerate(self, input_ids: Sequence[int],
                         sampling_params: dict[str, Any] | None = None, *,
                         return_logprob: bool = True, rid: str | None = None) -> GenerateOutput:
         """Asyncio form of :meth:`generate`."""
         body = self._generate_body(input_ids, sampling_params, return_logprob, rid, False)
-        return _output(await self._acall("POST", "/generate", body), body["rid"])
+        return self.usage.counted(_output(await self._acall("POST", "/generate", body), body["rid"]))
 
     async def agenerate_batch(self, prompts: Sequence[Sequence[int]],
                               sampling_params: SamplingParams = None, *,
@@ -302,7 +344,7 @@ class EngineClient:
         if not isinstance(outs, list) or len(outs) != len(prompts):
             raise EngineError("/generate", f"a batch of {len(prompts)} prompts came back as "
                               f"{type(outs).__name__} of {len(outs) if isinstance(outs, list) else 1}", 200)
-        return [_output(out, rid) for out, rid in zip(outs, rids)]
+        return [self.usage.counted(_output(out, rid)) for out, rid in zip(outs, rids)]
 
     async def astream_generate(self, input_ids: Sequence[int],
                                sampling_params: dict[str, Any] | None = None, *,
@@ -345,6 +387,8 @@ class EngineClient:
                     seen_tokens = total
                     reason, _ = _finish(meta)
                     routes = _routes(meta, int(meta.get("prompt_tokens", 0)) + total)
+                    if reason is not None:
+                        self.usage.note(meta)
                     yield StreamChunk(ids, logprobs, delta, reason is not None, reason,
                                       _version(meta.get("weight_version")), body["rid"], routes,
                                       versions)

@@ -1,10 +1,16 @@
-"""The one load balancer over a run's rollout engines: sticky per session, least-loaded else.
+"""The one load balancer over a run's rollout engines: sticky per session, cache-aware, least-loaded.
 
 A session (a router trajectory) keeps its replica for its whole life, so the replica's
-prefix cache holds its tokens; a new session, or a request without one, goes to the replica
-with the fewest in-flight requests, ties broken by the fewest sticky sessions, then by
-index. At most ``max_inflight`` requests per replica are sent at once; the rest wait here
-(cheap) rather than piling connections onto a busy engine.
+prefix cache holds its tokens. A new session, or a request without one, goes to the replica
+that was sent the longest prefix of its prompt (``engines.prefix_index``: a group's prompt
+sent again, a task shared by several sessions) when that prefix is at least ``prefix_share``
+of the prompt and the load allows it: that replica has at most ``prefix_slack`` more requests
+in flight than the least-loaded one (sgl-router's cache-aware policy has the same two knobs,
+``cache_threshold`` and its balance thresholds). A shared system prompt alone is too little to
+pile sessions onto one replica for. Otherwise it goes to the replica with the fewest in-flight
+requests, ties broken by the fewest sticky sessions, then by index. At most ``max_inflight`` requests per
+replica are sent at once; the rest wait here (cheap) rather than piling connections onto a
+busy engine.
 
 The pool is itself an engine client (``agenerate``, ``agenerate_batch``, ``astream_generate``,
 ``aabort``), so a white-box agent given the pool and the AgentFlow router built over the same
@@ -53,6 +59,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncGenerator, AsyncIterator, Hashable, Sequence
 
 from loongsage.engines.client import EngineError, GenerateOutput, SamplingParams, batch_rids, per_prompt
+from loongsage.engines.prefix_index import PrefixIndex
 
 DOWN_POLL_S = 0.2  # how often a waiting request looks whether its replica went down
 HOLD_POLL_S = 0.02  # how often a held request (or abort_for_update) looks again
@@ -118,7 +125,7 @@ class SendGate:
 
 class EnginePool:
     def __init__(self, clients: Sequence[Any], max_inflight: int = 64, *, max_attempts: int = 3,
-                 wait_s: float = 300.0) -> None:
+                 wait_s: float = 300.0, prefix_slack: int = 4, prefix_share: float = 0.5) -> None:
         if not clients:
             raise ValueError("the engine pool needs at least one engine replica")
         if max_inflight < 1:
@@ -134,6 +141,8 @@ class EnginePool:
         self.sessions = [0] * len(self.clients)
         self.served = [0] * len(self.clients)
         self._sticky: dict[Hashable, int] = {}
+        self.prefix_slack, self.prefix_share = prefix_slack, prefix_share
+        self.prefixes = [PrefixIndex() for _ in self.clients]  # what each replica was sent
         self.held = False  # from abort_for_update to resume_after_update: nothing is sent
         self.update_aborts = 0  # abort_for_update calls so far
         self._sending = 0  # requests past the hold, at an engine now (any thread's loop)
@@ -147,16 +156,34 @@ class EnginePool:
         live = [i for i in range(len(self.clients)) if i not in self.down] or range(len(self.clients))
         return min(live, key=lambda i: (self.inflight[i], self.sessions[i], i))
 
-    def pick(self, key: Hashable) -> int:
-        """The replica index for session ``key`` (assigned on first use, moved off a down one)."""
+    def choose(self, prompt: Sequence[int] | None = None) -> int:
+        """The live replica for a request without a replica yet: the one sent the longest
+        prefix of ``prompt`` when the load allows, else the least-loaded (module docstring).
+        ``prompt`` is recorded as sent there."""
+        idx = least = self.least_loaded()
+        if prompt:
+            live = [i for i in range(len(self.clients)) if i not in self.down] or [least]
+            held = {i: self.prefixes[i].match(prompt) for i in live}
+            best = max(live, key=lambda i: (held[i], -self.inflight[i], -i))
+            if (held[best] > held[least] and held[best] >= self.prefix_share * len(prompt)
+                    and self.inflight[best] <= self.inflight[least] + self.prefix_slack):
+                idx = best
+            self.prefixes[idx].record(prompt)
+        return idx
+
+    def pick(self, key: Hashable, prompt: Sequence[int] | None = None) -> int:
+        """The replica index for session ``key`` (assigned on first use by ``choose(prompt)``,
+        moved off a down one)."""
         idx = self._sticky.get(key)
         if idx is not None and idx in self.down and len(self.down) < len(self.clients):
             self.release(key)
             idx = None
         if idx is None:
-            idx = self.least_loaded()
+            idx = self.choose(prompt)
             self._sticky[key] = idx
             self.sessions[idx] += 1
+        elif prompt:
+            self.prefixes[idx].record(prompt)
         return idx
 
     # ---- failover ------------------------------------------------------------------------
@@ -172,8 +199,10 @@ class EnginePool:
         self.down.pop(idx, None)
 
     def replace(self, idx: int, client: Any) -> None:
-        """Put a restarted engine's client in replica ``idx``'s place and use it again."""
+        """Put a restarted engine's client in replica ``idx``'s place and use it again (its
+        cache starts empty)."""
         self.clients[idx] = client
+        self.prefixes[idx].clear()
         self.down.pop(idx, None)
 
     def take_retries(self) -> list[Retry]:
@@ -187,8 +216,8 @@ class EnginePool:
         self.mark_down(idx, reason, client)
         self._retries.append(Retry(rid, attempt, idx, reason))
 
-    async def live_replica(self, leave_on_hold: bool = False) -> int:
-        """The least-loaded live replica, once one is up; ``EngineError`` after ``wait_s``;
+    async def live_replica(self, leave_on_hold: bool = False, prompt: Sequence[int] | None = None) -> int:
+        """``choose(prompt)`` once a replica is up; ``EngineError`` after ``wait_s``;
         ``leave_on_hold``: ``HeldForUpdate`` if the pool holds for an update while none is up."""
         deadline = time.monotonic() + self.wait_s
         while len(self.down) == len(self.clients):
@@ -198,7 +227,7 @@ class EnginePool:
                 raise EngineError("/generate", f"no rollout engine up for {self.wait_s:.0f} s "
                                   f"(down: {self.down})")
             await asyncio.sleep(DOWN_POLL_S)
-        return self.least_loaded()
+        return self.choose(prompt)
 
     async def unless_down(self, idx: int, request: Any) -> Any:
         """Await ``request``; raise ``ReplicaDown`` (cancelling it, and waiting until it is
@@ -291,6 +320,12 @@ class EnginePool:
         served, self.served = self.served, [0] * len(self.clients)
         return served
 
+    def take_prompt_usage(self) -> tuple[int, int]:
+        """``(prompt tokens, of them cached)`` of the generations every replica finished since
+        the last call (each client's ``usage``; a client without one counts nothing)."""
+        counts = [client.usage.take() for client in self.clients if hasattr(client, "usage")]
+        return sum(c[0] for c in counts), sum(c[1] for c in counts)
+
     def release(self, key: Hashable) -> None:
         idx = self._sticky.pop(key, None)
         if idx is not None:
@@ -319,7 +354,7 @@ class EnginePool:
         try:
             while True:
                 attempt += 1
-                idx = await self.live_replica(leave_on_hold=True)
+                idx = await self.live_replica(leave_on_hold=True, prompt=prompts[0])
                 try:
                     async with self.slot(idx, leave_on_hold=True, prompts=len(prompts)) as slot:
                         client = slot.client
@@ -335,8 +370,9 @@ class EnginePool:
                     for rid in rids:
                         self.replica_failed(idx, rid, attempt, reason, client)
                     continue
-                for out in outs:
+                for ids, out in zip(prompts, outs):
                     out.meta_info["attempt"] = attempt
+                    self.prefixes[idx].record(list(ids) + out.output_ids)  # a next turn's prefix
                 return outs
         except HeldForUpdate:
             return [held_output(rid, len(ids), attempt) for rid, ids in zip(rids, prompts)]

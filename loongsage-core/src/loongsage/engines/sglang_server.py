@@ -79,12 +79,14 @@ class SGLangServerEngine:
     def __init__(self, model_path: str, *, launch_command: list[str], tp_size: int = 1,
                  mem_fraction_static: float = 0.8, max_running_requests: int = 64,
                  context_length: int | None = None, routed_experts: bool = False,
-                 memory_saver: bool = False, extra_args: list[str] | None = None,
+                 memory_saver: bool = False, radix_cache: bool = True,
+                 extra_args: list[str] | None = None,
                  startup_timeout_s: float = 600.0, device: str = "cpu") -> None:
         self.model_path, self.launch_command = model_path, list(launch_command)
         self.tp_size, self.mem_fraction_static = tp_size, mem_fraction_static
         self.max_running_requests, self.context_length = max_running_requests, context_length
         self.routed_experts, self.memory_saver = routed_experts, memory_saver
+        self.radix_cache = radix_cache
         self.extra_args, self.startup_timeout_s = list(extra_args or []), startup_timeout_s
         self.device = device
         self.url: str | None = None
@@ -103,6 +105,7 @@ class SGLangServerEngine:
                    max_running_requests=int(rollout["max_running_requests"]),
                    context_length=_get(sg, "context_length"), routed_experts=bool(sg["routed_experts"]),
                    memory_saver=cfg["placement"]["mode"] == "colocated" and str(device or "").startswith("cuda"),
+                   radix_cache=float(rollout["prefix_cache_gb"]) > 0,
                    extra_args=[str(a) for a in sg["extra_args"]],
                    startup_timeout_s=float(sg["startup_timeout_s"]), device=device or "cpu")
 
@@ -117,6 +120,8 @@ class SGLangServerEngine:
             argv.append("--enable-return-routed-experts")
         if self.memory_saver:
             argv.append("--enable-memory-saver")
+        if not self.radix_cache:
+            argv.append("--disable-radix-cache")
         return argv + self.extra_args
 
     # ---- lifecycle ----------------------------------------------------------------------

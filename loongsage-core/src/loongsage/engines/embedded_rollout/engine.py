@@ -12,6 +12,12 @@ between colocated phases.
 Deviation from SGLang: weight versions are integers (sent as decimal strings on the wire,
 where SGLang carries any string); after a weight swap, running requests are re-prefilled
 under the new weights rather than continuing on KV computed by the old ones.
+
+Like SGLang's radix cache, a prefix cache (``prefix_cache``; ``prefix_cache_gb`` of KV, 0 turns
+it off) keeps the KV of earlier requests' tokens, so a request prefills only the tokens past its
+longest cached prefix; each ``/generate`` reply's ``meta_info.cached_tokens`` says how many of
+its prompt tokens were not computed. ``keep_prefix_cache_on_update`` keeps it across weight
+updates (``scheduler``).
 """
 
 from __future__ import annotations
@@ -21,10 +27,13 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import torch
 
+from loongsage.engines.embedded_rollout.prefix_cache import GiB
 from loongsage.engines.embedded_rollout.scheduler import Scheduler
 from loongsage.engines.lora import merge_adapters
 from loongsage.engines.memory import offload_module, onload_module
+from loongsage.schema import RolloutConfig
 
+DEFAULT_PREFIX_CACHE_GB = RolloutConfig.prefix_cache_gb
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -49,13 +58,16 @@ class EmbeddedRolloutEngine:
                  dtype: str = "float32", fp32_lm_head: bool = True,
                  max_running_requests: int = 64, num_threads: int = 0, seed: int = 0,
                  weight_version: int = 0, trust_remote_code: bool = False,
-                 device: str = "cpu"):
+                 device: str = "cpu", prefix_cache_gb: float = DEFAULT_PREFIX_CACHE_GB,
+                 keep_prefix_cache_on_update: bool = False):
         from transformers import AutoModelForCausalLM
 
         if dtype not in _DTYPES:
             raise ValueError(f"model.dtype: expected one of {sorted(_DTYPES)}, got {dtype!r}")
         if max_running_requests < 1:
             raise ValueError("rollout.max_running_requests: must be >= 1")
+        if prefix_cache_gb < 0:
+            raise ValueError(f"rollout.prefix_cache_gb: expected >= 0 (0 = off), got {prefix_cache_gb}")
         self.model_path = str(model_path)
         self.tokenizer_path = str(tokenizer_path or model_path)
         self.device = torch.device(device)
@@ -71,6 +83,8 @@ class EmbeddedRolloutEngine:
             self.model, fp32_lm_head=fp32_lm_head, eos_ids=self._eos_ids(),
             max_len=self.max_len, max_running=max_running_requests, seed=seed,
             weight_version=weight_version, num_threads=num_threads,
+            prefix_cache_bytes=int(prefix_cache_gb * GiB),
+            keep_prefix_cache_on_update=keep_prefix_cache_on_update,
         )
         self._params = dict(self.model.state_dict(keep_vars=True))
         self._lora_bases: dict[str, torch.Tensor] = {}  # weights LoRA adapters merge into
@@ -97,6 +111,8 @@ class EmbeddedRolloutEngine:
             seed=int(_get(trainer, "seed", 0)),
             trust_remote_code=bool(_get(model, "trust_remote_code", False)),
             device=device or "cpu",
+            prefix_cache_gb=float(_get(rollout, "prefix_cache_gb", DEFAULT_PREFIX_CACHE_GB)),
+            keep_prefix_cache_on_update=bool(_get(_section(rollout, "prefix_cache"), "keep_on_update", False)),
         )
 
     def _load_tokenizer(self, trust_remote_code: bool):
@@ -229,6 +245,8 @@ class EmbeddedRolloutEngine:
     def _move(self, move: Any) -> bool:
         moved = move(self.model, self.device)
         self.scheduler.head.refresh()
+        if moved:  # the prefix cache's KV lives on the device being released or regained
+            self.scheduler.drop_prefix_cache()
         return moved
 
     def model_info(self) -> dict[str, Any]:

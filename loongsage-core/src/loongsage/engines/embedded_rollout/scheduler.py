@@ -8,10 +8,18 @@ and no lock guards the model. One iteration of the loop:
 2. unless paused: if the weights changed while requests were running, move the running
    requests back to the queue (their KV was computed with the old weights; SGLang's
    "retract"), then admit waiting requests up to ``max_running`` (one batched prefill of
-   prompt + tokens generated so far, which also samples their next token), then one decode
-   step over every running row;
+   prompt + tokens generated so far, which also samples their next token; with a prefix
+   cache, ``prefix_cache``, only of the tokens past each one's longest cached prefix), then
+   one decode step over every running row;
 3. finished rows (stop token, EOS, ``max_new_tokens``, context limit) leave the batch and
    their callers are notified; streaming callers are notified after every step.
+
+The prefix cache receives every admitted request's tokens after its prefill and every leaving
+row's (finished or aborted: a partial rollout continues from it) tokens fed so far, with their
+KV and MoE routes. It is cleared when the weights change (the KV was computed by the old ones)
+unless ``keep_prefix_cache_on_update``: then a request continues on KV of older weights, as
+SkyRL and NeMo-RL allow, and the mismatch shows in the train/rollout log-prob gap
+(``train/is_approx_k3_kl``). A weight loss, ``/flush_cache`` and an offload clear it too.
 
 Each row samples with its own uniform, a function of its request's seed and the token's position
 in the sequence (``engines.sampling_seed``): the client's ``sampling_seed``, else one derived from
@@ -41,6 +49,7 @@ import torch
 from loongsage.engines.cpu_threads import prepare_compute_thread
 from loongsage.engines.embedded_rollout.kv_batch import KVBatch, LogitsHead
 from loongsage.engines.embedded_rollout.params import SamplingParams
+from loongsage.engines.embedded_rollout.prefix_cache import PrefixCache, Segment
 from loongsage.engines.embedded_rollout.sampler import RowSettings, sample
 from loongsage.engines.embedded_rollout.slack_cache import compacting_order
 from loongsage.engines.routing import MoeRouters, RoutingPass
@@ -68,6 +77,7 @@ class Request:
     done: bool = False  # set last, after finish and outputs are final
     created: float = field(default_factory=time.monotonic)
     seed: int = 0  # its sampling seed, set when queued (the client's, else from the engine's and rid)
+    cached_tokens: int | None = None  # prompt tokens its first prefill did not compute (SGLang's meta_info)
 
 
 class Scheduler:
@@ -75,7 +85,7 @@ class Scheduler:
 
     def __init__(self, model: torch.nn.Module, *, fp32_lm_head: bool, eos_ids: set[int],
                  max_len: int, max_running: int, seed: int, weight_version: int,
-                 num_threads: int = 0):
+                 num_threads: int = 0, prefix_cache_bytes: int = 0, keep_prefix_cache_on_update: bool = False):
         self.model = model
         self.head = LogitsHead(model, fp32_lm_head)
         self.routers = MoeRouters(model)
@@ -97,8 +107,10 @@ class Scheduler:
         self._stopping = False
         self._closed = False  # the decode loop has returned: calls are refused, not queued
         self._gate = threading.Lock()  # orders a call's check-and-queue against the loop closing
-        self.stats = {"prefills": 0, "prefill_tokens": 0, "prefill_tokens_shared": 0, "decode_steps": 0,
-                      "max_batch": 0}
+        self.prefix_cache = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
+        self.keep_prefix_cache_on_update = keep_prefix_cache_on_update
+        self.stats = {"prefills": 0, "prefill_tokens": 0, "prefill_tokens_shared": 0,
+                      "prefill_tokens_cached": 0, "decode_steps": 0, "max_batch": 0}
         self._thread = threading.Thread(target=self._run, name="embedded-rollout-decode",
                                         daemon=True)
 
@@ -154,14 +166,26 @@ class Scheduler:
         return self.call(lambda: setattr(self, "_paused", False))
 
     def flush_cache(self) -> Future:
-        """True when idle (nothing to flush: no prefix cache is kept); False while busy."""
-        return self.call(lambda: not self._rows and not self._waiting)
+        """Drop the prefix cache when idle (True); False, keeping it, while requests run or wait."""
+        def _flush() -> bool:
+            if self._rows or self._waiting:
+                return False
+            self.drop_prefix_cache()
+            return True
+        return self.call(_flush)
+
+    def drop_prefix_cache(self) -> None:
+        """Forget every cached prefix (call on the decode thread: ``call``)."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
 
     def swap_weights(self, apply: Callable[[], None], version: int) -> Future:
         """Run ``apply`` (which writes the new tensors) between steps and bump the version."""
         def _swap() -> int:
             apply()
             self.head.refresh()
+            if not self.keep_prefix_cache_on_update:  # KV computed by the old weights
+                self.drop_prefix_cache()
             self.version, self._lost = version, ""
             self._stale = self._stale or bool(self._rows)
             return version
@@ -171,11 +195,17 @@ class Scheduler:
         """Abort everything and refuse new requests with ``reason`` until the next swap."""
         def _lose() -> None:
             self._lost = reason
+            self.drop_prefix_cache()
             self._fail_all(reason)
         return self.call(_lose)
 
     def load(self) -> dict[str, int]:
-        return {"running": len(self._rows), "waiting": len(self._waiting), **self.stats}
+        load = {"running": len(self._rows), "waiting": len(self._waiting), **self.stats}
+        if self.prefix_cache is not None:
+            cache = self.prefix_cache
+            load.update({"prefix_cache_tokens": cache.tokens, "prefix_cache_bytes": cache.nbytes,
+                         **{f"prefix_cache_{k}": v for k, v in cache.stats.items()}})
+        return load
 
     @property
     def device(self) -> torch.device:
@@ -275,16 +305,8 @@ class Scheduler:
         if free > 0 and self._waiting:
             new, self._waiting = self._waiting[:free], self._waiting[free:]
             self._admitting = new
-            with self.routers.routing(capture=self.routers.is_moe) as routed:
-                batch, logits = KVBatch.prefill(self.head, [r.prompt_ids + r.output_ids for r in new],
-                                                self.device)
-            self._record_routes(new, routed, batch.mask, replace=True, rows=batch.prefill_rows)
-            self.stats["prefills"] += 1
-            self.stats["prefill_tokens"] += sum(len(r.prompt_ids) + len(r.output_ids) for r in new)
-            self.stats["prefill_tokens_shared"] += batch.shared_tokens
-            self._append(new, logits, self._row_settings(new))
-            self._batch = batch if self._batch is None else self._batch.merge(batch)
-            self._rows += new
+            for group in self._prefill_groups(new):
+                self._admit(group)
             self._admitting, self._settings = [], None
             self._evict_finished()
         if self._rows:
@@ -292,7 +314,7 @@ class Scheduler:
                                   device=self.device)
             with self.routers.routing(capture=self.routers.is_moe) as routed:
                 logits = self._batch.decode(self.head, tokens)
-            self._record_routes(self._rows, routed, None, replace=False)
+            self._record_decode_routes(self._rows, routed)
             self.stats["decode_steps"] += 1
             self.stats["max_batch"] = max(self.stats["max_batch"], len(self._rows))
             if self._settings is None:
@@ -303,22 +325,76 @@ class Scheduler:
             if r.stream:
                 r.on_update(len(r.output_ids), False)
 
-    def _record_routes(self, reqs: list[Request], routed: RoutingPass, mask: torch.Tensor | None,
-                       replace: bool, rows: torch.Tensor | None = None) -> None:
-        """Keep each row's routes: its real (``mask``) positions of a prefill, or a decode's one.
-        ``rows``: a prefill that ran identical prompts once maps each request to its forward row."""
+    def _prefill_groups(self, new: list[Request]) -> list[list[Request]]:
+        """The requests to prefill together: all of them; with a prefix cache, those that
+        continue a cached prefix apart from those computed whole. One forward feeds its longest
+        uncached suffix to every row (``KVBatch._prefill_distinct``), so a fresh prompt beside a
+        continued turn would make the turn compute as many tokens as the prompt."""
+        if self.prefix_cache is None:
+            return [new]
+        warm = [self.prefix_cache.cached_length((r.prompt_ids + r.output_ids)[:-1]) > 0 for r in new]
+        groups = [[r for r, w in zip(new, warm) if not w], [r for r, w in zip(new, warm) if w]]
+        return [group for group in groups if group]
+
+    def _admit(self, new: list[Request]) -> None:
+        """Prefill ``new`` in one forward, sample their first tokens, add them to the batch."""
+        with self.routers.routing(capture=self.routers.is_moe) as routed:
+            batch, logits = KVBatch.prefill(self.head, [r.prompt_ids + r.output_ids for r in new],
+                                            self.device, self.prefix_cache)
+        self._record_prefill_routes(new, routed, batch)
+        self.stats["prefills"] += 1
+        self.stats["prefill_tokens"] += sum(len(r.prompt_ids) + len(r.output_ids) for r in new)
+        self.stats["prefill_tokens_shared"] += batch.shared_tokens
+        self.stats["prefill_tokens_cached"] += batch.cached_tokens
+        for i, r in enumerate(new):
+            if r.cached_tokens is None:
+                r.cached_tokens = min(batch.reused[i], len(r.prompt_ids))
+            self._keep_prefix(r, batch, i)
+        self._append(new, logits, self._row_settings(new))
+        self._batch = batch if self._batch is None else self._batch.merge(batch)
+        self._rows += new
+
+    def _record_prefill_routes(self, reqs: list[Request], routed: RoutingPass, batch: KVBatch) -> None:
+        """Each request's routes for its whole sequence: a row served partly from the prefix
+        cache takes the cached tokens' routes, then those of the tokens the forward fed (its real
+        columns); identical prompts run once map to their forward row (``prefill_rows``)."""
         if not routed.captured:
             return
+        rows = batch.prefill_rows
         forwarded = len(reqs) if rows is None else int(rows.max()) + 1
         routes = routed.routes().view(forwarded, -1, *self.routers.shape)
         if rows is not None:
             routes = routes[rows.cpu()]
+        fed = batch.mask[:, -batch.fed:].bool().cpu()
         for i, r in enumerate(reqs):
-            row = routes[i] if mask is None else routes[i][mask[i].bool().cpu()]
-            if replace:
-                r.routes = [row]
-            else:
-                r.routes.append(row)
+            cached = batch.reused_routes[i]
+            own = routes[i][fed[i]]
+            r.routes = [own if cached is None else torch.cat([cached.to(own.device, own.dtype), own])]
+
+    def _record_decode_routes(self, reqs: list[Request], routed: RoutingPass) -> None:
+        """Append the route of the one token each row fed."""
+        if not routed.captured:
+            return
+        routes = routed.routes().view(len(reqs), -1, *self.routers.shape)
+        for i, r in enumerate(reqs):
+            r.routes.append(routes[i])
+
+    def _keep_prefix(self, req: Request, batch: KVBatch, row: int) -> None:
+        """Put the tokens ``req`` has fed so far (row ``row`` of ``batch``), their KV and routes,
+        in the prefix cache (only what it lacks is copied)."""
+        if self.prefix_cache is None:
+            return
+        fed = int(batch.lengths[row])
+        tokens = (req.prompt_ids + req.output_ids)[:fed]
+        take_kv = batch.row_segment(row)
+        routes = torch.cat(req.routes) if req.routes else None
+
+        def take(start: int, end: int) -> Segment:
+            part = take_kv(start, end)
+            part.routes = None if routes is None else routes[start:end]
+            return part
+
+        self.prefix_cache.insert(tokens, take)
 
     def _row_settings(self, reqs: list[Request]) -> RowSettings:
         ps = [r.params for r in reqs]
@@ -347,6 +423,9 @@ class Scheduler:
             return
         keep = compacting_order(alive)
         done = [r for r in self._rows if r.finish is not None]
+        for i, r in enumerate(self._rows):
+            if r.finish is not None and self._batch is not None:
+                self._keep_prefix(r, self._batch, i)
         self._rows = [self._rows[i] for i in keep]
         self._batch = self._batch.select(keep) if self._batch is not None else None
         self._settings = None

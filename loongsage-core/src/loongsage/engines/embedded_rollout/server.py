@@ -15,8 +15,11 @@ token the model consumed), plus our ``routed_experts_shape`` ``[layers, top_k]``
 "direct": ``ForkingPickler`` handles to the sender's shared memory,
 ``loongsage.transfer.sglang_tensor_receiver``; held per ``weight_version`` until the request with
 ``flush_cache=True``, then applied at once) and ``load_format="loongsage_torch_b64"`` ones
-(``weights_codec``: the bytes inline, applied per request). No prefix cache is kept, and running
-requests always recompute their KV under new weights. ``/get_server_info`` counts the weight
+(``weights_codec``: the bytes inline, applied per request). A weight update clears the prefix
+cache unless the engine keeps it on updates (``scheduler``), and running requests always
+recompute their KV under new weights. ``meta_info.cached_tokens`` is, as in SGLang, how many of
+the request's prompt tokens its prefill took from the prefix cache (or from an identical prompt
+of the same batch) rather than computing them. ``/get_server_info`` counts the weight
 update requests per endpoint (``weight_update_requests``). ``/pause_generation``
 without a body uses SGLang's default mode, ``abort``; ``EngineClient`` sends ``in_place``.
 
@@ -112,7 +115,7 @@ def build_app(engine: "EmbeddedRolloutEngine") -> FastAPI:
             "finish_reason": req.finish if done else None,
             "prompt_tokens": len(req.prompt_ids),
             "completion_tokens": n,
-            "cached_tokens": 0,
+            "cached_tokens": req.cached_tokens or 0,
             "weight_version": str(sched.version),
             "output_token_weight_versions": req.versions[:n],
             "e2e_latency": time.monotonic() - req.created,

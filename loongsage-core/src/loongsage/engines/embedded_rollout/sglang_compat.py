@@ -6,7 +6,7 @@
 It reads the flags ``engines.sglang_server`` passes (``--model-path``, ``--host``, ``--port``,
 ``--tp-size``, ``--mem-fraction-static``, ``--max-running-requests``, ``--weight-version``,
 ``--context-length``, ``--skip-server-warmup``, ``--enable-return-routed-experts``,
-``--enable-memory-saver``), refuses any other (so a flag the launcher starts passing is
+``--enable-memory-saver``, ``--disable-radix-cache``: no prefix cache), refuses any other (so a flag the launcher starts passing is
 noticed here, not ignored), and serves the embedded engine, whose HTTP API already follows
 SGLang's (``/generate``, ``/health``, ``/init_weights_update_group``,
 ``/update_weights_from_distributed``...), until SIGTERM. ``--tp-size`` above 1 is refused:
@@ -34,6 +34,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--skip-server-warmup", action="store_true")
     parser.add_argument("--enable-return-routed-experts", action="store_true")
     parser.add_argument("--enable-memory-saver", action="store_true")
+    parser.add_argument("--disable-radix-cache", action="store_true")
     args = parser.parse_args(argv)
     if args.tp_size != 1:
         parser.error(f"--tp-size {args.tp_size}: the embedded engine serves on one device (tp 1)")
@@ -45,7 +46,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     args = parse_args(argv)
     engine = EmbeddedRolloutEngine(args.model_path, max_running_requests=args.max_running_requests,
-                                   weight_version=args.weight_version)
+                                   weight_version=args.weight_version,
+                                   **({"prefix_cache_gb": 0.0} if args.disable_radix_cache else {}))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

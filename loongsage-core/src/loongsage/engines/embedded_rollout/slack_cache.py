@@ -19,8 +19,13 @@ buffer is next reallocated or merged (at most ``SLACK`` steps later).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
+
+if TYPE_CHECKING:
+    from loongsage.engines.embedded_rollout.prefix_cache import Segment
 
 SLACK = 32  # spare columns a full buffer is reallocated with
 
@@ -128,4 +133,28 @@ def concat_rows(first: Cache, second: Cache, width: int) -> Cache:
         merged.is_initialized, merged.device = True, keys.device
         merged.keys, merged.values = keys, values
         merged.length = width
+    return cache
+
+
+def prefix_rows(rows: "list[list[Segment]]", width: int, room: int) -> Cache:
+    """A cache holding, per row, the keys/values of ``rows[i]``'s parts end to end,
+    right-aligned in ``width`` columns (zeros before them; a row with no parts is all zeros),
+    copied into one new buffer per layer with room for ``room`` more columns plus ``SLACK``:
+    the past of a prefill that continues cached prefixes (``KVBatch._prefill_distinct``)."""
+    ref = next(row[0] for row in rows if row)
+    cache = Cache(layers=[SlackLayer() for _ in ref.keys])
+    for i, layer in enumerate(cache.layers):
+        buffers = []
+        for tensors in (ref.keys, ref.values):
+            heads, _, dim = tensors[i].shape
+            buffers.append(tensors[i].new_zeros(len(rows), heads, width + room + SLACK, dim))
+        for r, parts in enumerate(rows):
+            at = width - sum(part.length for part in parts)
+            for part in parts:
+                buffers[0][r, :, at:at + part.length] = part.keys[i]
+                buffers[1][r, :, at:at + part.length] = part.values[i]
+                at += part.length
+        layer.is_initialized, layer.device = True, buffers[0].device
+        layer.keys, layer.values = buffers
+        layer.length = width
     return cache
