@@ -66,6 +66,20 @@ def test_a_reply_without_a_json_object_is_an_invalid_action(reply):
         parse_action(reply)
 
 
+def test_an_observation_is_its_json_or_the_text_of_one_field():
+    from loongsage_agents.environments.openenv_env import OpenEnvEnvironment
+    from loongsage_agents.environments.openenv_params import OpenEnvParams
+
+    observation = {"message": "Higher than 4.", "guesses_left": 2}
+    as_json = OpenEnvEnvironment(OpenEnvParams(url="http://127.0.0.1:1"), None)
+    assert json.loads(as_json.render(observation)) == observation
+    one_field = OpenEnvEnvironment(OpenEnvParams(url="http://127.0.0.1:1", observation_field="message"), None)
+    assert one_field.render(observation) == "Higher than 4."
+    with pytest.raises(RuntimeError, match="observation_field 'message' is not a field of the observation "
+                                           r"\(fields: guesses_left\)"):
+        one_field.render({"guesses_left": 2})
+
+
 # ---- config errors, before any actor starts --------------------------------------------------
 
 def test_an_unknown_environment_names_the_installed_ones():
@@ -91,6 +105,7 @@ def test_without_the_library_the_error_names_the_extra(monkeypatch):
 
 @pytest.mark.parametrize("params, problem", [
     ({}, "name exactly one of env"),
+    ({"env": "number_guess", "action_format": "xml"}, "action_format: expected one of json, tool_call, got 'xml'"),
     ({"env": "number_guess", "url": "http://127.0.0.1:1"}, "name exactly one of env"),
     ({"url": "127.0.0.1:8000"}, "url: expected an http(s):// base URL"),
     ({"env": "number_guess", "max_turns": 0}, "expected max_turns >= 1"),
@@ -154,6 +169,40 @@ def test_max_turns_ends_an_episode_that_never_acts_validly(scripted_engine, gues
     assert sample.reward_info["episode_reward"] == 0.0
     assert sample.reward_info["episode_metrics"] == {"invalid_actions": 4.0, "turns": 4.0, "steps": 0.0,
                                                      "done": 0.0}
+
+
+def call(arguments: dict) -> str:
+    """A reply that calls the tool act (the Hermes format the run's tool parser reads)."""
+    return f'<tool_call>\n{json.dumps({"name": "act", "arguments": arguments})}\n</tool_call>'
+
+
+def test_tool_call_actions_take_the_calls_arguments_and_answer_with_tool_results(scripted_engine, tokenizer,
+                                                                               guess_source):
+    from number_guess.server.environment import CORRECT, WRONG, secret_of
+
+    url = asyncio.run(guess_source.agent.environment.ready())[0]  # the module's server
+    env = {"type": "openenv", "url": url, "max_turns": 4, "action_format": "tool_call", "concurrency": 1}
+    source = built({"name": "t", "environment": env}, tokenizer=tokenizer)["t"]
+    prompt = source.get(3)
+    secret = secret_of(3)
+    wrong = 1 if secret != 1 else 2
+    replies = ["Let me think.", call({"guess": 0}), call({"guess": wrong}), call({"guess": secret})]
+    try:
+        [sample] = run_group(source, prompt, 1, scripted_engine(replies))
+    finally:
+        source.agent.close()
+    info = sample.reward_info
+    assert info["step_rewards"] == [WRONG, CORRECT] and info["episode_reward"] == pytest.approx(WRONG + CORRECT)
+    assert info["episode_metrics"] == {"invalid_actions": 2.0, "turns": 4.0, "steps": 2.0, "done": 1.0}
+    text = tokenizer.decode(sample.prompt_ids + sample.response_ids)
+    assert '"name": "act"' in text and '"guess"' in text  # the tool's schema is the action's
+    no_call = text.index("Invalid action (the reply calls no tool; expected one call of act)")
+    refused = text.index("Invalid action (guess: Input should be greater than or equal to 1)")
+    hint = text.index(f"The secret number is {'higher' if secret > wrong else 'lower'} than {wrong}.")
+    assert no_call < refused < hint and text.count("<tool_response>") == 2  # the calls before the last, answered by tool results
+    trained = tokenizer.decode([t for t, m in zip(sample.response_ids, sample.loss_mask) if m])
+    assert "Invalid action" not in trained and "secret number is" not in trained
+    assert trained.count("<tool_call>") == 3
 
 
 FLAKY_SERVER = '''

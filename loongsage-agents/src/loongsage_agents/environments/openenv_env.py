@@ -6,10 +6,12 @@ local process, or a given ``url``), resets it with the task's seed, and then, un
 environment says ``done`` or ``max_turns`` replies were made: the observation becomes a user
 turn, sent with the conversation so far to the policy through the trajectory's router URL (so
 every model call is recorded token-exactly like any agent's), and the reply is parsed into an
-action: the first JSON object in it. The server checks the action against its type; a reply
-with no JSON object, or one the server refuses (pydantic's errors), is answered with the
-error as the next user turn and counted (``invalid_actions``), without a step. The episode's
-return is the sum of the step rewards the server reported.
+action: the first JSON object in it (``action_format: json``), or the arguments of its one call
+of the tool ``act`` whose parameters are the action's schema (``tool_call``; its result is the
+next observation). The server checks the action against its type; a reply with no action, or
+one the server refuses (pydantic's errors), is answered with the error as the next turn and
+counted (``invalid_actions``), without a step. The episode's return is the sum of the step
+rewards the server reported.
 
 Tasks are reset seeds: training episode i resets with ``seed + i``, held-out episode i with
 ``held_out_seed + i`` (default ``seed + size``, so the two never share a seed). The policy is
@@ -45,9 +47,68 @@ def parse_action(text: str) -> dict[str, Any]:
     raise InvalidAction("the reply holds no JSON object")
 
 
-def invalid_turn(error: InvalidAction) -> str:
-    """The user turn that answers an invalid action."""
-    return f"Invalid action ({error}). Reply with exactly one JSON object matching the action schema."
+TOOL = "act"  # the one tool of action_format tool_call
+
+
+class JsonActions:
+    """An action is the first JSON object of the reply's text; observations are user turns."""
+
+    system_prompt = ("You act in an environment. Each user message is its observation. Reply with "
+                     "exactly one JSON object, the next action, matching this JSON schema:\n" + SCHEMA_SLOT)
+    retry = "Reply with exactly one JSON object matching the action schema."
+
+    def request(self, schema: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def assistant(self, message: Any) -> dict[str, Any]:
+        return {"role": "assistant", "content": message.content or ""}
+
+    def action(self, message: Any) -> dict[str, Any]:
+        return parse_action(message.content or "")
+
+    def answers(self, message: Any, content: str) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": content}]
+
+
+class ToolCallActions(JsonActions):
+    """An action is the arguments of the reply's one call of ``act``; its result the observation."""
+
+    system_prompt = ("You act in an environment. The user message is its first observation. Take each "
+                     f"action by calling the tool {TOOL} once; its result is the next observation.")
+    retry = f"Call the tool {TOOL} once, with the action as its arguments."
+
+    def request(self, schema: dict[str, Any]) -> dict[str, Any]:
+        return {"tools": [{"type": "function", "function": {
+            "name": TOOL, "description": "Take the next action in the environment.", "parameters": schema}}]}
+
+    def assistant(self, message: Any) -> dict[str, Any]:
+        calls = [{"id": c.id, "type": "function", "function": {"name": c.function.name,
+                                                                "arguments": c.function.arguments}}
+                 for c in message.tool_calls or []]
+        return {**super().assistant(message), **({"tool_calls": calls} if calls else {})}
+
+    def action(self, message: Any) -> dict[str, Any]:
+        calls = list(message.tool_calls or [])
+        if len(calls) != 1 or calls[0].function.name != TOOL:
+            names = [c.function.name for c in calls]
+            raise InvalidAction(f"expected one call of the tool {TOOL}, got {len(calls)} ({', '.join(names)})"
+                                if calls else f"the reply calls no tool; expected one call of {TOOL}")
+        try:
+            arguments = json.loads(calls[0].function.arguments or "{}")
+        except json.JSONDecodeError as err:
+            raise InvalidAction(f"the arguments of {TOOL} are not JSON: {err}") from None
+        if not isinstance(arguments, dict):
+            raise InvalidAction(f"the arguments of {TOOL} are not a JSON object")
+        return arguments
+
+    def answers(self, message: Any, content: str) -> list[dict[str, Any]]:
+        calls = list(message.tool_calls or [])
+        if not calls:
+            return super().answers(message, content)
+        return [{"role": "tool", "tool_call_id": c.id, "content": content} for c in calls]
+
+
+ACTIONS: dict[str, JsonActions] = {"json": JsonActions(), "tool_call": ToolCallActions()}
 
 
 class SeedList:
@@ -74,8 +135,9 @@ class OpenEnvEnvironment:
         self.context = context
         self.name = params.env or params.url
         self._server: LocalServer | None = None
-        self._ready: tuple[str, str] | None = None  # (base URL, system prompt)
+        self._ready: tuple[str, str, dict[str, Any]] | None = None  # what ready() returns
         self._lock: asyncio.Lock | None = None
+        self.actions = ACTIONS[params.action_format]
 
     def tasks(self, split: str) -> SeedList:
         p = self.params
@@ -84,8 +146,9 @@ class OpenEnvEnvironment:
         first = p.seed + p.size if p.held_out_seed is None else p.held_out_seed
         return SeedList(split, first, p.held_out_size, self.name)
 
-    async def ready(self) -> tuple[str, str]:
-        """The server's base URL and the system prompt with its action schema (started once)."""
+    async def ready(self) -> tuple[str, str, dict[str, Any]]:
+        """The server's base URL, the system prompt and the request's extra fields (its tools),
+        with the server's action schema (started once)."""
         self._lock = self._lock or asyncio.Lock()
         async with self._lock:
             if self._ready is None:
@@ -94,8 +157,10 @@ class OpenEnvEnvironment:
                     self._server = self._server or LocalServer(self.params.env)
                     await asyncio.to_thread(self._server.wait_healthy, self.params.server_start_timeout_s)
                     url = self._server.url
-                schema = json.dumps(await asyncio.to_thread(action_schema, url))
-                self._ready = url, self.params.system_prompt.replace(SCHEMA_SLOT, schema)
+                schema = await asyncio.to_thread(action_schema, url)
+                system = self.params.system_prompt or self.actions.system_prompt
+                system = system.replace(SCHEMA_SLOT, json.dumps(schema))
+                self._ready = url, system, self.actions.request(schema)
         return self._ready
 
     def render(self, observation: dict[str, Any]) -> str:
@@ -103,10 +168,13 @@ class OpenEnvEnvironment:
         field = self.params.observation_field
         if field is None:
             return json.dumps(observation, ensure_ascii=False)
-        return str(observation.get(field, ""))
+        if field not in observation:
+            raise RuntimeError(f"observation_field {field!r} is not a field of the observation "
+                               f"(fields: {', '.join(observation)})")
+        return str(observation[field])
 
     async def run_episode(self, task: Prompt, endpoint: Endpoint) -> Episode:
-        url, system = await self.ready()
+        url, system, request = await self.ready()
         seed = task.metadata["reset_seed"]
         rewards: list[float] = []
         invalid = turns = 0
@@ -119,19 +187,20 @@ class OpenEnvEnvironment:
             done = result.done
             while not done and turns < self.params.max_turns:
                 reply = await client.chat.completions.create(model=endpoint.model, messages=messages,
-                                                             **dict(endpoint.sampling))
+                                                             **request, **dict(endpoint.sampling))
                 turns += 1
-                text = reply.choices[0].message.content or ""
-                messages.append({"role": "assistant", "content": text})
+                message = reply.choices[0].message
+                text = message.content or ""
+                messages.append(self.actions.assistant(message))
                 try:
-                    result = await env.step(parse_action(text))
+                    result = await env.step(self.actions.action(message))
                 except InvalidAction as err:
                     invalid += 1
-                    messages.append({"role": "user", "content": invalid_turn(err)})
+                    messages += self.actions.answers(message, f"Invalid action ({err}). {self.actions.retry}")
                     continue
                 rewards.append(result.reward or 0.0)
                 done = result.done
-                messages.append({"role": "user", "content": self.render(result.observation)})
+                messages += self.actions.answers(message, self.render(result.observation))
         metrics = {"invalid_actions": float(invalid), "turns": float(turns), "steps": float(len(rewards)),
                    "done": float(done)}
         return Episode(reward=sum(rewards), metrics=metrics, text=text,

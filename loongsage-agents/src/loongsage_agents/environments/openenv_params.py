@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Dict, Optional
 from loongsage_agents.environments.openenv_server import installed_environments
 
 SCHEMA_SLOT = "{action_schema}"  # where the system prompt gets the action's JSON schema
+ACTION_FORMATS = ("json", "tool_call")  # how a reply carries its action
 
 
 @dataclass
@@ -28,9 +29,11 @@ class OpenEnvParams:
     reset_args: Dict[str, Any] = field(default_factory=dict)  # more keyword arguments of reset()
     # None = each observation as compact JSON; a field name = that field's text only
     observation_field: Optional[str] = None
-    system_prompt: str = ("You act in an environment. Each user message is its observation. Reply "
-                          "with exactly one JSON object, the next action, matching this JSON schema:\n"
-                          + SCHEMA_SLOT)
+    # json: the first JSON object of the reply's text; tool_call: a call of the tool `act`, whose
+    # parameters are the action's schema (the run's agentflow.tool_parser reads it)
+    action_format: str = "json"
+    # None = the action format's own ({action_schema} in it is replaced by the schema)
+    system_prompt: Optional[str] = None
     server_start_timeout_s: float = 60.0  # for the started server to answer /health
     step_timeout_s: float = 60.0  # for the server to answer one reset or step
 
@@ -43,6 +46,8 @@ class OpenEnvParams:
         if self.max_turns < 1 or self.size < 1 or self.held_out_size < 0:
             raise ValueError("expected max_turns >= 1, size >= 1 and held_out_size >= 0, got "
                              f"{self.max_turns}, {self.size} and {self.held_out_size}")
+        if self.action_format not in ACTION_FORMATS:
+            raise ValueError(f"action_format: expected one of {', '.join(ACTION_FORMATS)}, got {self.action_format!r}")
         if self.server_start_timeout_s <= 0 or self.step_timeout_s <= 0:
             raise ValueError("expected server_start_timeout_s > 0 and step_timeout_s > 0")
         # without openenv-core the library check that follows names the extra to install
