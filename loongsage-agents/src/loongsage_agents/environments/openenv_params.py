@@ -47,7 +47,8 @@ class OpenEnvParams:
             raise ValueError("expected max_turns >= 1, size >= 1 and held_out_size >= 0, got "
                              f"{self.max_turns}, {self.size} and {self.held_out_size}")
         if self.action_format not in ACTION_FORMATS:
-            raise ValueError(f"action_format: expected one of {', '.join(ACTION_FORMATS)}, got {self.action_format!r}")
+            raise ValueError(f"action_format: expected one of {', '.join(ACTION_FORMATS)}, "
+                             f"got {self.action_format!r}")
         if self.server_start_timeout_s <= 0 or self.step_timeout_s <= 0:
             raise ValueError("expected server_start_timeout_s > 0 and step_timeout_s > 0")
         # without openenv-core the library check that follows names the extra to install

@@ -163,7 +163,8 @@ class EnvSession:
     """One episode's WebSocket session (``async with``): ``reset(**kwargs)``, ``step(action)``."""
 
     def __init__(self, base_url: str, timeout_s: float) -> None:
-        self.ws_url = base_url.rstrip("/").replace("http://", "ws://", 1).replace("https://", "wss://", 1) + "/ws"
+        ws = base_url.rstrip("/").replace("http://", "ws://", 1).replace("https://", "wss://", 1)
+        self.ws_url = f"{ws}/ws"
         self.timeout_s = timeout_s
         self.ws: Any = None
 
