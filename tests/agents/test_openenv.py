@@ -100,7 +100,7 @@ def test_without_the_library_the_error_names_the_extra(monkeypatch):
     assert message.startswith("data_sources[0].environment.type: environment 'openenv' needs the 'openenv' "
                               "library, which is not installed; install the extra [openenv] of "
                               "loongsage-agents: ")
-    assert message.endswith("openenv-core==0.3.0'")  # what the installed extra adds
+    assert message.endswith("pip install 'openenv-core==0.3.0' 'websockets>=13' 'httpx>=0.27'")  # the extra's
 
 
 @pytest.mark.parametrize("params, problem", [
