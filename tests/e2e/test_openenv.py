@@ -130,7 +130,7 @@ def test_openenv_run_records_multi_turn_episodes_token_exactly_with_the_environm
             assert len(replies) == metrics["turns"] <= TURNS
             step_rewards, invalid = replay(sample["metadata"]["reset_seed"], replies)
             assert info["step_rewards"] == pytest.approx(step_rewards)
-            assert metrics["invalid_actions"] == invalid == info["invalid_actions"]
+            assert metrics["invalid_actions"] == invalid
             assert text.count("Invalid action (") >= invalid - 1  # each answered (the last one ends the episode)
             assert sample["reward"] == pytest.approx(sum(step_rewards)) == info["episode_reward"]
             assert reward_of[info["trajectory_id"]] == sample["reward"]

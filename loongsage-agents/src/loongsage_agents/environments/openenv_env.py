@@ -203,6 +203,5 @@ class OpenEnvEnvironment:
                 messages += self.actions.answers(message, self.render(result.observation))
         metrics = {"invalid_actions": float(invalid), "turns": float(turns), "steps": float(len(rewards)),
                    "done": float(done)}
-        return Episode(reward=sum(rewards), metrics=metrics, text=text,
-                       info={"reset_seed": seed, "step_rewards": rewards, "invalid_actions": invalid,
-                             "done": done})
+        # the reset seed is the prompt's metadata; numbers in info would be logged as metrics again
+        return Episode(reward=sum(rewards), metrics=metrics, text=text, info={"step_rewards": rewards})
