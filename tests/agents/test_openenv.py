@@ -206,6 +206,20 @@ def test_tool_call_actions_take_the_calls_arguments_and_answer_with_tool_results
     assert trained.count("<tool_call>") == 3
 
 
+def test_a_server_that_exits_at_start_is_an_error_with_its_output():
+    from pathlib import Path
+
+    from loongsage_agents.environments.openenv_server import LocalServer
+
+    server = LocalServer("no_such_openenv_module")
+    log = Path(server.log.name)
+    with pytest.raises(RuntimeError, match=r"^the OpenEnv server of 'no_such_openenv_module' exited with 1: "
+                                           r"(?s:.*)no_such_openenv_module"):
+        server.wait_healthy(60)
+    server.stop()
+    assert not log.exists()  # its log goes with it
+
+
 FLAKY_SERVER = '''
 import time
 

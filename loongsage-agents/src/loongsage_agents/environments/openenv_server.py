@@ -117,12 +117,15 @@ class LocalServer:
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
+        output = self.output()
         self.stop()
         raise RuntimeError(f"the OpenEnv server of {module!r} did not answer {self.url}/health within "
-                           f"{timeout:g} s (server_start_timeout_s): {self.output()[-2000:]}")
+                           f"{timeout:g} s (server_start_timeout_s): {output[-2000:]}")
 
     def output(self) -> str:
-        return Path(self.log.name).read_text(errors="replace")
+        """What the server printed (its log, removed by ``stop``)."""
+        path = Path(self.log.name)
+        return path.read_text(errors="replace") if path.exists() else ""
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -132,6 +135,8 @@ class LocalServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.log.close()
+        Path(self.log.name).unlink(missing_ok=True)
 
 
 def action_schema(base_url: str) -> dict[str, Any]:
