@@ -8,6 +8,7 @@ from loongsage_agents.agents.router_params import (ChatParams, ClaudeCodeParams,
                                                    ToolLoopParams)
 from loongsage_agents.datasets.params import (CodeRepairParams, FileDatasetParams,
                                               HuggingFaceDatasetParams, SyntheticMathParams)
+from loongsage_agents.environments.openenv_params import OpenEnvParams
 from loongsage_agents.environments.params import ReasoningGymParams
 from loongsage_agents.rewards.params import MathRewardParams
 from loongsage_agents.rewards.code_exec import CodeExecParams
@@ -31,6 +32,8 @@ def loongsage_register_datasets(register):
 def loongsage_register_environments(register):
     register("reasoning_gym", "loongsage_agents.environments.reasoning_gym_env:ReasoningGymEnvironment",
              params=ReasoningGymParams)
+    register("openenv", "loongsage_agents.environments.openenv_env:OpenEnvEnvironment",
+             params=OpenEnvParams)
 
 
 @hookimpl
