@@ -23,9 +23,10 @@ apart as each learns (set ``--lr 2e-4`` to see it). Whether async learns as well
 synchronous run is tests/e2e/test_async_tiny_learns.py's question. Metrics come from each
 run's ``metrics.jsonl``.
 
-Resources are equal across rows, as in Table 4 (REFERENCE §2.2b): colocated rows run each
-phase in turn on both cores (2 torch threads); async rows pin the trainer to one core and the
-rollout engine to the other (1 thread each, ``controller.actors.split_cores``). The row
+Resources are equal across rows, as in Table 4 of baidu-baige/LoongSage's
+`docs/en/fully-async-mode.md`: colocated rows run each phase in turn on both cores (2 torch
+threads); async rows pin the trainer to one core and the rollout engine to the other (1 thread each,
+``controller.actors.split_cores``). The row
 ``train s`` of a colocated and an async row is the same phase on 2 vs 1 thread: it is the
 thread scaling that decides whether an even split can win.
 

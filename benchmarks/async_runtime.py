@@ -2,7 +2,7 @@
 
 What this measures, honestly: the scheduler's overlap and waiting under a stated cost model,
 with rollouts and training simulated by sleeps. No model runs, so CPU contention, memory
-bandwidth and thread scaling do not enter (REFERENCE §2.2b): this is the trace-driven view,
+bandwidth and thread scaling do not enter: this is the trace-driven view,
 not a CPU throughput claim. Real-compute numbers on this machine are issue 8's
 ``benchmarks/async_modes.py``.
 

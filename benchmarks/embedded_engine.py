@@ -1,6 +1,6 @@
 """Output tokens/s of the embedded rollout engine vs transformers' static-batch ``generate``.
 
-Workload (REFERENCE.md §6.8): ``--requests`` prompts (8–40 tokens; ``--group-size`` requests
+Workload: ``--requests`` prompts (8–40 tokens; ``--group-size`` requests
 share each prompt, as an RL group's samples do) whose response lengths are
 long-tailed, from 8 to 118 new tokens (most short, a few long), sampled at temperature 1 with
 EOS ignored so every request produces exactly its length. Both sides run the same prompts

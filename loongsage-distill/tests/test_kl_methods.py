@@ -1,7 +1,8 @@
 """Every logit-level KL method against an independent float64 implementation of its formula.
 
-The references below are written from REFERENCE §1.10 as plainly as possible: full softmax
-distributions over the whole vocabulary, explicit renormalisation for ``topk_kl``, and for
+The references below are written from the formulas (GKD, arXiv 2306.13649; TRL's GKDTrainer) as
+plainly as possible: full softmax distributions over the whole vocabulary, explicit renormalisation
+for ``topk_kl``, and for
 ``topk_jsd`` a full-vocabulary sum with the teacher's probability set to 0 outside its
 top-k (so the tail term the method adds in closed form is checked, not re-derived). Their
 gradients come from autograd; the methods' own (closed-form, custom) backward must match

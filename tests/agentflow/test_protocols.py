@@ -1,4 +1,5 @@
-"""Wire adapters on request bodies shaped like the real agents' (REFERENCE.md §5.2)."""
+"""Wire adapters on request bodies shaped like the real agents' (docs/agents.md records each agent's
+wire behaviour)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ The same GRPO step (two mini-batches, micro-batches of 3 rows) runs with ``dp_si
 with each strategy; the updated weights must agree within 1e-6.
 
 AdamW's first step divides by the gradient's own magnitude and clipping rescales it, either
-of which would hide a wrongly scaled gradient (REFERENCE §6.3), so ``train.eps`` is 1.0 and
+of which would hide a wrongly scaled gradient (docs/backends.md), so ``train.eps`` is 1.0 and
 clipping is off: the update is then about ``lr * gradient``, and a gradient off by any
 factor, or missing a rank's rows, moves the weights by far more than the bound. The reported
 loss and gradient norm (global on every rank) must also match.
@@ -144,7 +144,7 @@ def _restored(engine) -> tuple[int, bool]:
 
 
 def distill_objective(model_dir) -> Objective:
-    """Mixed on-policy distillation (REFERENCE §1.10): λ_gkd = 0.5 with ``full_kl`` as both
+    """Mixed on-policy distillation (docs/distillation.md): λ_gkd = 0.5 with ``full_kl`` as both
     the GKD loss and the PG penalty (λ_pg = 0.5), the teacher's logits rebuilt from hidden
     states with the tiny model's own LM head in every rank."""
     from loongsage_distill.train_term import OPDTerm

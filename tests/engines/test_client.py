@@ -2,7 +2,7 @@
 wire shapes, streaming, sync/async parity, error mapping, and the wire-format tolerance for
 SGLang variants (incremental stream chunks, replies without top-level ``output_ids``), the
 latter checked against a small real HTTP server that answers the way those SGLang versions do
-(no SGLang can run on this CPU machine, REFERENCE.md §6.5)."""
+(no SGLang can run on a CPU-only machine; docs/backends.md)."""
 
 from __future__ import annotations
 

@@ -37,5 +37,6 @@ def test_every_kind_has_a_contract_check():
 def test_entry_honours_its_kinds_contract(entry):
     params = default_params(entry)
     if params is None and entry.params is not None:
-        optional_skip(f"{entry.kind} '{entry.name}' needs a file; its own tests read real files")
+        optional_skip(f"{entry.kind} '{entry.name}' needs settings of its own (a file, a server); its own "
+                      "tests configure it")
     CONTRACT_CHECKS[entry.kind](entry.obj, params)

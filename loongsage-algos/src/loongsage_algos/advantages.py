@@ -15,7 +15,7 @@ sample i, G its size and μ_g its mean reward:
                                   batch (same paper; verl ``reinforce_plus_plus_baseline``)
 
 Singleton groups get Â = 0 before whitening in the group-relative estimators (verl
-``rloo_vectorized``, LS-ref; verl ``rloo`` would return r). Whitening is
+``rloo_vectorized``, baidu-baige/LoongSage; verl ``rloo`` would return r). Whitening is
 (x − mean)/sqrt(var + 1e-8) with Bessel-corrected variance over masked tokens, as verl's
 ``masked_whiten``; Dr. GRPO's length normalisation lives in the loss aggregation
 (``seq_mean_token_sum_norm``), not here.

@@ -1,6 +1,6 @@
 """Rollout/training mismatch corrections: token, sequence and geometric IS weights.
 
-With Δ_t = log π_old − log π_roll on loss tokens (clamped to [−20, 20]; LS-ref
+With Δ_t = log π_old − log π_roll on loss tokens (clamped to [−20, 20]; baidu-baige/LoongSage
 ``apply_is_correction``), the importance weight π_old/π_roll at three levels:
 
     token      w_{i,t} = e^{Δ_{i,t}}
@@ -23,8 +23,8 @@ The bounds are compared in log space and a masked weight is selected away, never
 by zero: a sequence's summed log-ratio passes 88 within a few extreme tokens, where
 exp overflows float32 and ``inf · 0`` would make the whole loss NaN.
 
-Deviation from LS-ref: a masked token leaves the numerator only; the denominator keeps
-counting it (``loongsage.algorithms.aggregation`` explains why). Metrics:
+Deviation from baidu-baige/LoongSage: a masked token leaves the numerator only; the denominator
+keeps counting it (``loongsage.algorithms.aggregation`` explains why). Metrics:
 ``train/is_weight_mean`` (mean applied weight over loss tokens) and ``train/is_clipfrac``
 (fraction of loss tokens whose weight was clipped or masked).
 """

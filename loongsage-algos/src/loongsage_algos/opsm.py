@@ -4,13 +4,14 @@
 
 over the row's loss tokens, with π_θ detached (the mask carries no gradient) and Â_i the
 mean advantage of the row. The mask multiplies the policy loss after the loss is computed;
-the aggregation denominator is unchanged (LS-ref ``compute_opsm_mask``). π_old is the
-trainer's step-start recompute, as in LS-ref and slime.
+the aggregation denominator is unchanged (baidu-baige/LoongSage ``compute_opsm_mask``). π_old is the
+trainer's step-start recompute, as in baidu-baige/LoongSage and slime.
 
-δ: LS-ref defaults to 0.1, slime to 1e-4; we take **0.1**. A mean per-token KL of 1e-4 is
-within the ordinary train/inference mismatch of a dense model (REFERENCE §1.6), so slime's
-value would drop most negative samples as soon as the policy moves at all.
-Metric ``train/opsm_drop_frac``: fraction of valid sequences masked.
+δ: baidu-baige/LoongSage defaults to 0.1, slime to 1e-4; we take **0.1**. A mean per-token KL of
+1e-4 is within the ordinary train/inference mismatch of a dense model (dense 1e-5 to 1e-3:
+zhaochenyang20/Awesome-ML-SYS-Tutorial, `rlhf/mismatch/blog-en.md`), so slime's value would drop
+most negative samples as soon as the policy moves at all. Metric ``train/opsm_drop_frac``: fraction
+of valid sequences masked.
 """
 
 from __future__ import annotations

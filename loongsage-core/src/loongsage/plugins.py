@@ -1,6 +1,6 @@
 """The plugin manager: discovery, load order, and filling the registries.
 
-Load order (DESIGN.md §2): installed entry points of group ``loongsage`` (skipped when
+Load order (docs/plugins.md): installed entry points of group ``loongsage`` (skipped when
 ``LOONGSAGE_DISABLE_PLUGIN_AUTOLOAD`` is set; ``LOONGSAGE_LOAD_PLUGINS`` is a comma
 separated allow-list of entry-point names), then local modules named in the config's
 ``plugins:`` list, then core's ``DEFAULT_PLUGINS``. ``check_pending()`` then rejects

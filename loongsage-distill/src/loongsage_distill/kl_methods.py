@@ -2,7 +2,7 @@
 
 Q is the student (the trained policy), P the teacher, both over the vocabulary V at one
 position; every method is the reverse KL(Q‖P) or the generalised Jensen-Shannon divergence
-of GKD (arXiv 2306.13649), REFERENCE §1.10:
+of GKD (arXiv 2306.13649) and baidu-baige/LoongSage `coda/algorithms/kl_policy.py`:
 
     full_kl    KL(Q‖P) = Σ_v Q_v (log Q_v − log P_v)
     full_jsd   JSD_β = β·KL(P‖M) + (1−β)·KL(Q‖M),  M = βP + (1−β)Q
@@ -19,9 +19,9 @@ top-k log-probs (normalised over V) and their token ids ([c, k] each). Values an
 are with respect to ``student_logits`` only.
 
 Gradients: ``full_kl``, ``full_jsd`` and ``topk_jsd`` have closed forms with respect to the
-logits (LS-ref's ``vocab_parallel_kl``), so they are custom autograd functions that keep
-only their inputs and two [c] statistics for the backward and rebuild Q there, instead of
-the softmax, log and product intermediates autograd would keep ([c, V] each):
+logits (baidu-baige/LoongSage's ``vocab_parallel_kl``), so they are custom autograd functions that
+keep only their inputs and two [c] statistics for the backward and rebuild Q there, instead of the
+softmax, log and product intermediates autograd would keep ([c, V] each):
 
     full_kl    ∂/∂z = Q ⊙ (d − KL),           d = log Q − log P
     full_jsd   ∂/∂z = (1−β)·Q ⊙ (A − Σ Q A),  A = log Q − log M

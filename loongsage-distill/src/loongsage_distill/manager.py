@@ -1,18 +1,18 @@
 """The Teacher Manager: teachers placed in memory slots, a batch bucketed by teacher.
 
-Placement (LS-ref ``coda/controller/teacher_manager.py``): with S slots and T teachers the
-teachers are split into S contiguous groups (sizes differing by at most one), one slot (one
-teacher engine in a Ray actor) per group. S ≥ T makes every teacher resident; S < T makes a
-group share one slot, swapping weights in from host memory. Config validation refuses
-S > T; teachers of one slot must share an architecture and an engine backend.
+Placement (baidu-baige/LoongSage ``coda/controller/teacher_manager.py``): with S slots and T
+teachers the teachers are split into S contiguous groups (sizes differing by at most one), one slot
+(one teacher engine in a Ray actor) per group. S ≥ T makes every teacher resident; S < T makes a
+group share one slot, swapping weights in from host memory. Config validation refuses S > T;
+teachers of one slot must share an architecture and an engine backend.
 
 ``compute`` buckets a batch's rows by their teacher, and sends every slot its buckets in one
 call, the resident teacher first, so a call swaps at most (teachers in the slot − 1) times
-and the last teacher stays resident for the next call; slots run in parallel. Beyond LS-ref,
-the engine prefetches the next bucket's teacher while the current one computes. The
-returned metrics add the slots' ``teacher/swaps``, ``teacher/swap_s`` (seconds blocked
-switching), ``teacher/compute_s`` (forward seconds), ``teacher/overlap_s`` (seconds a
-prefetch copy ran while a forward did) and ``teacher/copy_s``.
+and the last teacher stays resident for the next call; slots run in parallel. Beyond
+baidu-baige/LoongSage, the engine prefetches the next bucket's teacher while the current one
+computes. The returned metrics add the slots' ``teacher/swaps``, ``teacher/swap_s`` (seconds blocked
+switching), ``teacher/compute_s`` (forward seconds), ``teacher/overlap_s`` (seconds a prefetch copy
+ran while a forward did) and ``teacher/copy_s``.
 """
 
 from __future__ import annotations

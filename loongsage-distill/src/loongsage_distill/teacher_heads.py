@@ -1,10 +1,11 @@
 """Teacher LM heads held in the train actor: full-vocabulary teacher logits, rebuilt per chunk.
 
 Shipping a teacher's full-vocabulary distribution costs V floats per token (≈ 300 KB at a
-150k vocabulary, REFERENCE §1.10); its final hidden state costs H (a few KB). So for the
+150k vocabulary; marin-community/marin issue #7236); its final hidden state costs H (a few KB). So
+for the
 ``full_*`` methods the teacher engine returns hidden states and the train actor rebuilds
 the logits with the teacher's own output layer, one chunk of positions at a time inside the
-student's chunked LM head (LS-ref ``teacher_lm_head.py``, without its tensor-parallel
+student's chunked LM head (baidu-baige/LoongSage ``teacher_lm_head.py``, without its tensor-parallel
 slicing). ``TeacherHeads`` loads each teacher's output layer once per process, reading only
 that tensor from the checkpoint (the input embedding's when the model ties them), in fp32
 with ``model.fp32_lm_head``.

@@ -2,7 +2,7 @@
 
 With Q the student, P the row's teacher, m the loss mask of rows whose source names a
 teacher, A the RL advantage and KL_t the chosen method's per-token divergence
-(REFERENCE §1.10; LS-ref ``docs/en/on-policy-distillation.md``):
+(baidu-baige/LoongSage ``docs/en/on-policy-distillation.md``):
 
     PG-style    Â_t = A_t − λ_pg · sg(KL_t) · m_t          (opd.pg_ratio, opd.pg_kl_method)
     GKD-style   L_GKD = agg(KL_t, m)                        (opd.gkd_kl_method, loss_agg_mode)

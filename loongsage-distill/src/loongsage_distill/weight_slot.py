@@ -6,13 +6,13 @@ copies run asynchronously; plain CPU memory otherwise). ``switch(i)`` makes teac
 resident by copying its host copy into the slot; the model's modules never change, only the
 numbers in their parameters, so a forward after a switch is exactly that teacher's forward.
 
-Prefetch (LS-ref swaps synchronously): with a spare buffer of the same size, ``prefetch(i)``
-starts copying teacher ``i`` into the spare on a background thread (on a GPU, on a side
-CUDA stream) while the current teacher computes; the next ``switch(i)`` waits for what is
-left of that copy and then re-points the parameters at the spare buffer, which becomes the
-active one. The price is one more model-sized buffer in the slot. ``SwapStats`` records
-what a caller reports: swaps, seconds blocked in ``switch`` and the copy intervals, from
-which the overlap with compute is measured.
+Prefetch (baidu-baige/LoongSage swaps synchronously): with a spare buffer of the same size,
+``prefetch(i)`` starts copying teacher ``i`` into the spare on a background thread (on a GPU, on a
+side CUDA stream) while the current teacher computes; the next ``switch(i)`` waits for what is left
+of that copy and then re-points the parameters at the spare buffer, which becomes the active one.
+The price is one more model-sized buffer in the slot. ``SwapStats`` records what a caller reports:
+swaps, seconds blocked in ``switch`` and the copy intervals, from which the overlap with compute is
+measured.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 A data source's ``sandbox:`` config is ``{type: bwrap, memory_mb: 512, ...}``: ``type`` picks
 the registered backend and the rest fills that backend's dataclass below. The limit
-defaults are the ones measured in REFERENCE.md §6.7 (address space 256 MB, CPU 2 s, file
-size 1 MB, 64 open files); wall time, processes and disk are ours.
+defaults are the ones measured for the tests in loongsage-sandbox/tests (address space 256 MB, CPU 2
+s, file size 1 MB, 64 open files); wall time, processes and disk are ours.
 """
 
 from __future__ import annotations

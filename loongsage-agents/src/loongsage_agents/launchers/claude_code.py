@@ -1,7 +1,7 @@
 """``claude_code`` launcher: Claude Code (@anthropic-ai/claude-code) run offline with ``claude -p``.
 
-Per REFERENCE.md §5.2: ``ANTHROPIC_BASE_URL`` is the trajectory's root (no ``/v1``; Claude
-Code adds ``/v1/messages?beta=true``), ``ANTHROPIC_API_KEY`` the trajectory key (sent as
+As the agent behaves (docs/agents.md): ``ANTHROPIC_BASE_URL`` is the trajectory's root (no ``/v1``;
+Claude Code adds ``/v1/messages?beta=true``), ``ANTHROPIC_API_KEY`` the trajectory key (sent as
 ``x-api-key``), ``CLAUDE_CONFIG_DIR`` a private dir, ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC``
 (no telemetry or update lookups offline), experimental betas off, both the main and the
 small/fast model set to ``params.model``. Run as ``claude -p TASK --output-format json`` with

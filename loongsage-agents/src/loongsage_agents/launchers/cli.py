@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
-# the versions the tests were run with (REFERENCE.md §5.2 records their wire behaviour)
+# the versions the tests were run with (docs/agents.md records their wire behaviour)
 NPM_PACKAGES = {"codex": "@openai/codex@0.171.0", "claude": "@anthropic-ai/claude-code@2.1.197",
                 "opencode": "opencode-ai@1.18.33"}
 # pip-installed CLIs: binary -> (own venv name under $LOONGSAGE_CACHE/venvs, pinned requirement)

@@ -1,8 +1,8 @@
 """``codex`` launcher: the Codex CLI (@openai/codex) run offline with ``codex exec --json``.
 
-Per REFERENCE.md §5.2: ``CODEX_HOME`` is a private dir holding ``config.toml`` with a model
-provider whose ``base_url`` is the trajectory's ``/v1`` URL, ``wire_api = "responses"`` (Codex
-speaks only the Responses API; ``"chat"`` is rejected) and the key read from
+As the agent behaves (docs/agents.md): ``CODEX_HOME`` is a private dir holding ``config.toml`` with
+a model provider whose ``base_url`` is the trajectory's ``/v1`` URL, ``wire_api = "responses"``
+(Codex speaks only the Responses API; ``"chat"`` is rejected) and the key read from
 ``LOONGSAGE_ROUTER_KEY`` (sent as Bearer); approvals off, full access inside the work dir,
 no analytics, update checks or web search. ``params.instructions`` replaces Codex's own
 ~17 K-character system prompt (``model_instructions_file``), which matters for small models.

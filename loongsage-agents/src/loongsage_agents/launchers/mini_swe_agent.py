@@ -1,6 +1,6 @@
 """``mini_swe_agent`` launcher: mini-swe-agent (``mini``) run offline, non-interactively.
 
-Per REFERENCE.md §5.2, checked against the installed 2.4.6 source (``minisweagent/run/mini.py``,
+Checked against the installed 2.4.6 source (``minisweagent/run/mini.py``,
 ``config/__init__.py``, ``agents/interactive.py``, ``models/litellm_model.py``):
 
 * mini is installed in a venv of its own (``launchers.cli.ensure_mini_swe_agent``): it pulls

@@ -1,6 +1,7 @@
 """``opencode`` launcher: OpenCode (opencode-ai) run offline with ``opencode run --format json``.
 
-Per REFERENCE.md §5.2: an ``opencode.json`` (given as ``OPENCODE_CONFIG``) declares one
+As the agent behaves (docs/agents.md): an ``opencode.json`` (given as ``OPENCODE_CONFIG``) declares
+one
 ``@ai-sdk/openai-compatible`` provider whose ``baseURL`` is the trajectory's ``/v1`` URL and
 whose key is the trajectory key; ``XDG_*`` dirs are private, the models.dev fetch, autoupdate
 and sharing are off. OpenCode's separate title call is skipped by giving ``--title``; its

@@ -8,7 +8,7 @@ LOG_RATIO_CLAMP = 20.0
 
 
 def clamp_log_ratio(log_ratio: torch.Tensor) -> torch.Tensor:
-    """Clamp a log-ratio to [−20, 20] before exp (verl and LS-ref do the same)."""
+    """Clamp a log-ratio to [−20, 20] before exp (verl and baidu-baige/LoongSage do the same)."""
     return log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
 
 

@@ -1,9 +1,10 @@
 """M2PO: second-moment trust policy optimisation (Zheng, Zhao, Chen, arXiv 2510.01161).
 
-With log r_t = log π_old − log π_roll on the loss tokens (detached; LS-ref
+With log r_t = log π_old − log π_roll on the loss tokens (detached; baidu-baige/LoongSage
 ``apply_m2po_masking``), sort (log r)² in descending order and mask the smallest prefix k
 of the largest values that brings the mean of the rest to ≤ τ (``threshold``, default
-0.04). If no prefix does, keep only the single smallest token (LS-ref's fallback). Then
+0.04). If no prefix does, keep only the single smallest token (baidu-baige/LoongSage's fallback).
+Then
 
     ℓ_t = −M_t·(π_θ/π_roll)_t·Â_t        (no clipping)
 
@@ -15,7 +16,7 @@ policy ratio, so M2PO itself corrects the rollout/training mismatch; that is why
 not be combined with an IS correction (``validate_algorithm``). AReaL measures log r as
 log π_behav − log π_prox instead (the same quantity in its decoupled-PPO terms).
 
-The second moment is a statistic of the whole batch (LS-ref masks "across the whole
+The second moment is a statistic of the whole batch (baidu-baige/LoongSage masks "across the whole
 batch"). ``m2po_prepare`` computes the mask once on the full mini-batch (called through
 ``Objective.prepare``) and stores it as ``extras["m2po_keep"]``, so the mask does not depend
 on the micro-batch split. Called without that preparation (a bare loss call), the loss

@@ -5,7 +5,8 @@ assistant ``tool_calls`` as ``[{"id", "type": "function", "function": {"name", "
 tool results as ``role: "tool"`` with ``tool_call_id``), which is what HF chat templates take.
 
 ``canonical(message)`` is what prefix matching compares. Real agents re-send history with
-changes that carry no meaning for the model (REFERENCE.md §5.2): Claude Code moves
+changes that carry no meaning for the model (docs/agents.md records each agent's wire behaviour):
+Claude Code moves
 ``cache_control``, OpenCode re-serialises tool-call arguments compactly, the Agents SDK
 drops ``reasoning_content``, Codex echoes our items with ids and encrypted reasoning. The
 canonical form therefore keeps only role, stripped text, tool names with *parsed* arguments

@@ -15,8 +15,8 @@ Every error is answered in the caller's wire format. Binding a non-loopback addr
 an API key, with which agents name trajectories by issued tokens, and bodies are capped
 (``access.py``).
 
-Unlike LS-ref (a reverse proxy in a daemon thread with emulated streaming), streaming here
-relays the engine's own token stream as it is generated.
+Unlike baidu-baige/LoongSage (a reverse proxy in a daemon thread with emulated streaming), streaming
+here relays the engine's own token stream as it is generated.
 """
 
 from __future__ import annotations

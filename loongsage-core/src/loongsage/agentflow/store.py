@@ -13,9 +13,9 @@ known): a request's routes cover its whole prompt and output, so the newest requ
 segment rewrites the routes of the positions it covers (the routing its own tokens were sampled
 under, across turns and resumed partial rollouts; a fork rewrites its shared prefix too).
 
-Origins follow LS-ref (``root``, ``compact``, ``subagent``) with one deviation: LS-ref keeps
-subagent segments as untrained placeholders, here every segment with sampled tokens becomes
-its own training ``Sample``.
+Origins follow baidu-baige/LoongSage (``root``, ``compact``, ``subagent``) with one deviation:
+baidu-baige/LoongSage keeps subagent segments as untrained placeholders, here every segment with
+sampled tokens becomes its own training ``Sample``.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ on a token boundary: after the last shared sampled assistant turn, or later, aft
 message whose rendering is an exact token prefix of the held tokens (the system prompt and
 task before a dropped first reply). The fork is a new ``compact`` segment whose first span
 points at the shared tokens; with nothing shared it is a fresh ``compact`` segment.
-mini-swe-agent's dropped tool-less reply is that fork case. LS-ref only appends or starts a
-fresh segment.
+mini-swe-agent's dropped tool-less reply is that fork case. baidu-baige/LoongSage only appends or
+starts a fresh segment.
 """
 
 from __future__ import annotations

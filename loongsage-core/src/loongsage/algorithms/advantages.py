@@ -6,8 +6,8 @@ is ``reward`` (and the coefficient is > 0) the KL policy's detached value is sub
 token first, β·KL_t (verl ``apply_kl_penalty``): outcome estimators see
 r_i − β Σ_t KL_{i,t}, token-return estimators see the per-token penalty.
 
-``grpo`` (DeepSeekMath, arXiv 2402.03300; modes as LS-ref ``advantage_norm_mode``), with
-group g of sample i, μ/σ the mean and standard deviation:
+``grpo`` (DeepSeekMath, arXiv 2402.03300; modes as baidu-baige/LoongSage ``advantage_norm_mode``),
+with group g of sample i, μ/σ the mean and standard deviation:
 
     group_zscore   (r_i − μ_g) / (σ_g + ε)
     group_mean     r_i − μ_g
@@ -15,11 +15,11 @@ group g of sample i, μ/σ the mean and standard deviation:
     batch_mean     r_i − μ_B
     none           r_i
 
-σ is Bessel-corrected by default (torch.std, as verl and LS-ref). A group holding a single
-sample gets Â = 0 in the group modes (LS-ref, verl ``rloo_vectorized``): a lone sample
-carries no relative signal; verl's ``grpo`` would give r/(1+ε) instead. Deviation: LS-ref
-uses rsqrt(var + ε) for batch_zscore; we use σ + ε in both z-score modes. The scalar is
-broadcast over the row's loss tokens (zero elsewhere).
+σ is Bessel-corrected by default (torch.std, as verl and baidu-baige/LoongSage). A group holding a
+single sample gets Â = 0 in the group modes (baidu-baige/LoongSage, verl ``rloo_vectorized``): a
+lone sample carries no relative signal; verl's ``grpo`` would give r/(1+ε) instead. Deviation:
+baidu-baige/LoongSage uses rsqrt(var + ε) for batch_zscore; we use σ + ε in both z-score modes. The
+scalar is broadcast over the row's loss tokens (zero elsewhere).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Loss aggregation with global denominators (REFERENCE §1.2, verl ``agg_loss``).
+"""Loss aggregation with global denominators (verl ``verl/trainer/ppo/core_algos.py::agg_loss``).
 
 A train engine calls the loss once per micro-batch and sums the results, so every mode
 here divides by counts of the *whole* mini-batch (``LossContext.global_num_tokens`` /
@@ -15,9 +15,9 @@ token) and C a constant:
     seq_mean_token_sum_norm  (1/S) Σ_i Σ_t k·m·ℓ / C     (Dr. GRPO; C = max length)
 
 The keep mask removes a token from the numerator only: denominators always count the
-loss mask. LS-ref's IS ``mask`` action also shrinks the denominator; doing so here would
-need the keep count of the whole batch before the first micro-batch, so we keep it fixed
-(the same choice LS-ref makes for OPSM and M2PO makes for its masked tokens).
+loss mask. baidu-baige/LoongSage's IS ``mask`` action also shrinks the denominator; doing so here
+would need the keep count of the whole batch before the first micro-batch, so we keep it fixed (the
+same choice baidu-baige/LoongSage makes for OPSM and M2PO makes for its masked tokens).
 
 Metrics follow the same rule: ``token_metric`` / ``seq_metric`` return a micro-batch's
 share of the mini-batch mean, so metrics are *summed* over micro-batches (see

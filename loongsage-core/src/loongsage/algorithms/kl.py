@@ -1,4 +1,4 @@
-"""KL estimators between the trained policy and a frozen reference (REFERENCE §1.1).
+"""KL estimators between the trained policy and a frozen reference.
 
 Source: J. Schulman, "Approximating KL Divergence" (2020); names as in verl
 ``core_algos.kl_penalty``. With δ = log π_θ − log π_ref on tokens sampled from π_θ and

@@ -1,14 +1,16 @@
 """Train–inference mismatch monitors, logged every step whatever the IS correction.
 
-With Δ_t = log π_old − log π_roll on loss tokens (clamped to [−20, 20] as LS-ref does):
+With Δ_t = log π_old − log π_roll on loss tokens (clamped to [−20, 20] as baidu-baige/LoongSage
+does):
 
     train/is_approx_k3_kl       e^Δ − Δ − 1, the k3 estimate of KL(π_roll‖π_old)
     train/is_logprob_abs_diff   |Δ|
 
-Both are reported as the **mean over the loss tokens of the mini-batch** (LS-ref returns
-the sum and divides by the token count later; we divide at once through the global token
-count, so the numbers compare across batch sizes). Typical values: dense models 1e-5 to
-1e-3, MoE 1e-3 to 1e-1 (REFERENCE §1.6). Both are exactly 0 when the logprobs coincide.
+Both are reported as the **mean over the loss tokens of the mini-batch** (baidu-baige/LoongSage
+returns the sum and divides by the token count later; we divide at once through the global token
+count, so the numbers compare across batch sizes). Typical values: dense models 1e-5 to 1e-3, MoE
+1e-3 to 1e-1 (zhaochenyang20/Awesome-ML-SYS-Tutorial, `rlhf/mismatch/blog-en.md`). Both are exactly
+0 when the logprobs coincide.
 """
 
 from __future__ import annotations

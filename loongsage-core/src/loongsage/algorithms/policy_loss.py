@@ -7,8 +7,9 @@ arXiv 2503.14476; dual-clip from arXiv 1912.09729. With ρ = π_θ/π_old per to
     if Â < 0 and c is set:  ℓ = min(ℓ, −c·Â)      (= −max(min(...), c·Â))
 
 Dual-clip bounds the loss of a negative-advantage token whose ratio exploded; tokens with
-Â ≥ 0 are unchanged. Defaults: ε_low 0.2, ε_high 0.28 (DAPO, LS-ref), c = 3 (verl's
-``clip_ratio_c``; LS-ref uses 10). log ρ is clamped to [−20, 20] before exp, as verl does.
+Â ≥ 0 are unchanged. Defaults: ε_low 0.2, ε_high 0.28 (DAPO, baidu-baige/LoongSage), c = 3 (verl's
+``clip_ratio_c``; baidu-baige/LoongSage uses 10). log ρ is clamped to [−20, 20] before exp, as verl
+does.
 
 Metrics: ``train/pg_clipfrac`` (tokens where the clipped term is the active one),
 ``train/pg_clipfrac_lower`` (tokens where dual-clip is active), ``train/ppo_kl``

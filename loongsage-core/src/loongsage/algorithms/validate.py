@@ -10,8 +10,8 @@ and the closest name.
 Combination rules (each states its reason in the error):
 - at most one component may use the rollout/training log-ratio log(π_old/π_roll): M2PO
   masks and reweights by it, the token/sequence/geometric IS corrections reweight by it,
-  so combining them corrects one mismatch twice (LS-ref forbids M2PO + IS correction).
-  OPSM compares π_θ with π_old and combines with anything;
+  so combining them corrects one mismatch twice (baidu-baige/LoongSage forbids M2PO + IS
+  correction). OPSM compares π_θ with π_old and combines with anything;
 - ``kl.use_as`` is ``loss`` or ``reward``; ``kl.coef`` ≥ 0;
 - ``loss_agg_mode`` is one of ``AGG_MODES``; ``loss_agg_norm_len`` > 0 when set;
 - an estimator with ``needs_values`` (``gae``) gets a ``CriticSpec`` from ``algorithm.critic``

@@ -1,6 +1,7 @@
 """The ``opd`` section and ``data_sources[*].teacher``, validated into a ``DistillSpec``.
 
-On-policy distillation (REFERENCE §1.10) has each data source name its teacher among
+On-policy distillation (GKD, arXiv 2306.13649; Thinking Machines' on-policy distillation blog, 2025)
+has each data source name its teacher among
 ``opd.teachers``; the distiller plugin (``opd.distiller``, built in loongsage-distill) hosts
 the teachers, computes their outputs for every training batch, and adds its terms to the
 objective. Config rules, each refused with the key:

@@ -13,7 +13,7 @@ x ``train.megatron.tp x pp`` for the megatron backend) and ``rollout.num_engines
 A bundle is ``{"CPU": ..., "GPU": 1}`` (no GPU when ``placement.gpus_per_node`` is 0) plus
 the role's ``placement.*_resources`` (custom node resources, e.g. to keep a role on one kind
 of node). On a local cluster a disaggregated run also pins every actor to cores of its own
-(``split_cores``): Ray books CPUs but does not keep threads apart (REFERENCE §2.2b).
+(``split_cores``): Ray books CPUs but does not keep threads apart.
 
 An actor runs ``where()`` (``actors.EngineHost``) to say where it landed: node, GPU ids,
 device, cores; ``layout`` joins that with the seat it was given and checks that the node

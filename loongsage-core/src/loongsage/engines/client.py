@@ -8,11 +8,11 @@ against a real SGLang server or LoongSage's embedded engine. Every call has a bl
 (``generate``) and an asyncio form (``agenerate``); ``astream_generate`` yields incremental
 chunks of a streaming generation.
 
-Wire-format tolerance (SGLang fields vary by version, REFERENCE.md §4): ``output_ids`` are
-read from the top level when present, else from ``meta_info.output_token_logprobs``
-(``[[logprob, token_id, text], ...]``); streaming chunks may be cumulative (SGLang's default)
-or incremental (``--stream-output``) and are normalised to increments; ``weight_version``
-strings that are decimal integers become ``int``. A client made with
+Wire-format tolerance (SGLang fields vary by version; sgl-project/sglang's native API):
+``output_ids`` are read from the top level when present, else from
+``meta_info.output_token_logprobs`` (``[[logprob, token_id, text], ...]``); streaming chunks may be
+cumulative (SGLang's default) or incremental (``--stream-output``) and are normalised to increments;
+``weight_version`` strings that are decimal integers become ``int``. A client made with
 ``return_routed_experts=True`` asks every generation for its MoE routes (SGLang's
 ``return_routed_experts``) and gives them as ``GenerateOutput.routed_experts`` in the record
 format of ``loongsage.engines.routing`` (aligned with prompt + output tokens). ``usage``

@@ -7,7 +7,7 @@ global), ``backward``, the gradient norm, and the weights it hands out (full ten
 gathers them). ``SingleProcess`` is the default and does nothing extra; ``join_group`` (run
 inside every rank's actor) replaces it by ``DDPRanks`` or ``FSDP2Ranks`` (``STRATEGIES``).
 
-How a step splits (DESIGN.md §8): every rank receives the whole step's batch and the row
+How a step splits (docs/architecture.md): every rank receives the whole step's batch and the row
 indices of its shards (``RankShards``), computes old/reference logprobs of its own rows and
 all-gathers them, so each rank holds the full [N, L] tensors and computes advantages and
 ``Objective.prepare`` on the whole batch (exact for any estimator, batch whitening and M2PO's

@@ -10,10 +10,10 @@ per-micro-batch losses are summed, never averaged, and the gradient does not dep
 idea). Dropout is switched off at load: RL ratios need ``compute_logprobs`` and the train
 forward to be the same function. The class is plain Python so the controller can host it
 in a Ray actor; ``state_numpy`` is the transfer format Ray serialises fastest
-(REFERENCE.md §6.8). Deviation from GPU trainers: ``model.dtype: bfloat16`` updates bf16
-weights directly (no fp32 master copy, no mixed-precision autocast); use float32 for real
-training on CPU. On an MoE model ``trainer.router_replay`` replays expert routes in every
-forward of the policy (``engines.routing``: ``rollout`` = R3, ``old_policy`` = R2) and
+(benchmarks/embedded_engine.py, docs/benchmarks.md). Deviation from GPU trainers: ``model.dtype:
+bfloat16`` updates bf16 weights directly (no fp32 master copy, no mixed-precision autocast); use
+float32 for real training on CPU. On an MoE model ``trainer.router_replay`` replays expert routes in
+every forward of the policy (``engines.routing``: ``rollout`` = R3, ``old_policy`` = R2) and
 ``train_step`` reports, over the tokens with rollout routes, ``train/routing_mismatch_own``: the
 fraction whose own training-time top-k differs from the rollout's in some layer (the mismatch
 without replay), and ``train/routing_mismatch``: the same for the routes the forward used
@@ -460,7 +460,8 @@ class EmbeddedTrainEngine:
         return moved
 
     def state_numpy(self, include_tied: bool = False) -> dict[str, np.ndarray]:
-        """The state dict as numpy arrays, the payload Ray moves fastest (REFERENCE.md §6.8).
+        """The state dict as numpy arrays, the payload Ray moves fastest
+        (benchmarks/embedded_engine.py, docs/benchmarks.md).
 
         Tied copies (``lm_head.weight`` of a tied-embedding model) are left out unless
         ``include_tied``: the receiver's tied parameter shares storage; for SmolLM2 this

@@ -3,7 +3,7 @@
 Alignment follows ``loongsage.engines.batch``: ``logprobs[:, t] = log p(ids[t] | ids[:t])``
 and position 0 is 0. Instead of the model's own forward (which materialises logits in the
 model dtype), we run the decoder body and apply the output embedding ourselves, in fp32
-when ``fp32_lm_head`` (REFERENCE.md §1.9: a bf16 LM head is a main source of train /
+when ``fp32_lm_head`` (MiniMax-M1, arXiv 2506.13585: a bf16 LM head is a main source of train /
 inference mismatch). This covers HF causal LMs whose logits are ``lm_head(hidden)``
 (Llama, Qwen2/3, Mistral, SmolLM); models with logit soft-capping or scaling are not
 special-cased. Position ids come from the attention mask, so left or right padding both

@@ -6,7 +6,7 @@ which is not installed with ``--no-deps``). transformers dequantises the GGUF on
 a GGUF-loaded model refuses ``save_pretrained``, so we rebuild a plain
 ``LlamaForCausalLM`` from its config (without ``quantization_config``), copy the weights
 and save a normal HF folder (bf16 on disk, ≈260 MB) into a cache folder that later calls
-reuse (REFERENCE.md §6.6).
+reuse.
 """
 
 from __future__ import annotations

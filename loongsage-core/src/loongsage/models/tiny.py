@@ -1,6 +1,6 @@
 """A deterministic tiny Qwen2 (≈3.4 M parameters) for fast tests and the tiny recipe.
 
-Architecture from REFERENCE.md §6.6: hidden 256, intermediate 768, 4 layers, 4 heads,
+Architecture: hidden 256, intermediate 768, 4 layers, 4 heads,
 2 KV heads, tied embeddings, vocabulary = the locally trained tokenizer's size (no padding
 rows, so a sampler can never emit an id the tokenizer cannot decode). Weights come from
 ``torch.manual_seed(seed)`` and HF's own initialisation, so the same seed gives the same

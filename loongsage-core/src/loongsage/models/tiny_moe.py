@@ -5,7 +5,7 @@ from ``torch.manual_seed(seed)`` and HF's own initialisation, a normal HF folder
 ``AutoModelForCausalLM`` loads without LoongSage. The body is Qwen3-MoE (no shared expert):
 hidden 128, 4 layers, every layer sparse with 4 experts and top-2 routing. ``norm_topk_prob``
 is on, so the two selected experts' gate weights are the softmax over those two router logits,
-exactly the gate R3 recomputes from the training logits (REFERENCE §1.9). Router weights are
+exactly the gate R3 recomputes from the training logits (R3, arXiv 2510.11370). Router weights are
 drawn 25x wider than HF's default (std 0.5, not 0.02): at HF's init every token's four router
 logits are near ties, so any weight change would re-route almost every token, which a trained
 MoE does not do. About 1.05 M parameters.

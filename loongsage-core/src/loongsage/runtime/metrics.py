@@ -14,7 +14,7 @@
   both sides, so a schedule that trains everything it generates reads exactly 1.0). Below
   1.0 means the schedule favours short responses (first finishers), which is how a policy
   that starves long rollouts shows up.
-  None of the peers report this (REFERENCE §2.1, tinker-cookbook PR #822 on the bias).
+  None of the peers report this (tinker-cookbook PR #822 on the bias).
 """
 
 from __future__ import annotations

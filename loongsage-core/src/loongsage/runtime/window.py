@@ -7,7 +7,7 @@ A window policy answers two questions for the scheduler's pipeline
 * **collection gate** -- ``may_collect(seq, view)``: may the finished group with dispatch
   sequence number ``seq`` enter the buffer the trainer draws batches from?
 
-Symbols (LoongSage's fully-async design, REFERENCE §2.1): ``B`` prompt groups per step,
+Symbols (baidu-baige/LoongSage `docs/en/fully-async-mode.md`): ``B`` prompt groups per step,
 ``S`` = ``async.stale_steps``, capacity ``C = int(B * (1 + S))`` (plus oversampled groups),
 ``R`` dispatched and not yet collected, ``Q`` collected and buffered, ``T`` taken for the
 step being trained and not yet reflected in the rollout weights, ``seq`` = dispatch order.

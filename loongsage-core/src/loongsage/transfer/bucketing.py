@@ -9,8 +9,9 @@ aligned so a receiver may view them in place as typed tensors.
 
 The receiver side (`Reassembler`) copies pieces into persistent staging tensors and checks a
 version is complete (every bucket, every byte of every item, checksums) before anything may be
-applied. Deviation from LS-ref (`coda/transfer_mesh/`): LS-ref never splits a tensor (a tensor
-larger than its 1 GiB bucket is a hard error) and has no end-of-version verification.
+applied. Deviation from baidu-baige/LoongSage (`coda/transfer_mesh/`): baidu-baige/LoongSage never
+splits a tensor (a tensor larger than its 1 GiB bucket is a hard error) and has no end-of-version
+verification.
 """
 
 from __future__ import annotations

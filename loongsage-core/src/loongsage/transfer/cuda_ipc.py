@@ -2,7 +2,7 @@
 
 The sender keeps `num_slots` bucket-sized GPU buffers for its lifetime and hands each
 receiver their IPC handles once (torch's `reduce_tensor`, the mechanism behind SGLang's
-`/update_weights_from_tensor` with serialized handles and LS-ref's `_share_cuda_()`).
+`/update_weights_from_tensor` with serialized handles and baidu-baige/LoongSage's `_share_cuda_()`).
 Per bucket only the metadata frame crosses the control socket; the receiver copies straight
 out of the mapped buffer on the device and acks after its stream finished the copy.
 Needs a CUDA machine; skipped elsewhere.

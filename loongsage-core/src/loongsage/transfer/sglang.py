@@ -1,17 +1,18 @@
 """Sender side of SGLang's distributed weight update (remote GPU engines over NCCL).
 
-SGLang servers receive weights through two HTTP calls plus collectives (REFERENCE §4.2):
-`/init_weights_update_group {master_address, master_port, rank_offset, world_size,
-group_name, backend}` makes every server's TP ranks join a process group with the trainer as
-rank 0; then, per bucket, `/update_weights_from_distributed {names, dtypes, shapes,
-group_name, flush_cache, abort_all_requests, weight_version, load_format}` makes each server
-post one broadcast per listed tensor, in order, while the trainer broadcasts them. The HTTP call
-returns only after the server received the bucket, so the sender posts from threads and
-broadcasts meanwhile. The group is built exactly as SGLang's own `init_custom_process_group`
-(tcp:// rendezvous, `PrefixStore(group_name)`, torch's `_new_process_group_helper`), the private
-torch API every peer (SGLang, slime, verl, OpenRLHF) uses for a second world. We broadcast tensor
-by tensor because that request shape works on every SGLang version; the flattened-bucket
-`load_format` of newer versions is not used (its value is unverified, REFERENCE §4.2).
+SGLang servers receive weights through two HTTP calls plus collectives (SGLang's native API:
+sgl-project/sglang `python/sglang/srt/entrypoints/http_server.py`): `/init_weights_update_group
+{master_address, master_port, rank_offset, world_size, group_name, backend}` makes every server's TP
+ranks join a process group with the trainer as rank 0; then, per bucket,
+`/update_weights_from_distributed {names, dtypes, shapes, group_name, flush_cache,
+abort_all_requests, weight_version, load_format}` makes each server post one broadcast per listed
+tensor, in order, while the trainer broadcasts them. The HTTP call returns only after the server
+received the bucket, so the sender posts from threads and broadcasts meanwhile. The group is built
+exactly as SGLang's own `init_custom_process_group` (tcp:// rendezvous, `PrefixStore(group_name)`,
+torch's `_new_process_group_helper`), the private torch API every peer (SGLang, slime, verl,
+OpenRLHF) uses for a second world. We broadcast tensor by tensor because that request shape works on
+every SGLang version; the flattened-bucket `load_format` of newer versions is not used (its value is
+unverified).
 """
 
 from __future__ import annotations

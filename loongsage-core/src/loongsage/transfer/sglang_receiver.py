@@ -1,9 +1,10 @@
 """Server side of SGLang's distributed weight update, for engines that are not SGLang.
 
 `DistributedWeightUpdates` implements the bodies of `/init_weights_update_group`,
-`/update_weights_from_distributed` and `/destroy_weights_update_group` (REFERENCE §4.2) over
-any `apply(named_tensors, version) -> version` callable; the embedded rollout engine mounts it
-(`engines/embedded_rollout/server.py`) and `sglang.SGLangDistributedSender` drives it.
+`/update_weights_from_distributed` and `/destroy_weights_update_group` (sgl-project/sglang
+`http_server.py`) over any `apply(named_tensors, version) -> version` callable; the embedded rollout
+engine mounts it (`engines/embedded_rollout/server.py`) and `sglang.SGLangDistributedSender` drives
+it.
 
 Per update request the server posts one broadcast per listed `(name, dtype, shape)`, in order,
 from rank 0 of a process group it joined with `sglang.join_group` (gloo on CPU, NCCL on GPU;

@@ -1,12 +1,12 @@
 """Shared-memory transport for receivers on the sender's host (CPU).
 
 The sender creates `num_slots` bucket-sized segments once, touches every page, and keeps them
-for its lifetime: REFERENCE §6.8 measured first-touch allocation of shared memory at ~10x the
-cost of a copy, so a sync must only ever write into warm segments. Segments are anonymous
-files: created in /dev/shm and unlinked at once, reachable by receivers through
-`/proc/<sender pid>/fd/<fd>`, so nothing leaks in /dev/shm even if the sender is killed.
-The slots are consecutive views of ONE segment (the arena), so a tensor split across buckets
-is contiguous in it. Copies per same-host delivery:
+for its lifetime: measured on a 2-core CPU machine, first-touch allocation of shared memory cost
+~10x a copy, so a sync must only ever write into warm segments. Segments are anonymous files:
+created in /dev/shm and unlinked at once, reachable by receivers through `/proc/<sender
+pid>/fd/<fd>`, so nothing leaks in /dev/shm even if the sender is killed. The slots are consecutive
+views of ONE segment (the arena), so a tensor split across buckets is contiguous in it. Copies per
+same-host delivery:
   default        tensor -> slot (sender), slot -> receiver staging (receiver): two, pipelined
                  over the slots; then the engine's `apply` copies staging into its parameters.
   zero-copy      (`WeightReceiver(zero_copy=True)`, when one version fits in the ring, i.e.

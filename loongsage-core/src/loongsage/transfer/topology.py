@@ -11,7 +11,7 @@ RDMA) is one row, not another branch:
 | shm | receiver on the sender's host, on CPU |
 | gloo | receiver on CPU on another host |
 
-LS-ref partitions the same way on (ip, gpu_id) but has no CPU paths.
+baidu-baige/LoongSage partitions the same way on (ip, gpu_id) but has no CPU paths.
 """
 
 from __future__ import annotations

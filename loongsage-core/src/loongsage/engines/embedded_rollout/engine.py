@@ -47,7 +47,7 @@ def _get(section: Any, key: str, default: Any) -> Any:
 
 
 class EmbeddedRolloutEngine:
-    """An in-process rollout engine speaking the SGLang HTTP API (DESIGN.md §5)."""
+    """An in-process rollout engine speaking the SGLang HTTP API (docs/architecture.md)."""
 
     # It may live in a colocated train rank's process (``placement.share_process``): its
     # decode loop and server run on threads of their own, and its weights arrive through the
@@ -171,7 +171,7 @@ class EmbeddedRolloutEngine:
         """Copy ``named_tensors`` (HF parameter names) into the model between decode steps.
 
         Accepts ``(name, tensor)`` pairs or a ``{name: tensor}`` mapping; numpy arrays are
-        taken without a copy (what a Ray actor receives fastest, REFERENCE.md §6.8).
+        taken without a copy (what a Ray actor receives fastest).
 
         All names and shapes are checked before anything is written, and the copy happens on
         the decode thread, so no request sees half-updated weights. Running requests then

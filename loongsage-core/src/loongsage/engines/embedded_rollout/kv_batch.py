@@ -1,8 +1,8 @@
 """The running decode batch: one left-padded KV cache shared by all running requests.
 
 Why not transformers' continuous batching: on CPU its per-step overhead makes it ~5x slower
-than static batching (REFERENCE.md §6.8). This module keeps the decode step as cheap as a
-plain ``generate`` step and pays for batch changes only when they happen:
+than static batching (benchmarks/embedded_engine.py, docs/benchmarks.md). This module keeps the
+decode step as cheap as a plain ``generate`` step and pays for batch changes only when they happen:
 
 * **admit**: new requests are prefilled together (left-padded, one forward; identical
   prompts, the samples of one group, once, their cache rows repeated: SGLang's radix cache

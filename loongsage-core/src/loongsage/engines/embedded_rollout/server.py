@@ -1,6 +1,7 @@
 """The FastAPI app: SGLang's HTTP endpoints over an :class:`EmbeddedRolloutEngine`.
 
-Wire format follows SGLang (see REFERENCE.md §4): ``/generate`` answers
+Wire format follows SGLang (SGLang's native API: sgl-project/sglang, docs/basic_usage/native_api):
+``/generate`` answers
 ``{"text", "output_ids", "meta_info"}`` with ``meta_info.output_token_logprobs`` as
 ``[[logprob, token_id, null], ...]``, ``finish_reason`` ``{"type": "stop"|"length"|"abort", ...}``
 and ``weight_version`` (a string); streaming answers ``text/event-stream`` lines

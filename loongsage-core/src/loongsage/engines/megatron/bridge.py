@@ -1,7 +1,7 @@
 """megatron-bridge's ``AutoBridge`` for architectures our own conversion does not cover.
 
 UNTESTED: megatron-bridge cannot be installed on a CPU-only Python 3.11 machine (it needs
-Transformer Engine; REFERENCE.md §6.4), so nothing here has ever run in this repository.
+Transformer Engine; docs/backends.md), so nothing here has ever run in this repository.
 It is used only when the package imports and the checkpoint's ``model_type`` is not one of
 ``arch.ARCHS``; for those, ``convert`` is used (and tested) whether or not the bridge exists.
 The calls follow megatron-bridge's documented API: ``AutoBridge.from_hf_pretrained``,

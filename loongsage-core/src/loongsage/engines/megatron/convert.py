@@ -8,7 +8,7 @@ Every step is a reshape, slice or concatenation, never arithmetic, so HF -> Mega
 is bitwise equal.
 
 Layouts (what megatron-bridge does for the same models; written here because the bridge
-cannot be installed without CUDA, REFERENCE.md §6.4):
+cannot be installed without CUDA, docs/backends.md):
 
 * **QKV** is one column-parallel ``linear_qkv`` whose rows are grouped by key/value head
   (GQA group): for each of the ``num_query_groups`` groups, that group's query heads, then

@@ -1,7 +1,7 @@
 """What Megatron-Core 0.16.1 needs to run on a CPU with gloo, and nothing more.
 
 Megatron-Core is written for CUDA. On a machine without a GPU (CI, laptops) three things
-stand between its ``GPTModel`` and a forward/backward pass (REFERENCE.md §6.3); each shim
+stand between its ``GPTModel`` and a forward/backward pass (docs/backends.md); each shim
 below says which call site it answers. On a CUDA machine every function here returns
 without touching anything, so GPU runs use Megatron exactly as shipped.
 

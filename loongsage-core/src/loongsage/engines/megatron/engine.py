@@ -14,7 +14,7 @@ fp32 LM head (``engines.megatron.logprobs``); on the last stage the closure's lo
 returned with ``calculate_per_token_loss`` so the schedule never rescales it.
 
 Deviations from a GPU Megatron trainer, all because this is the path CPU CI can run
-(REFERENCE.md §6.3): the optimizer is ``torch.optim.AdamW`` over Megatron's parameters
+(docs/backends.md): the optimizer is ``torch.optim.AdamW`` over Megatron's parameters
 (Megatron's ``get_megatron_optimizer`` allocates on CUDA), gradients are reduced by us
 (data-parallel all-reduce, the tied embedding's all-reduce between first and last stage)
 rather than by Megatron's DDP wrapper, micro-batches keep the batch's right padding (no

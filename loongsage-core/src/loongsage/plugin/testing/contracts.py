@@ -30,15 +30,19 @@ from loongsage.plugin.testing.algorithms import (
 
 
 def default_params(entry: Any) -> Any:
-    """The entry's parameters with their defaults; None when it has no parameter class or a
-    field is required (no default, or the ``"???"`` of a mandatory config value)."""
+    """The entry's parameters with their defaults; None when it has no parameter class, a
+    field is required (no default, or the ``"???"`` of a mandatory config value) or the
+    defaults alone do not validate (a choice between settings the user must make)."""
     if entry.params is None:
         return None
     fields = dataclasses.fields(entry.params)
     if any(f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING  # type: ignore[misc]
            for f in fields):
         return None
-    params = entry.params()
+    try:
+        params = entry.params()
+    except ValueError:
+        return None
     if any(getattr(params, f.name) == "???" for f in fields):
         return None
     return params
