@@ -196,7 +196,7 @@ def test_a_weight_update_clears_the_cache_unless_kept(keep, tiny_model_dir, runn
     old weights, and its log-probs show the mismatch."""
     sp = {**SAMPLING, "sampling_seed": 1}
     new = perturbed(tiny_model_dir)
-    with running_engine(tiny_model_dir, keep_prefix_cache_on_update=keep) as engine:
+    with running_engine(tiny_model_dir, prefix_cache_gb=0.05, keep_prefix_cache_on_update=keep) as engine:
         with EngineClient(engine.url, timeout=120) as client:
             client.generate(PROMPT, sp)
             engine.apply_weights(new)
@@ -216,7 +216,7 @@ def test_a_weight_update_clears_the_cache_unless_kept(keep, tiny_model_dir, runn
 
 
 def test_flush_cache_empties_it_when_idle(tiny_model_dir, running_engine):
-    with running_engine(tiny_model_dir) as engine:
+    with running_engine(tiny_model_dir, prefix_cache_gb=0.05) as engine:
         with EngineClient(engine.url, timeout=120) as client:
             client.generate(PROMPT, SAMPLING)
             assert engine.scheduler.load()["prefix_cache_tokens"] > 0
@@ -256,7 +256,7 @@ def test_an_aborted_request_is_continued_from_the_cache(tiny_model_dir, running_
     """Partial rollout: a turn aborted mid-generation (for a weight update) has put every token
     it fed in the cache, so its continuation (prompt + tokens so far) prefills one token; with
     ``keep_on_update`` that holds across the update too."""
-    with running_engine(tiny_model_dir, keep_prefix_cache_on_update=True) as engine:
+    with running_engine(tiny_model_dir, prefix_cache_gb=0.05, keep_prefix_cache_on_update=True) as engine:
         with EngineClient(engine.url, timeout=120) as client:
 
             async def aborted():

@@ -24,7 +24,7 @@ class OpenEnvParams:
     max_turns: int = 8  # model replies per episode (invalid ones included)
     size: int = 1000  # training episodes: reset seeds seed .. seed + size - 1
     held_out_size: int = 100  # held-out episodes: reset seeds held_out_seed .. + held_out_size - 1
-    seed: int = 0
+    seed: int = 0  # the first training episode's reset seed (the environment draws its task from it)
     held_out_seed: Optional[int] = None  # None = seed + size (disjoint from the training seeds)
     reset_args: Dict[str, Any] = field(default_factory=dict)  # more keyword arguments of reset()
     # None = each observation as compact JSON; a field name = that field's text only
