@@ -86,8 +86,8 @@ def train(config_name: str, overrides: Sequence[str] = (), *, config_dir: str | 
             raise TypeError(f"reward must be a callable (text, ground_truth, params, **context), got {reward!r}")
         name = getattr(reward, "__name__", "python_reward").replace("<lambda>", "python_reward")
         _send_by_value(reward)
-        run = load_config(config_name, overrides, config_dir, extra_plugins=[(CallableRewards({name: reward}), "loongsage.train")],
-                          adjust=partial(_use_reward, name))
+        plugin = (CallableRewards({name: reward}), "loongsage.train")
+        run = load_config(config_name, overrides, config_dir, extra_plugins=[plugin], adjust=partial(_use_reward, name))
         # the model card and config.yaml say how the recipe was changed, as for an override
         run = dataclasses.replace(run, overrides=(*run.overrides, *(f"data_sources.{s.index}.reward={name}"
                                                                    for s in run.sources)))
