@@ -116,6 +116,23 @@ def _raw(url: str):
     return socket.create_connection((host, int(port)), timeout=30)
 
 
+def _reply(sock) -> str:
+    """The whole response on ``sock``: headers and the body ``Content-Length`` says (they may
+    arrive in separate reads)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = int(next((line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), b"0"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return (head + b"\r\n\r\n" + body).decode()
+
+
 def _closed_after(sock) -> float:
     """Seconds until the server closes ``sock`` (what it sent before closing is ignored)."""
     import time
@@ -144,6 +161,6 @@ def test_a_body_sent_too_slowly_is_refused_with_408(make_router, engine_url):
     sock = _raw(router.url)
     sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: router\r\nAuthorization: Bearer k:0\r\n"
                  b"Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"model\": ")
-    reply = sock.recv(65536).decode()
+    reply = _reply(sock)
     assert reply.startswith("HTTP/1.1 408"), reply
     assert "request body not received whole within the router's 1 s (agentflow.body_timeout_s)" in reply

@@ -136,10 +136,11 @@ class FailureGuard:
                 self.snapshot.close()
 
     def _handle(self, exc: BaseException | None) -> bool:
-        passes = (RunStopped, CheckpointWriteFailed)  # the latter says what it kept: do not save again
-        if not isinstance(exc, Exception) or isinstance(exc, passes) or self.step is None:
+        if not isinstance(exc, Exception) or isinstance(exc, RunStopped) or self.step is None:
             return False
         deaths = dead_actors(self.run.memory.actors)
+        if isinstance(exc, CheckpointWriteFailed) and not deaths:
+            return False  # it says what it kept: do not save again; an actor death while saving is a death
         saved = self._save_trainer(alive=not any(is_train_role(d.role) for d in deaths))
         if not deaths:
             exc.add_note(saved)
