@@ -13,24 +13,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from omegaconf import OmegaConf
+from environment_sources import GYM, built, config
 
 from loongsage.config.validate import validate_config
-from loongsage.data.sources import build_sources
 from loongsage.plugin import ConfigError, UnknownPluginError, hookimpl
 from loongsage.plugins import get_registries, load_plugins
 
-GYM = {"type": "reasoning_gym", "tasks": ["basic_arithmetic", {"name": "leg_counting", "weight": 3}],
-       "size": 40, "held_out_size": 8}
-
-
-def config(*sources):
-    return OmegaConf.create({"model": {"path": "unused"}, "data_sources": list(sources)})
-
-
-def built(registries, *sources, tokenizer=None):
-    run = validate_config(config(*sources), registries)
-    return run, build_sources(run.sources, registries, 0, tokenizer)
 
 
 # ---- config errors, before any actor starts ------------------------------------------------

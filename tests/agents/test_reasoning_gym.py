@@ -12,24 +12,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from environment_sources import GYM, built, config
 from omegaconf import OmegaConf
 
 from loongsage.config.validate import validate_config
-from loongsage.data.sources import build_sources
 from loongsage.errors import ConfigError
 from loongsage.plugins import get_registries
 
-GYM = {"type": "reasoning_gym", "tasks": ["basic_arithmetic", {"name": "leg_counting", "weight": 3}],
-       "size": 40, "held_out_size": 8}
-
-
-def config(*sources):
-    return OmegaConf.create({"model": {"path": "unused"}, "data_sources": list(sources)})
-
-
-def built(registries, *sources, tokenizer=None):
-    run = validate_config(config(*sources), registries)
-    return run, build_sources(run.sources, registries, 0, tokenizer)
 
 
 def run_group(source, prompt, n, engine):
