@@ -31,6 +31,7 @@ class SamplingOptions:
     top_p: float = 1.0
     top_k: int = -1
     stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)  # token-in clients send their own
     seed: int | None = None  # the client's; sent to the engine as its sampling_seed
 
     def __post_init__(self) -> None:
@@ -51,6 +52,8 @@ class SamplingOptions:
         }
         if self.stop:
             out["stop"] = list(self.stop)
+        if self.stop_token_ids:
+            out["stop_token_ids"] = list(self.stop_token_ids)
         if self.seed is not None:  # any int a client sends, folded into the engine's range
             out[SEED_KEY] = self.seed % (1 << 63)
         return out
@@ -85,7 +88,8 @@ def enforce_sampling(asked: dict[str, Any], rollout: dict[str, Any] | None
 
 @dataclass
 class ChatRequest:
-    """A wire request normalised: messages, tools, sampling, streaming, and the raw body."""
+    """A wire request normalised: messages (or a token-in prompt), tools, sampling, streaming,
+    and the raw body."""
 
     wire: str  # openai_chat | openai_responses | anthropic_messages
     model: str
@@ -96,6 +100,8 @@ class ChatRequest:
     include_usage: bool = False
     raw: dict[str, Any] = field(default_factory=dict)
     prompt_tokens: int = 0  # set once the turn is planned (streams report it up front)
+    # a token-in request (``/inference/v1/generate``): the client's rendered prompt, no messages
+    prompt_ids: list[int] | None = None
 
 
 TEXT_PARTS = ("text", "input_text", "output_text")

@@ -3,8 +3,9 @@
 Routes (each ``/v1/...`` also under a ``/{trajectory_id}/{attempt_id}`` prefix):
 ``HEAD|GET /`` (Claude Code probes it), ``GET /v1/models``, ``POST /v1/chat/completions``,
 ``POST /v1/responses``, ``POST /v1/messages`` (``?beta=true`` accepted),
-``GET /v1/trajectories`` (a listing), ``GET /v1/trajectories/{trajectory_id}`` and
-``GET /health``. A request's trajectory comes
+``GET /v1/trajectories`` (a listing), ``GET /v1/trajectories/{trajectory_id}``,
+``GET /health`` and vLLM's token-in ``POST /inference/v1/generate`` (prime-rl's and verifiers'
+training client; ``protocols/token_generate.py``). A request's trajectory comes
 from the path prefix, else from the API key (``Authorization: Bearer`` or ``x-api-key``)
 read as ``"{trajectory_id}:{attempt_id}"`` or ``"{trajectory_id}"`` (attempt ``"0"``). With
 ``settings.session_header`` (``loongsage serve --session-header x-session-id``), a request
@@ -34,6 +35,7 @@ from loongsage.agentflow.errors import EngineError, RequestError
 from loongsage.agentflow.middleware import RouterMiddleware, TurnContext
 from loongsage.agentflow.protocols import ADAPTERS
 from loongsage.agentflow.protocols.base import WireAdapter, sse
+from loongsage.agentflow.protocols.token_generate import ROUTE as TOKEN_ROUTE, TokenGenerateAdapter
 from loongsage.agentflow.settings import RouterSettings
 from loongsage.agentflow.store import Trajectory, TrajectoryStore
 from loongsage.agentflow.tito import ChatRenderer
@@ -43,6 +45,7 @@ from loongsage.engines.pool import EnginePool
 from loongsage.registry import Registries
 
 BUILTIN_PARSER_MIDDLEWARE = "tool_call_parser"
+TOKEN_ADAPTER = TokenGenerateAdapter()
 SESSION_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")  # what a session header may name
 
 
@@ -193,6 +196,10 @@ class Router:
             err = RequestError(f"unknown endpoint /v1/{api}; served: {served}",
                                status=404, kind="not_found_error")
             return JSONResponse(ADAPTERS["chat/completions"].render_error(err), status_code=404)
+        return await self._serve(adapter, http, tid, aid)
+
+    async def _serve(self, adapter: WireAdapter, http: Request, tid: str | None,
+                     aid: str | None) -> Response:
         try:
             request = adapter.parse_request(await self._json(http))
             self._check_model(request.model)
@@ -235,9 +242,11 @@ class Router:
         async def health() -> dict[str, str]:
             return {"status": "ok"}
 
+        context = {} if self.runner.max_context is None else {"max_model_len": self.runner.max_context}
+
         async def models() -> dict[str, Any]:
             return {"object": "list",
-                    "data": [{"id": m, "object": "model", "created": 0, "owned_by": "loongsage"}
+                    "data": [{"id": m, "object": "model", "created": 0, "owned_by": "loongsage", **context}
                              for m in self.settings.served_model_names]}
 
         app.get("/v1/models")(models)
@@ -274,6 +283,14 @@ class Router:
         @app.post("/{tid}/{aid}/v1/{api:path}")
         async def keyed(tid: str, aid: str, api: str, http: Request) -> Response:
             return await self._handle(api, http, tid, aid)
+
+        @app.post(TOKEN_ROUTE)
+        async def tokens(http: Request) -> Response:
+            return await self._serve(TOKEN_ADAPTER, http, None, None)
+
+        @app.post("/{tid}/{aid}" + TOKEN_ROUTE)
+        async def keyed_tokens(tid: str, aid: str, http: Request) -> Response:
+            return await self._serve(TOKEN_ADAPTER, http, tid, aid)
 
         # last: the catch-all prefix routes must not shadow /v1/... above
         @app.api_route("/", methods=["GET", "HEAD"])

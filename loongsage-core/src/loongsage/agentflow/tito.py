@@ -246,16 +246,8 @@ def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
         new = msgs
         text = renderer.delta([], new, request.tools)
     new_ids = renderer.encode(text)
-    total = len(seg) + len(new_ids)
-    if clamp and max_context is not None:
-        max_new = min(max_new, max(max_context - total, 1))
-    if max_context is not None and total + max_new > max_context:
-        del traj.segments[n_segments:]  # a refused request leaves no trace
-        traj.active_segment = active_before
-        raise RequestError(
-            f"messages: the conversation needs {total} prompt tokens + {max_new} new tokens, "
-            f"more than the model's context of {max_context} tokens",
-            param="messages", kind="context_length_exceeded")
+    max_new = _fit_context(traj, n_segments, active_before, len(seg) + len(new_ids), max_new,
+                           max_context, clamp, "messages")
     seg_len_before, messages_before = len(seg), len(seg.messages)
     traj.append(seg, new_ids, sampled=False)
     seg.messages.extend(dict(m) for m in new)
@@ -263,6 +255,73 @@ def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
     return TurnPlan(segment=seg, prompt_ids=traj.segment_tokens(seg), new_ids=new_ids,
                     seg_len_before=seg_len_before, messages_before=messages_before, forked=forked,
                     max_new=max_new)
+
+
+def _fit_context(traj: Trajectory, n_segments: int, active_before: int | None, total: int,
+                 max_new: int, max_context: int | None, clamp: bool, param: str) -> int:
+    """``max_new`` lowered to the context left (``clamp``), or refuse the request, dropping the
+    segments it opened (a refused request leaves no trace)."""
+    if clamp and max_context is not None:
+        max_new = min(max_new, max(max_context - total, 1))
+    if max_context is not None and total + max_new > max_context:
+        del traj.segments[n_segments:]
+        traj.active_segment = active_before
+        raise RequestError(
+            f"{param}: the conversation needs {total} prompt tokens + {max_new} new tokens, "
+            f"more than the model's context of {max_context} tokens",
+            param=param, kind="context_length_exceeded")
+    return max_new
+
+
+def plan_tokens(traj: Trajectory, prompt_ids: list[int], *, trainable: bool = True,
+                busy: set[int] | frozenset = frozenset(), max_context: int | None = None,
+                max_new: int = 0, clamp: bool = False) -> TurnPlan:
+    """The token-in twin of ``plan_turn``: the client rendered ``prompt_ids`` itself.
+
+    The prompt extends the segment whose tokens it starts with (the newest such; an empty
+    trajectory opens the root); otherwise a ``compact`` segment forks from the segment it shares
+    the longest token prefix with (borrowing that prefix, as a message fork does), or starts
+    fresh when it shares none. Held tokens are kept as they are; only the rest is appended.
+    """
+    n_segments, active_before = len(traj.segments), traj.active_segment
+    candidates = [s for s in reversed(traj.segments)
+                  if s.origin != "subagent" and s.trainable == trainable and s.segment_id not in busy]
+    seg, shared = None, (None, 0)
+    for cand in candidates:
+        held = traj.segment_tokens(cand)
+        n = _shared_len(held, prompt_ids)
+        if n == len(held):
+            seg = cand
+            break
+        if n > shared[1]:
+            shared = (cand, n)
+    forked = seg is None and shared[0] is not None
+    if forked:
+        parent, n = shared
+        seg = traj.new_segment("compact", parent=parent.segment_id, trainable=trainable)
+        seg.spans = traj.prefix_span_at(parent, n)
+        seg.shared_len = n
+    elif seg is None:
+        mainline = [s for s in traj.segments if s.origin != "subagent" and s.trainable]
+        seg = traj.new_segment("compact" if mainline or not trainable else "root",
+                               parent=traj.active_segment if mainline else None, trainable=trainable)
+    new_ids = prompt_ids[len(seg):]
+    max_new = _fit_context(traj, n_segments, active_before, len(prompt_ids), max_new,
+                           max_context, clamp, "token_ids")
+    seg_len_before, messages_before = len(seg), len(seg.messages)
+    traj.append(seg, new_ids, sampled=False)
+    return TurnPlan(segment=seg, prompt_ids=list(prompt_ids), new_ids=new_ids,
+                    seg_len_before=seg_len_before, messages_before=messages_before, forked=forked,
+                    max_new=max_new)
+
+
+def _shared_len(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def record_generation(traj: Trajectory, seg: Segment, output_ids: list[int], logprobs: list[float],

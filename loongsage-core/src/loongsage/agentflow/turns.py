@@ -53,7 +53,9 @@ from loongsage.agentflow.messages import enforce_sampling
 from loongsage.engines.sampling_seed import SEED_KEY, derive_seed
 from loongsage.agentflow.middleware import RouterMiddleware, TurnContext
 from loongsage.agentflow.protocols.base import StreamEvent, TurnResult
-from loongsage.agentflow.tito import ChatRenderer, TurnPlan, plan_turn, record_generation
+from loongsage.agentflow.tito import (
+    ChatRenderer, TurnPlan, plan_tokens, plan_turn, record_generation,
+)
 
 
 @dataclass
@@ -99,10 +101,11 @@ class TurnRunner:
                 for name in changed:
                     counts[name] = counts.get(name, 0) + 1
         busy = self._busy.setdefault(traj.key, set())
-        plan = plan_turn(traj, ctx.request, self.renderer, subagent=ctx.subagent,
-                         trainable=ctx.trainable, busy=busy,
-                         max_context=self.max_context, max_new=sampling["max_new_tokens"],
-                         clamp=self.clamp_max_tokens)
+        limits = dict(trainable=ctx.trainable, busy=busy, max_context=self.max_context,
+                      max_new=sampling["max_new_tokens"], clamp=self.clamp_max_tokens)
+        plan = plan_tokens(traj, ctx.request.prompt_ids, **limits) \
+            if ctx.request.prompt_ids is not None else \
+            plan_turn(traj, ctx.request, self.renderer, subagent=ctx.subagent, **limits)
         sampling["max_new_tokens"] = plan.max_new
         traj_seed = traj.metadata.get(SEED_KEY)
         if SEED_KEY not in sampling and traj_seed is not None:  # the client sent no seed
@@ -131,7 +134,8 @@ class TurnRunner:
             result = TurnResult(content=parsed.content, tool_calls=parsed.tool_calls,
                                 finish_reason=gen.finish_reason,
                                 prompt_tokens=len(turn.plan.prompt_ids),
-                                completion_tokens=len(gen.output_ids), model=ctx.request.model)
+                                completion_tokens=len(gen.output_ids), model=ctx.request.model,
+                                output_ids=list(gen.output_ids), output_logprobs=list(gen.logprobs))
             for mw in self.middlewares:
                 mw.on_result(ctx, result)
             finished = True

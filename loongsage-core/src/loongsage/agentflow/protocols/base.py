@@ -23,6 +23,8 @@ class TurnResult:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     model: str = ""
+    output_ids: list[int] = field(default_factory=list)  # the sampled tokens (token-in replies)
+    output_logprobs: list[float] = field(default_factory=list)
     response_id: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
     created: int = field(default_factory=lambda: int(time.time()))
 
