@@ -21,6 +21,12 @@ if [ "${1:-}" = "--local" ]; then
 fi
 rm -rf "$dest/first" "$dest/ray"
 mkdir -p "$dest/first" "$dest/ray"
+# this repository's distributions are built from a copy (with the recipes their symlink names),
+# so the build leaves no build/ or egg-info folders in the checkout, as `make wheels` does
+copy="$(mktemp -d)"
+trap 'rm -rf "$copy"' EXIT
+(cd "$repo" && tar -c --exclude=__pycache__ --exclude='*.egg-info' --exclude=build recipes loongsage-*/) \
+  | tar -x -C "$copy"
 
 for stage in first ray; do
   specs=() sources=()
@@ -28,7 +34,7 @@ for stage in first ray; do
     [ "$group" = "$stage" ] || continue
     case "$spec" in
       antlr4-python3-runtime==*) sources+=("$spec") ;;  # source archive only on PyPI: pure Python
-      ./*) sources+=("$repo/${spec#./}") ;;  # this repository's distribution
+      ./*) sources+=("$copy/${spec#./}") ;;  # this repository's distribution
       *) specs+=("$spec") ;;
     esac
   done < <(grep -v '^#' "$repo/benchmarks/gpu_wheels.txt")
