@@ -5,9 +5,9 @@ receivers (which run inside the engine's process) cannot reach them. Instead tra
 hosts a process group with every server's ranks (``/init_weights_update_group``: NCCL on a
 GPU, gloo on CPU) and sends each version bucket by bucket (``/update_weights_from_distributed``,
 ``transfer.sglang.SGLangDistributedSender``). Every train rank takes part in the FSDP2 gathers;
-only rank 0 keeps the tensors and sends. Same interface as ``weight_sync.WeightSync``
-(``push``, ``replace_engine``, ``versions``, ``metrics``, ``close``); a restarted engine makes a
-new group with every current server, then gets the current version.
+only rank 0 keeps the tensors and sends. A ``WeightSync`` (``engines.weight_sync``), opened by
+``SGLangServerEngine.weight_sync`` for a disaggregated run; a restarted engine makes a new group
+with every current server, then gets the current version.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import ray
 
-from loongsage.controller.actors import engine_values
+from loongsage.engines.weight_sync import engine_values
 from loongsage.transfer import TransferConfig, WeightSyncError
 
 _SENDER: dict[str, Any] = {}

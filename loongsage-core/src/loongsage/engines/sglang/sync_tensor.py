@@ -8,8 +8,9 @@ server maps the trainer's memory and copies from it. No process group, no bytes 
 socket. Every train rank takes part in the FSDP2 gathers; a rank with an engine keeps every
 tensor (a full copy of the model on its device while it sends, as slime's colocated path).
 A push then checks every server's ``/get_weight_version``, as the distributed sync does.
-Same interface as ``weight_sync.WeightSync``; a restarted engine gets the current version
-from its bundle-mate the same way (the other engines are not sent it again).
+A ``WeightSync`` (``engines.weight_sync``), opened by ``SGLangServerEngine.weight_sync`` for a
+colocated run; a restarted engine gets the current version from its bundle-mate the same way
+(the other engines are not sent it again).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from typing import Any
 
 import ray
 
-from loongsage.controller.actors import engine_values
 from loongsage.errors import ConfigError
+from loongsage.engines.weight_sync import engine_values
 from loongsage.transfer import TransferConfig, WeightSyncError
 
 _SENDER: dict[str, Any] = {}
