@@ -16,11 +16,11 @@ its first update), ``--skip-server-warmup``; ``rollout.sglang.extra_args`` are a
 
 Weights (``SGLangServerEngine.weight_sync`` opens the run's ``WeightSync``): a colocated engine
 gets them from the train rank in its bundle through ``/update_weights_from_tensor``
-(``sync_tensor.TensorWeightSync`` over ``transfer.sglang_tensor.SGLangTensorSender``; CUDA IPC
-handles on a GPU, shared-memory handles on CPU: the server maps the trainer's memory), a
-disaggregated one over ``/init_weights_update_group`` + ``/update_weights_from_distributed``
+(``sync_tensor.TensorWeightSync`` over ``tensor_sender.SGLangTensorSender``; CUDA IPC handles
+on a GPU, shared-memory handles on CPU: the server maps the trainer's memory), a disaggregated
+one over ``/init_weights_update_group`` + ``/update_weights_from_distributed``
 (``sync_distributed.DistributedWeightSync``, trainer rank 0 broadcasting through
-``transfer.sglang.SGLangDistributedSender``; NCCL on GPUs, gloo on CPU). Colocated engines
+``distributed_sender.SGLangDistributedSender``; NCCL on GPUs, gloo on CPU). Colocated engines
 release and resume their memory around training (``offload``/``onload``).
 
 CPU machines cannot install SGLang: the tests point ``launch_command`` at

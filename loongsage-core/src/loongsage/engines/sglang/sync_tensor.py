@@ -2,7 +2,7 @@
 
 In a colocated run bundle i holds train rank i and rollout engine i on one device (one GPU,
 or the host's memory), so train rank i sends engine i every version through SGLang's
-``/update_weights_from_tensor`` (``transfer.sglang_tensor.SGLangTensorSender``): per bucket,
+``/update_weights_from_tensor`` (``tensor_sender.SGLangTensorSender``): per bucket,
 one HTTP request carrying CUDA IPC handles on a GPU, shared-memory handles on CPU; the
 server maps the trainer's memory and copies from it. No process group, no bytes through a
 socket. Every train rank takes part in the FSDP2 gathers; a rank with an engine keeps every
@@ -31,7 +31,7 @@ def actor_push(engine: Any, version: int, url: str | None, tp_size: int, bucket_
                timeout_s: float) -> dict[str, Any]:
     """In a train rank's actor: gather, and send ``version`` to the server at ``url`` (None:
     gather only), one entry per TP rank of it."""
-    from loongsage.transfer.sglang_tensor import SGLangTensorSender
+    from loongsage.engines.sglang.tensor_sender import SGLangTensorSender
 
     start = time.perf_counter()
     named = engine.named_tensors(include_tied=False)
