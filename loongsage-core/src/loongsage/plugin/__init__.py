@@ -99,10 +99,10 @@ PUBLIC: dict[str, tuple[str, str]] = {
     "aggregate": ("loongsage.algorithms.aggregation", "the objective's loss aggregation, for a loss term of its own"),
     # ---- helpers for engine plugins (a teacher engine reuses the train engine's pieces) ---
     "load_causal_lm": ("loongsage.engines.embedded_train", "a HF causal LM loaded as the train engine loads it"),
-    "final_hidden": ("loongsage.engines.embedded_train_logprobs", "the decoder's last hidden state at scored positions"),
-    "head_scores": ("loongsage.engines.embedded_train_logprobs", "log-probs and LogitTerm values from the chunked LM head"),
-    "scatter_positions": ("loongsage.engines.embedded_train_logprobs", "scored positions back into [N, L] tensors"),
-    "token_scores": ("loongsage.engines.embedded_train_logprobs", "the train engine's log-probs of a batch, end to end"),
+    "final_hidden": ("loongsage.engines.logprobs", "the decoder's last hidden state at scored positions"),
+    "head_scores": ("loongsage.engines.logprobs", "log-probs and LogitTerm values from the chunked LM head"),
+    "scatter_positions": ("loongsage.engines.logprobs", "scored positions back into [N, L] tensors"),
+    "token_scores": ("loongsage.engines.logprobs", "the train engine's log-probs of a batch, end to end"),
     "SingleProcess": ("loongsage.engines.distributed", "the parallel place of a train engine that is one rank"),
     "MeshWeightSync": ("loongsage.engines.mesh_sync", "TransferMesh into the engine's process (apply_weights)"),
     "engine_values": ("loongsage.engines.weight_sync", "a call in every engine actor, None where one died"),
@@ -156,7 +156,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time the names load o
     from loongsage.engines.client import EngineError, GenerateOutput
     from loongsage.engines.distributed import SingleProcess
     from loongsage.engines.embedded_train import load_causal_lm
-    from loongsage.engines.embedded_train_logprobs import final_hidden, head_scores, scatter_positions, token_scores
+    from loongsage.engines.logprobs import final_hidden, head_scores, scatter_positions, token_scores
     from loongsage.engines.mesh_sync import MeshWeightSync
     from loongsage.engines.pool import EnginePool
     from loongsage.engines.protocols import RolloutEngine, TrainEngine
