@@ -8,7 +8,7 @@ step   The tiny recipe (`loongsage train --config-name tiny/grpo`) with `train.d
        and torch threads each actor had (from the run's `layout.json`).
 sync   TransferMesh weight sync of a SmolLM2-135M-shaped state dict (fp32, 538 MB) from one
        sender process holding everything, and from two sender processes each holding the part
-       `controller.weight_sync.owners_by_size` gives it, into one receiver process on the same
+       `engines.mesh_sync.owners_by_size` gives it, into one receiver process on the same
        host (shared memory, zero-copy as in a run); interleaved rounds, median wall time from
        "sync" to every sender's report that the receiver applied the version.
 
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from runs import run_env  # noqa: E402
 from transfer_mesh import MODELS, make_params, nbytes  # noqa: E402
 
-from loongsage.controller.weight_sync import owners_by_size  # noqa: E402
+from loongsage.engines.mesh_sync import owners_by_size  # noqa: E402
 from loongsage.transfer import TransferConfig, TransferMesh, WeightReceiver  # noqa: E402
 from loongsage.transfer.bucketing import ALIGN  # noqa: E402
 

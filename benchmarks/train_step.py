@@ -44,8 +44,8 @@ from loongsage.controller.trainer_ops import train_on_rollout
 from loongsage.engines.batch import TrainBatch
 from loongsage.engines.distributed import RankShards
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
-from loongsage.engines import embedded_train_logprobs
-from loongsage.engines.embedded_train_logprobs import TokenScores
+from loongsage.engines import logprobs as engine_logprobs
+from loongsage.engines.logprobs import TokenScores
 from loongsage.models.resolve import resolve_model_path
 from loongsage.plugins import get_registries
 from loongsage.schema import ModelConfig, TrainConfig
@@ -64,7 +64,7 @@ class BeforeEngine(EmbeddedTrainEngine):
                                           chunk_tokens=self.train_cfg.logprob_chunk_tokens)
 
 
-PACKING_PAYS = embedded_train_logprobs.packing_pays
+PACKING_PAYS = engine_logprobs.packing_pays
 
 
 def never_pack(*_: Any) -> bool:
@@ -74,11 +74,11 @@ def never_pack(*_: Any) -> bool:
 @contextlib.contextmanager
 def packing(rule: Any) -> Iterator[None]:
     """The engine's choice between packed and padded replies made by ``rule`` inside the block."""
-    embedded_train_logprobs.packing_pays = rule
+    engine_logprobs.packing_pays = rule
     try:
         yield
     finally:
-        embedded_train_logprobs.packing_pays = PACKING_PAYS
+        engine_logprobs.packing_pays = PACKING_PAYS
 
 
 class RecomputedObjective(Objective):

@@ -25,7 +25,7 @@ import torch
 
 from loongsage.controller.checkpoint_manifest import MANIFEST
 from loongsage.controller.run_dir import CheckpointDamaged, CheckpointWriteFailed, RunDirectory
-from loongsage.engines import embedded_train_state
+from loongsage.engines import train_state
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 
 
@@ -136,7 +136,7 @@ def test_a_full_disk_names_the_file_removes_the_partial_files_and_keeps_the_prev
             handle.write(b"\0" * 4096)  # part of the file made it before the disk filled
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(embedded_train_state.torch, "save", full_disk)
+    monkeypatch.setattr(train_state.torch, "save", full_disk)
     previous = sum(p.stat().st_size for p in two_checkpoints.checkpoint_dir(3).rglob("*") if p.is_file())
     with pytest.raises(CheckpointWriteFailed) as err:
         save(two_checkpoints, engine, 4)

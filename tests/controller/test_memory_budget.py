@@ -18,7 +18,7 @@ from loongsage.controller.memory import GB
 from loongsage.controller.memory_budget import (PROCESS_BYTES, Estimate, ModelShape, check_estimate, estimate_run,
                                                 parameter_count, saved_tensor_elements)
 from loongsage.engines.embedded_train import load_causal_lm
-from loongsage.engines.embedded_train_logprobs import token_logprobs
+from loongsage.engines.logprobs import token_logprobs
 from loongsage.errors import ConfigError
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from loongsage.config.compose import load_config
 from loongsage.controller.placement import plan_placement
-from loongsage.controller.weight_sync import owners_by_size
+from loongsage.engines.mesh_sync import owners_by_size
 from loongsage.errors import ConfigError
 
 

@@ -1,4 +1,4 @@
-"""The sender ring ``controller.weight_sync`` sizes holds one whole version and not a slot more.
+"""The sender ring ``engines.mesh_sync`` sizes holds one whole version and not a slot more.
 
 Every slot is ``bucket_bytes`` of touched shared memory in the trainer and in each engine, so
 the count must be exact: the real tiny train engine's tensors are packed by the real
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from loongsage.schema import ModelConfig, TrainConfig
-from loongsage.controller.weight_sync import ring_slots
+from loongsage.engines.mesh_sync import ring_slots
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 from loongsage.transfer import TransferConfig
 from loongsage.transfer.bucketing import BucketPacker, dense_item

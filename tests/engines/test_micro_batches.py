@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from loongsage.engines.batch import TrainBatch
-from loongsage.engines import embedded_train_logprobs
+from loongsage.engines import logprobs as engine_logprobs
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 from loongsage.engines.distributed import DDPRanks, FSDP2Ranks, SingleProcess
-from loongsage.engines.embedded_train_logprobs import body_hidden, packable, packing_pays
+from loongsage.engines.logprobs import body_hidden, packable, packing_pays
 from loongsage.engines.micro_batches import (
     cropped, micro_batches, plan_micro_batches, prompt_keys, row_lengths, scatter_rows, shared_prefix_length,
     split_to,
@@ -198,7 +198,7 @@ def test_replies_padded_on_the_repeated_cache_give_the_logprobs_of_every_row_alo
     calls: list[tuple[int, ...]] = []
     shared.model.base_model.register_forward_pre_hook(
         lambda module, args, kwargs: calls.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
-    monkeypatch.setattr(embedded_train_logprobs, "packing_pays", lambda *_: False)
+    monkeypatch.setattr(engine_logprobs, "packing_pays", lambda *_: False)
     a, b = alone.compute_logprobs(batch, with_entropy=True), shared.compute_logprobs(batch, with_entropy=True)
     longest = int(row_lengths(batch)[[0, 3, 6, 9]].max())
     assert calls[:2] == [(1, 11), (4, longest - 11)]  # the prompt once, then four padded replies on its cache

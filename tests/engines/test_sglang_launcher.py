@@ -19,7 +19,7 @@ import pytest
 
 from loongsage.engines.client import EngineError
 from loongsage.engines.embedded_rollout.sglang_compat import parse_args
-from loongsage.engines.sglang_server import SGLangServerEngine
+from loongsage.engines.sglang.engine import SGLangServerEngine
 
 COMPAT = [sys.executable, "-m", "loongsage.engines.embedded_rollout.sglang_compat"]
 

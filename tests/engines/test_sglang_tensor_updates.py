@@ -25,12 +25,16 @@ import httpx
 import pytest
 import torch
 
-from loongsage.transfer.sglang_tensor import serialize_named_tensors, shared_bucket, tensor_request
+from loongsage.engines.sglang.tensor_sender import (
+    serialize_named_tensors,
+    shared_bucket,
+    tensor_request,
+)
 
 CHILD = r"""
 import json, sys, torch
-from loongsage.transfer.sglang import buckets_by_bytes
-from loongsage.transfer.sglang_tensor import serialize_named_tensors, shared_bucket
+from loongsage.engines.sglang.distributed_sender import buckets_by_bytes
+from loongsage.engines.sglang.tensor_sender import serialize_named_tensors, shared_bucket
 named = torch.load(sys.argv[1])
 keep = []  # the sender keeps every bucket until told the server answered
 for bucket in buckets_by_bytes(named, int(sys.argv[2])):

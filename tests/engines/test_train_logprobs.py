@@ -1,4 +1,4 @@
-"""Chunked LM head + log-softmax (``embedded_train_logprobs``) on the tiny Qwen2.
+"""Chunked LM head + log-softmax (``engines.logprobs``) on the tiny Qwen2.
 
 The chunked computation must give the same log-probabilities, entropies, ``LogitTerm``
 values and gradients as the whole-batch one, whatever the chunk size, and never hold the
@@ -14,7 +14,7 @@ import torch
 
 from loongsage.engines.embedded_train import load_causal_lm
 from loongsage.engines.batch import LogitTerm
-from loongsage.engines.embedded_train_logprobs import token_logprobs, token_scores
+from loongsage.engines.logprobs import token_logprobs, token_scores
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import save_file
 
 from loongsage.engines.embedded_train import load_causal_lm
-from loongsage.engines.embedded_train_state import load_weights, read_weights
+from loongsage.engines.train_state import load_weights, read_weights
 from loongsage.errors import LoongSageError
 from loongsage.models.weight_files import checkpoint_files
 

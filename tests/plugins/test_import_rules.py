@@ -4,13 +4,15 @@
 plugin distributions import nothing of core but ``loongsage.plugin``, never each other; core
 never imports them; core's packages keep the layers of docs/architecture.md, whose import-rules
 block must list the same layers. The planted cases run the same contracts over a throwaway
-plugin package, so the check is shown to fail on exactly the import it forbids.
+plugin package (or a copy of core with one import added), so the check is shown to fail on
+exactly the import it forbids.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -94,3 +96,18 @@ def test_a_planted_plugin_package_is_judged_by_the_same_contracts(tmp_path, plug
         assert result.returncode == 1, result.stdout + result.stderr
         assert f"{broken} BROKEN" in result.stdout and needle in result.stdout
         assert f"Contracts: {len(CONFIG['contracts']) - 1} kept, 1 broken." in result.stdout
+
+
+def test_megatron_importing_the_embedded_trainer_breaks_the_engines_contract(tmp_path):
+    """A copy of core in which the Megatron engine imports the embedded trainer: one contract
+    breaks, naming that import (the engines meet only in engines' shared modules)."""
+    shutil.copytree(REPO / "loongsage-core" / "src" / "loongsage", tmp_path / "loongsage",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    model = tmp_path / "loongsage" / "engines" / "megatron" / "model.py"
+    model.write_text(model.read_text(encoding="utf-8") + "\nfrom loongsage.engines.embedded_train import load_causal_lm\n",
+                     encoding="utf-8")
+    result = lint_imports(pythonpath=(tmp_path,))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "engines: Megatron imports no other engine BROKEN" in result.stdout
+    assert "loongsage.engines.megatron.model -> loongsage.engines.embedded_train" in result.stdout
+    assert f"Contracts: {len(CONFIG['contracts']) - 1} kept, 1 broken." in result.stdout

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from loongsage.transfer import WeightSyncError
-from loongsage.transfer.sglang import SGLangDistributedSender, buckets_by_bytes
+from loongsage.engines.sglang.distributed_sender import SGLangDistributedSender, buckets_by_bytes
 
 from .conftest import RolloutHost, as_bytes, generate, make_weights, trainer_weights
 
@@ -121,7 +121,7 @@ DYING_SENDER = """
 import os, sys
 import torch
 from transformers import AutoModelForCausalLM
-from loongsage.transfer.sglang import SGLangDistributedSender, buckets_by_bytes
+from loongsage.engines.sglang.distributed_sender import SGLangDistributedSender, buckets_by_bytes
 url, port, group, model_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 torch.set_num_threads(1)
 items = list(AutoModelForCausalLM.from_pretrained(model_dir).state_dict().items())

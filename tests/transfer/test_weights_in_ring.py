@@ -119,17 +119,17 @@ def test_trainer_weights_in_the_ring_reach_a_bound_engine_without_a_copy(ray_clu
 @pytest.mark.parametrize("in_ring", [True, False])
 def test_a_colocated_train_rank_starts_its_sender_with_its_weights_in_the_ring(tiny_model_dir,
                                                                               in_ring):
-    """``actor_start_sender`` as a colocated run calls it (``WeightSync(bind_views=True)``
+    """``actor_start_sender`` as a colocated run calls it (``MeshWeightSync(bind_views=True)``
     passes ``in_ring``): the rank's parameters leave private memory for the ring; otherwise
     they stay where they were."""
-    from loongsage.controller import weight_sync
+    from loongsage.engines import mesh_sync
 
     trainer = EmbeddedTrainEngine(ModelConfig(path=str(tiny_model_dir)), TrainConfig(),
                                   device="cpu")
     held = private_bytes(trainer.model)
     try:
-        weight_sync.actor_start_sender(trainer, TransferConfig(bucket_bytes=1 << 20), 0, 1,
-                                       in_ring=in_ring)
+        mesh_sync.actor_start_sender(trainer, TransferConfig(bucket_bytes=1 << 20), 0, 1,
+                                     in_ring=in_ring)
         assert private_bytes(trainer.model) == (0 if in_ring else held)
     finally:
-        weight_sync.actor_close(trainer)
+        mesh_sync.actor_close(trainer)

@@ -88,7 +88,7 @@ class EngineHealthConfig:
 
 @dataclass
 class SGLangConfig:
-    """``rollout.backend=sglang``: how each replica's server is launched (engines/sglang_server.py)."""
+    """``rollout.backend=sglang``: how each replica's server is launched (engines/sglang/engine.py)."""
 
     # the server's command; --model-path, --port and the other flags are appended
     launch_command: List[str] = field(default_factory=lambda: ["python", "-m", "sglang.launch_server"])

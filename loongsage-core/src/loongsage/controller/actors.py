@@ -40,8 +40,9 @@ from typing import Any
 
 import ray
 
-from loongsage.controller.memory import PeakSampler, release_free_memory, rss_bytes
+from loongsage.controller.memory import PeakSampler, rss_bytes
 from loongsage.controller.ray_sessions import daemons_in_own_sessions, start_reaper
+from loongsage.engines.memory import release_free_memory
 from loongsage.engines.openmp_wait import openmp_wait_env
 from loongsage.logs import ROOT
 
@@ -265,15 +266,3 @@ def spawn_engine(engine_cls: Any, cfg: dict, seat: Any, placement: Any = None) -
         "num_cpus": seat.num_cpus, "num_gpus": seat.num_gpus}
     actor = ray.remote(EngineHost).options(max_concurrency=4, **options)
     return actor.remote(engine_cls, cfg, seat.threads, list(seat.cores) if seat.cores else None)
-
-
-def engine_values(actors: Sequence[Any], fn: Callable[[Any], Any]) -> list[Any]:
-    """``fn(engine)`` run in each engine actor; None for an actor that died (the engine
-    monitor restarts it; a weight sync then reports it as not holding the version)."""
-    values = []
-    for ref in [actor.run.remote(fn) for actor in actors]:
-        try:
-            values.append(ray.get(ref))
-        except ray.exceptions.RayActorError:
-            values.append(None)
-    return values

@@ -53,9 +53,6 @@ from loongsage.controller.startup_block import data_line, run_lines
 from loongsage.models.folder_check import check_model_folder
 from loongsage.controller.train_group import TrainGroup
 from loongsage.controller.verbs import Run
-from loongsage.controller.weight_sync import WeightSync
-from loongsage.controller.weight_sync_distributed import DistributedWeightSync
-from loongsage.controller.weight_sync_tensor import TensorWeightSync
 from loongsage.data.mixer import DataMixer
 from loongsage.data.scoring import RewardScorer, reward_modules
 from loongsage.data.prompt_check import CheckedSource, prompt_checker
@@ -64,6 +61,7 @@ from loongsage.deadline.budget import Budget
 from loongsage.deadline.pool import DeadlinePool
 from loongsage.engines.client import EngineClient
 from loongsage.engines.pool import EnginePool
+from loongsage.engines.protocols import check_rollout_engine
 from loongsage.engines.routing import config_is_moe
 from loongsage.models.resolve import resolve_model_path
 from loongsage.runtime.event_loop import EventLoopThread
@@ -73,18 +71,6 @@ from loongsage.runtime.sync_scheduler import SyncScheduler
 from loongsage.transfer import TransferConfig
 
 log = logging.getLogger(__name__)
-
-# how weights reach a rollout engine class: the key its ``weight_transport(cfg)`` returns
-# (TransferMesh for a class without one)
-WEIGHT_SYNCS = {"transfer_mesh": WeightSync, "sglang_distributed": DistributedWeightSync,
-                "sglang_tensor": TensorWeightSync}
-
-
-def weight_transport(engine_class: Any, cfg: DictConfig) -> str:
-    """The ``WEIGHT_SYNCS`` key for a run's rollout engine class."""
-    choose = getattr(engine_class, "weight_transport", None)
-    return "transfer_mesh" if choose is None else choose(cfg)
-
 
 def data_filters(spec: RunConfig) -> tuple[Any, int]:
     """One chain: each source's own filters on its groups, then ``algorithm.filters``."""
@@ -195,11 +181,8 @@ def _start_rollout(run: Run, plain: dict) -> None:
     cfg, spec = run.cfg, run.spec
     urls = ray.get([a.call.remote("start") for a in run.rollout_actors])
     transfer = TransferConfig(**plain["transfer"])
-    sync = WEIGHT_SYNCS[weight_transport(spec.rollout_engine.obj, cfg)]
-    # colocated engines are paused through every sync: they may keep the ring's views as weights
-    colocated = run.placement.plan.mode == "colocated"
-    views = {"bind_views": True} if sync is WeightSync and colocated else {}
-    run.weight_sync = sync(run.trainers, run.rollout_actors, transfer, **views)
+    # the engine class knows how its weights arrive (engines.protocols.RolloutEngine)
+    run.weight_sync = spec.rollout_engine.obj.weight_sync(plain, run.trainers, run.rollout_actors, transfer)
     health = cfg.rollout.health
     if health.enable and run.shared_engines:
         log.debug("rollout.health: the engines live in their train ranks' processes (placement.share_process), "
@@ -264,6 +247,8 @@ def _started(spec: RunConfig, run_dir: RunDirectory, rollout: bool, recording: A
 
     cfg = spec.cfg
     engines = rollout and recording is None
+    if engines:
+        check_rollout_engine(spec.rollout_engine.obj, spec.rollout_engine.name)
     run_dir.write_config(cfg)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path)
     check_model_folder(Path(cfg.model.path), tokenizer)

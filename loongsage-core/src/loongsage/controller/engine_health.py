@@ -9,11 +9,11 @@ the engine healthy (a transient failure: the replica is used again) or restarts 
 
 A restart kills the old actor (SIGKILL of its process first when it is local and stopped:
 a stopped process answers no kill request), starts a new ``EngineHost`` in the very seat,
-hence the same placement-group bundle, starts its server, connects it to the trainers'
-TransferMesh, pushes the run's current weight version to it (under ``Run.weights_lock``, so
-never the weights of a step half trained), waits for ``/health`` and only then puts it back
-in the pool. Requests that were in flight on the dead engine are sent again by the pool
-(``EnginePool.agenerate``); each retry and each restart is a line of
+hence the same placement-group bundle, starts its server, connects it to the run's weight
+sync (``WeightSync.replace_engine``), pushes the current weight version to it (under
+``Run.weights_lock``, so never the weights of a step half trained), waits for ``/health`` and
+only then puts it back in the pool. Requests that were in flight on the dead engine are sent
+again by the pool (``EnginePool.agenerate``); each retry and each restart is a line of
 ``<run_dir>/engine_events.jsonl`` and counted in the step's metrics
 (``rollout/engine_retries``, ``rollout/engine_restarts``, ``perf/engine_restart_s``). Past
 ``max_restarts`` restarts in one run the engine stays down and requests fail with the

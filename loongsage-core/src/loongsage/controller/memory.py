@@ -25,7 +25,6 @@ remote node) does not.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import math
 import os
@@ -60,22 +59,6 @@ def pss_bytes(pid: int | str = "self") -> int:
     except (OSError, IndexError, ValueError):
         return 0
     return 0
-
-
-def release_free_memory() -> None:
-    """Hand the heap's free pages back to the OS (glibc ``malloc_trim``; elsewhere a no-op).
-
-    glibc keeps what a train step freed inside its heap, in amounts that depend on the
-    step's allocation pattern: measured on SmolLM2, 3.3-3.6 GB RSS after a step holding
-    2.1 GB, 0.05-0.1 s per trim. After a trim RSS is what the process really holds, so a
-    per-step figure shows growth instead of allocator noise, and an idle actor (the trainer
-    while the engines generate) does not sit on a step's worth of freed memory.
-    """
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (AttributeError, OSError):
-        return
-    trim(0)
 
 
 def process_tree(root: int) -> list[int]:

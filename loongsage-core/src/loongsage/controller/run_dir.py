@@ -47,7 +47,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from loongsage.controller.checkpoint_manifest import checkpoint_bytes, problems, write_manifest
 from loongsage.data.types import Group
-from loongsage.engines.embedded_train_state import STATE_FILE
+from loongsage.engines.train_state import STATE_FILE
 from loongsage.errors import ConfigError, LoongSageError
 
 log = logging.getLogger(__name__)

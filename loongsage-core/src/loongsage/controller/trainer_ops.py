@@ -36,7 +36,7 @@ def train_on_rollout(
     are kept (None). Returns the step's metrics (this rank's share; a distillation term's
     raw sums become means once the ranks' shares are added, in ``TrainGroup.train``) and, of
     the batch rows ``keep_rows`` (the samples the run directory saves), the pi_old logprobs
-    (``train_logprobs``) and the advantages the step trained with, so only those rows cross
+    (``engines.logprobs``) and the advantages the step trained with, so only those rows cross
     back from the actor (None without an RL loss).
     """
     batch, rewards, group_index = data

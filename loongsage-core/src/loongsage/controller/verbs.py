@@ -34,10 +34,10 @@ from loongsage.controller.recording import save_batch
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
 from loongsage.controller.train_group import TrainGroup
-from loongsage.controller.weight_sync import WeightSync
 from loongsage.data.mixer import apportion
 from loongsage.data.sources import evaluation_sources
 from loongsage.deadline.pool import DeadlinePool
+from loongsage.engines.weight_sync import WeightSync
 from loongsage.runtime.event_loop import EventLoopThread
 from loongsage.runtime.partial import mask_offpolicy_tokens
 from loongsage.tracking.base import sample_rows

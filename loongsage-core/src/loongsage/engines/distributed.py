@@ -35,8 +35,8 @@ from torch import nn
 from pathlib import Path
 
 from loongsage.engines.batch import TrainBatch
-from loongsage.engines.embedded_train_logprobs import TokenScores, token_scores
-from loongsage.engines.embedded_train_state import load_train_state, save_train_state
+from loongsage.engines.logprobs import TokenScores, token_scores
+from loongsage.engines.train_state import load_train_state, save_train_state
 from loongsage.errors import ConfigError
 
 # train_step metrics that already hold the whole mini-batch's value on every rank; every

@@ -39,9 +39,9 @@ from torch import nn
 from loongsage.engines.batch import TrainBatch
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 from loongsage.engines.sections import config_section, train_section
-from loongsage.engines.embedded_train_logprobs import final_hidden, scatter_positions
+from loongsage.engines.logprobs import final_hidden, scatter_positions
 from loongsage.engines.micro_batches import scatter_rows
-from loongsage.engines.embedded_train_state import check_loaded, read_weights
+from loongsage.engines.train_state import check_loaded, read_weights
 from loongsage.models.weight_files import checkpoint_files
 from loongsage.schema import CriticConfig, ModelConfig, TrainConfig
 

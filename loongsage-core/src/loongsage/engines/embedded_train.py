@@ -36,8 +36,8 @@ from torch import nn
 from loongsage.schema import ModelConfig, TrainConfig
 from loongsage.engines.batch import LogitTerm, LossContext, TrainBatch
 from loongsage.engines.distributed import SingleProcess
-from loongsage.engines.embedded_train_logprobs import TokenScores
-from loongsage.engines.embedded_train_state import restore_train_state, save_train_state, storage_ptr
+from loongsage.engines.logprobs import TokenScores
+from loongsage.engines.train_state import restore_train_state, save_train_state, storage_ptr
 from loongsage.engines.lora import LoraAdapters
 from loongsage.engines.memory import offload_train_state, onload_train_state
 from loongsage.engines.micro_batches import (

@@ -11,6 +11,8 @@ any that exist move with their parameters. Adam's ``step`` counters stay where t
 
 from __future__ import annotations
 
+import ctypes
+
 import torch
 from torch import nn
 
@@ -67,3 +69,19 @@ def onload_module(model: nn.Module, device: torch.device) -> bool:
         return False
     model.to(device)
     return True
+
+
+def release_free_memory() -> None:
+    """Hand the heap's free pages back to the OS (glibc ``malloc_trim``; elsewhere a no-op).
+
+    glibc keeps what a train step freed inside its heap, in amounts that depend on the
+    step's allocation pattern: measured on SmolLM2, 3.3-3.6 GB RSS after a step holding
+    2.1 GB, 0.05-0.1 s per trim. After a trim RSS is what the process really holds, so a
+    per-step figure shows growth instead of allocator noise, and an idle actor (the trainer
+    while the engines generate) does not sit on a step's worth of freed memory.
+    """
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return
+    trim(0)

@@ -17,7 +17,7 @@ split of the rows changes the loss or the gradient beyond float summation order.
 - **a shared prompt computed once** (``train.share_prompt``): the samples of a group share their
   prompt, so micro-batches are planned group by group and each runs the prompt through the
   decoder once, then the responses of every row on top of its cache (``shared_prefix_length``;
-  ``engines.embedded_train_logprobs.body_hidden``), packed into one sequence with no padding
+  ``engines.logprobs.body_hidden``), packed into one sequence with no padding
   where that costs fewer FLOPs (``packing_pays``). Gradients reach the prompt's positions
   through the cache, summed over the rows, as they would be row by row. Rows whose prompt no
   other row holds (an SFT batch) are planned together instead; such a micro-batch computes

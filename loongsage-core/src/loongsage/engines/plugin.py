@@ -28,6 +28,6 @@ def loongsage_register_engines(register):
     )
     register(
         "sglang",
-        "loongsage.engines.sglang_server:SGLangServerEngine",
+        "loongsage.engines.sglang.engine:SGLangServerEngine",
         doc="An SGLang server per replica (python -m sglang.launch_server), weights over its distributed update.",
     )

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from loongsage.engines.embedded_train_state import (
+from loongsage.engines.train_state import (
     check_loaded,
     read_weights,
     restore_train_state,

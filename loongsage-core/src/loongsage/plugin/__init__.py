@@ -46,6 +46,10 @@ PUBLIC: dict[str, tuple[str, str]] = {
     "DataFilter": ("loongsage.plugin.kinds", "contract of kind data_filter"),
     "WindowPolicy": ("loongsage.runtime.window", "base class of kind window_policy"),
     "Engine": ("loongsage.plugin.kinds", "contract of kind engine"),
+    "TrainEngine": ("loongsage.engines.protocols", "what a train engine (train.backend) implements"),
+    "RolloutEngine": ("loongsage.engines.protocols", "what a rollout engine (rollout.backend) implements"),
+    "WeightSync": ("loongsage.engines.weight_sync", "the weight transport a rollout engine's weight_sync opens"),
+    "TrainRanks": ("loongsage.engines.weight_sync", "the train ranks, as a weight sync reaches them"),
     "Tracker": ("loongsage.tracking.base", "base class of kind tracker"),
     "Distiller": ("loongsage.controller.distill", "contract of kind distiller"),
     "DistillTerm": ("loongsage.algorithms.distill_term", "the train-side half a distiller hands the objective"),
@@ -95,11 +99,13 @@ PUBLIC: dict[str, tuple[str, str]] = {
     "aggregate": ("loongsage.algorithms.aggregation", "the objective's loss aggregation, for a loss term of its own"),
     # ---- helpers for engine plugins (a teacher engine reuses the train engine's pieces) ---
     "load_causal_lm": ("loongsage.engines.embedded_train", "a HF causal LM loaded as the train engine loads it"),
-    "final_hidden": ("loongsage.engines.embedded_train_logprobs", "the decoder's last hidden state at scored positions"),
-    "head_scores": ("loongsage.engines.embedded_train_logprobs", "log-probs and LogitTerm values from the chunked LM head"),
-    "scatter_positions": ("loongsage.engines.embedded_train_logprobs", "scored positions back into [N, L] tensors"),
-    "token_scores": ("loongsage.engines.embedded_train_logprobs", "the train engine's log-probs of a batch, end to end"),
+    "final_hidden": ("loongsage.engines.logprobs", "the decoder's last hidden state at scored positions"),
+    "head_scores": ("loongsage.engines.logprobs", "log-probs and LogitTerm values from the chunked LM head"),
+    "scatter_positions": ("loongsage.engines.logprobs", "scored positions back into [N, L] tensors"),
+    "token_scores": ("loongsage.engines.logprobs", "the train engine's log-probs of a batch, end to end"),
     "SingleProcess": ("loongsage.engines.distributed", "the parallel place of a train engine that is one rank"),
+    "MeshWeightSync": ("loongsage.engines.mesh_sync", "TransferMesh into the engine's process (apply_weights)"),
+    "engine_values": ("loongsage.engines.weight_sync", "a call in every engine actor, None where one died"),
     "resolve_model_path": ("loongsage.models.resolve", "model.path as core resolves it (tiny, smollm2, hub ids)"),
     # ---- helpers for agent plugins --------------------------------------------------------
     "SEED_KEY": ("loongsage.engines.sampling_seed", "the sampling_params field holding a request's seed"),
@@ -150,9 +156,12 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time the names load o
     from loongsage.engines.client import EngineError, GenerateOutput
     from loongsage.engines.distributed import SingleProcess
     from loongsage.engines.embedded_train import load_causal_lm
-    from loongsage.engines.embedded_train_logprobs import final_hidden, head_scores, scatter_positions, token_scores
+    from loongsage.engines.logprobs import final_hidden, head_scores, scatter_positions, token_scores
+    from loongsage.engines.mesh_sync import MeshWeightSync
     from loongsage.engines.pool import EnginePool
+    from loongsage.engines.protocols import RolloutEngine, TrainEngine
     from loongsage.engines.sampling_seed import SEED_KEY, sample_seed
+    from loongsage.engines.weight_sync import TrainRanks, WeightSync, engine_values
     from loongsage.errors import (
         ConfigError, DuplicatePluginError, LoongSageError, PluginImportError, RegistryFrozenError, UnknownPluginError,
     )

@@ -170,7 +170,9 @@ class DataFilter(Protocol):
 class Engine(Protocol):
     """Kind ``engine``: a class hosted in a Ray actor, built by ``from_config(cfg, device=...)``
     (``device`` is ``cuda:0`` when Ray gave the actor a GPU, else ``cpu``). What else it has
-    depends on its role (rollout, train, teacher, critic): docs/plugins.md §4 lists them."""
+    depends on its role: ``TrainEngine`` and ``RolloutEngine`` (which opens the run's
+    ``WeightSync``) are the protocols of the two main ones; docs/plugins.md §4 lists the
+    teacher's and the critic's methods too."""
 
     @classmethod
     def from_config(cls, cfg: Any, device: str | None = None) -> Engine: ...

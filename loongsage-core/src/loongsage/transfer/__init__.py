@@ -5,9 +5,8 @@ Receiver: `WeightReceiver([mesh.address, ...], apply=engine.apply_weights).start
 The transport per receiver (shared memory, gloo, CUDA IPC, NCCL) follows from where it runs;
 see `topology.py`. Same-host receivers may pass `zero_copy=True` to apply from views of the
 shared segment (`views.py`; needs `num_slots * bucket_bytes` >= one version).
-SGLang servers are driven through `sglang.py` (distributed updates) and `sglang_tensor.py`
-(colocated `/update_weights_from_tensor`); `sglang_receiver.py` and `sglang_tensor_receiver.py`
-are the server sides of those protocols, mounted by the embedded rollout engine.
+Transport-generic: nothing here knows an engine. SGLang's wire formats (its distributed and
+`/update_weights_from_tensor` updates, both sides) live with the SGLang engine, `engines/sglang/`.
 """
 
 from loongsage.transfer.frames import (

@@ -11,7 +11,8 @@ Per bucket three broadcasts travel: a 2-int64 header (metadata length, payload l
 pickled `BucketMeta`, and the payload bytes (straight from the bucket slot, no extra copy).
 NCCL is the same code on CUDA tensors; it is a real path that needs GPUs and is skipped on
 machines without them. (SGLang's own `/update_weights_from_distributed` protocol, which sends
-metadata over HTTP instead, lives in `sglang.py`.)
+metadata over HTTP instead, lives with the SGLang engine:
+`engines/sglang/distributed_sender.py`.)
 """
 
 from __future__ import annotations

@@ -31,7 +31,10 @@ from loongsage.engines.embedded_rollout.prefix_cache import GiB
 from loongsage.engines.embedded_rollout.scheduler import Scheduler
 from loongsage.engines.lora import merge_adapters
 from loongsage.engines.memory import offload_module, onload_module
+from loongsage.engines.mesh_sync import MeshWeightSync
+from loongsage.engines.weight_sync import TrainRanks, WeightSync
 from loongsage.schema import RolloutConfig
+from loongsage.transfer import TransferConfig
 
 DEFAULT_PREFIX_CACHE_GB = RolloutConfig.prefix_cache_gb
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -53,6 +56,15 @@ class EmbeddedRolloutEngine:
     # decode loop and server run on threads of their own, and its weights arrive through the
     # same receiver either way.
     shares_process = True
+
+    @classmethod
+    def weight_sync(cls, cfg: Any, trainers: TrainRanks, rollout_actors: list,
+                    transfer: TransferConfig) -> WeightSync:
+        """TransferMesh from every train rank into each engine's process (``engines.mesh_sync``).
+        Colocated engines are paused through every sync, so they may keep the ring's views as
+        their weights (``bind_views``)."""
+        colocated = cfg["placement"]["mode"] == "colocated"
+        return MeshWeightSync(trainers, rollout_actors, transfer, bind_views=colocated)
 
     def __init__(self, model_path: str, *, tokenizer_path: str | None = None,
                  dtype: str = "float32", fp32_lm_head: bool = True,

@@ -14,7 +14,7 @@ token the model consumed), plus our ``routed_experts_shape`` ``[layers, top_k]``
 
 ``/update_weights_from_tensor`` reads SGLang's own payloads (``load_format`` None or
 "direct": ``ForkingPickler`` handles to the sender's shared memory,
-``loongsage.transfer.sglang_tensor_receiver``; held per ``weight_version`` until the request with
+``loongsage.engines.sglang.tensor_receiver``; held per ``weight_version`` until the request with
 ``flush_cache=True``, then applied at once) and ``load_format="loongsage_torch_b64"`` ones
 (``weights_codec``: the bytes inline, applied per request). A weight update clears the prefix
 cache unless the engine keeps it on updates (``scheduler``), and running requests always
@@ -25,8 +25,8 @@ update requests per endpoint (``weight_update_requests``). ``/pause_generation``
 without a body uses SGLang's default mode, ``abort``; ``EngineClient`` sends ``in_place``.
 
 ``/init_weights_update_group``, ``/update_weights_from_distributed`` and
-``/destroy_weights_update_group`` follow SGLang's bodies (``loongsage.transfer.sglang_receiver``);
-unlike SGLang, the requests of one weight version are buffered and applied together on the one
+``/destroy_weights_update_group`` follow SGLang's bodies
+(``loongsage.engines.sglang.distributed_receiver``); unlike SGLang, the requests of one weight version are buffered and applied together on the one
 with ``flush_cache=True``, so a multi-bucket update is atomic.
 
 A non-streaming request whose client disconnects is aborted (checked every second), as
@@ -53,12 +53,12 @@ from starlette.concurrency import run_in_threadpool
 from loongsage.engines.embedded_rollout.params import RequestError, parse_generate
 from loongsage.engines.embedded_rollout.scheduler import Request
 from loongsage.engines.embedded_rollout.weights_codec import LOAD_FORMAT, decode_named_tensors
-from loongsage.transfer.sglang_receiver import (
+from loongsage.engines.sglang.distributed_receiver import (
     DistributedWeightUpdates,
     UpdateRequestError,
     request_version,
 )
-from loongsage.transfer.sglang_tensor_receiver import TensorWeightUpdates
+from loongsage.engines.sglang.tensor_receiver import TensorWeightUpdates
 
 if TYPE_CHECKING:
     from loongsage.engines.embedded_rollout.engine import EmbeddedRolloutEngine

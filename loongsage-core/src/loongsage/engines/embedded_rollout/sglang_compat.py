@@ -3,7 +3,7 @@
 
     python -m loongsage.engines.embedded_rollout.sglang_compat --model-path DIR --host H --port P ...
 
-It reads the flags ``engines.sglang_server`` passes (``--model-path``, ``--host``, ``--port``,
+It reads the flags ``engines.sglang.engine`` passes (``--model-path``, ``--host``, ``--port``,
 ``--tp-size``, ``--mem-fraction-static``, ``--max-running-requests``, ``--weight-version``,
 ``--context-length``, ``--skip-server-warmup``, ``--enable-return-routed-experts``,
 ``--enable-memory-saver``, ``--disable-radix-cache``: no prefix cache), refuses any other (so a flag the launcher starts passing is

@@ -1,7 +1,7 @@
 """Inline wire encoding of named tensors for ``/update_weights_from_tensor``.
 
 SGLang's own ``serialized_named_tensors`` entries carry handles to the sender's memory (CUDA
-IPC, or shared memory on CPU: ``transfer.sglang_tensor``), which only a process on the
+IPC, or shared memory on CPU: ``engines.sglang.tensor_sender``), which only a process on the
 sender's host can map. ``load_format="loongsage_torch_b64"`` carries the bytes instead: each
 entry is ``base64(torch.save(list[(name, tensor)]))``, so any client anywhere can send weights
 (``EngineClient.update_weights_from_tensor(named_tensors)``). Several entries are applied

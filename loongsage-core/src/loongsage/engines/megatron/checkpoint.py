@@ -11,7 +11,7 @@ A folder written by ``save`` holds
   checkpoint, whose folder must be empty before ``dist_checkpointing.save`` writes it;
 * the Hugging Face export (safetensors in HF names and layouts, ``config.json``, the
   tokenizer), which ``transformers`` and the embedded engine load as they are;
-* ``train_state.pt`` with the weight version and RNG states (``embedded_train_state``).
+* ``train_state.pt`` with the weight version and RNG states (``train_state``).
 
 ``load`` with the same layout restores weights and AdamW moments exactly; with another
 layout the weights still load from the distributed checkpoint and the moments restart
@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from loongsage.engines.embedded_train_state import restore_train_state, save_train_state
+from loongsage.engines.train_state import restore_train_state, save_train_state
 
 MEGATRON = "megatron"
 OPTIMIZER = "megatron_optimizer"

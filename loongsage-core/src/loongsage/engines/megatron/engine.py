@@ -1,6 +1,6 @@
 """The ``megatron`` train engine: a HF checkpoint trained as a Megatron-Core ``GPTModel``.
 
-It speaks the embedded engine's contract (``engines.embedded_train``): per-token log-probs
+It implements the train engine protocol (``engines.protocols.TrainEngine``): per-token log-probs
 and entropy in fp32, reference log-probs, ``train_step`` with the objective's loss closure
 and global token denominators, micro-batches, gradient clipping, HF-named weights for
 TransferMesh and HF checkpoints, so a recipe switches with ``train.backend=megatron``.

@@ -1,6 +1,6 @@
 """Per-token log-probs (and entropy) from a Megatron ``GPTModel``, fp32 LM head across TP.
 
-The same alignment and chunking as the embedded engine (``engines.embedded_train_logprobs``,
+The same alignment and chunking as the embedded engine (``engines.logprobs``,
 whose position helpers this reuses): the decoder runs once, then the output layer is
 applied in fp32 to the positions that predict a real token, ``chunk_tokens`` at a time,
 each chunk but the last recomputed in the backward. What differs is the vocabulary: each
@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from loongsage.engines.batch import LogitTerm
-from loongsage.engines.embedded_train_logprobs import (
+from loongsage.engines.logprobs import (
     TokenScores,
     gather_inputs,
     position_ids_from_mask,

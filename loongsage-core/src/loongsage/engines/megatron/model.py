@@ -105,6 +105,6 @@ def read_hf(folder: str | Path) -> tuple[Any, dict[str, torch.Tensor]]:
     """``(config, weights)`` of a HF folder, without building the HF model."""
     from transformers import AutoConfig
 
-    from loongsage.engines.embedded_train_state import read_weights
+    from loongsage.engines.train_state import read_weights
 
     return AutoConfig.from_pretrained(str(folder)), read_weights(Path(folder))

@@ -1,4 +1,4 @@
-"""Checkpoint state of the embedded train engine beyond the HF weights.
+"""Checkpoint state of a train engine beyond the HF weights (the embedded and Megatron engines' both).
 
 ``save_pretrained`` already writes the weights as safetensors (tied copies once); this
 module adds ``train_state.pt`` with the optimizer state, the weight version and the RNG

@@ -14,14 +14,14 @@ set), ``--enable-return-routed-experts`` (router replay, ``rollout.sglang.routed
 ``/resume_memory_occupation``), ``--weight-version`` (the version the server reports before
 its first update), ``--skip-server-warmup``; ``rollout.sglang.extra_args`` are appended.
 
-Weights (``weight_transport(cfg)`` names the run's weight sync): a colocated engine gets them
-from the train rank in its bundle through ``/update_weights_from_tensor`` (``"sglang_tensor"``:
-``controller.weight_sync_tensor`` over ``transfer.sglang_tensor.SGLangTensorSender``; CUDA IPC
-handles on a GPU, shared-memory handles on CPU: the server maps the trainer's memory), a
-disaggregated one over ``/init_weights_update_group`` + ``/update_weights_from_distributed``
-(``"sglang_distributed"``: ``controller.weight_sync_distributed``, trainer rank 0 broadcasting
-through ``transfer.sglang.SGLangDistributedSender``; NCCL on GPUs, gloo on CPU). Colocated
-engines release and resume their memory around training (``offload``/``onload``).
+Weights (``SGLangServerEngine.weight_sync`` opens the run's ``WeightSync``): a colocated engine
+gets them from the train rank in its bundle through ``/update_weights_from_tensor``
+(``sync_tensor.TensorWeightSync`` over ``tensor_sender.SGLangTensorSender``; CUDA IPC handles
+on a GPU, shared-memory handles on CPU: the server maps the trainer's memory), a disaggregated
+one over ``/init_weights_update_group`` + ``/update_weights_from_distributed``
+(``sync_distributed.DistributedWeightSync``, trainer rank 0 broadcasting through
+``distributed_sender.SGLangDistributedSender``; NCCL on GPUs, gloo on CPU). Colocated engines
+release and resume their memory around training (``offload``/``onload``).
 
 CPU machines cannot install SGLang: the tests point ``launch_command`` at
 ``python -m loongsage.engines.embedded_rollout.sglang_compat``, the embedded server taking
@@ -44,6 +44,10 @@ from typing import Any
 import httpx
 
 from loongsage.engines.client import EngineClient, EngineError
+from loongsage.engines.sglang.sync_distributed import DistributedWeightSync
+from loongsage.engines.sglang.sync_tensor import TensorWeightSync
+from loongsage.engines.weight_sync import TrainRanks, WeightSync
+from loongsage.transfer import TransferConfig
 
 STARTUP_POLL_S = 0.5
 
@@ -71,10 +75,12 @@ def _get(section: Any, key: str, default: Any = None) -> Any:
 class SGLangServerEngine:
     """One SGLang server process per replica (see the module docstring)."""
 
-    @staticmethod
-    def weight_transport(cfg: Any) -> str:
+    @classmethod
+    def weight_sync(cls, cfg: Any, trainers: TrainRanks, rollout_actors: list,
+                    transfer: TransferConfig) -> WeightSync:
         """Colocated: ``/update_weights_from_tensor`` from the bundle-mate; else distributed."""
-        return "sglang_tensor" if cfg["placement"]["mode"] == "colocated" else "sglang_distributed"
+        colocated = cfg["placement"]["mode"] == "colocated"
+        return (TensorWeightSync if colocated else DistributedWeightSync)(trainers, rollout_actors, transfer)
 
     def __init__(self, model_path: str, *, launch_command: list[str], tp_size: int = 1,
                  mem_fraction_static: float = 0.8, max_running_requests: int = 64,

@@ -21,7 +21,7 @@ tensor pickles to a handle, not to its bytes:
   ``file_system`` (switched on while an entry is pickled) it is a named segment that any
   process on the host maps through torch's shm manager. That is the CPU stand-in's path.
 
-Each bucket (``transfer.sglang.buckets_by_bytes``, as the distributed sync cuts them) is
+Each bucket (``distributed_sender.buckets_by_bytes``, as the distributed sync cuts them) is
 copied into one fresh flat buffer (shared memory on CPU, device memory on a GPU) and sent as
 views of it, one handle per bucket; the buffer is kept until the server answered, and a new
 one is allocated per bucket: slime (``slime/backends/megatron_utils/update_weight/
@@ -53,7 +53,7 @@ from torch.multiprocessing.reductions import reduce_tensor
 
 from loongsage.transfer.bucketing import ALIGN, as_bytes, copy_bytes
 from loongsage.transfer.frames import WeightSyncError
-from loongsage.transfer.sglang import buckets_by_bytes
+from loongsage.engines.sglang.distributed_sender import buckets_by_bytes
 
 _DEVICE_ARG = 6  # the device in the arguments of torch's ``rebuild_cuda_tensor``
 _STRATEGY_LOCK = threading.Lock()

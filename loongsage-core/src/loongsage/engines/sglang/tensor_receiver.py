@@ -1,7 +1,7 @@
 """Server side of SGLang's ``/update_weights_from_tensor``, for engines that are not SGLang.
 
-``TensorWeightUpdates.update`` takes SGLang's request body (``transfer.sglang_tensor`` describes
-it and sends it): ``serialized_named_tensors`` (one entry per TP rank; the embedded engine has
+``TensorWeightUpdates.update`` takes SGLang's request body (``tensor_sender`` describes it and
+sends it): ``serialized_named_tensors`` (one entry per TP rank; the embedded engine has
 one), ``load_format`` (None or "direct": plain ``(name, tensor)`` lists), ``flush_cache``,
 ``weight_version``. Each entry is unpickled into tensors that map the sender's memory (shared
 memory on a CPU; a CUDA IPC handle on a GPU, whose device may be given as the GPU's UUID, as
@@ -15,7 +15,7 @@ Deviations from SGLang, on purpose:
   ``python/sglang/srt/utils/common.py``). Here only the exact globals torch's tensor
   reductions emit are allowed (the rebuild functions, ``torch.Tensor``, ``torch.Size``, the
   storage classes, dtypes), so a payload can name no other callable.
-* As for the distributed update (``sglang_receiver``), the requests of one ``weight_version``
+* As for the distributed update (``distributed_receiver``), the requests of one ``weight_version``
   are held until the one with ``flush_cache=True`` and applied together, so no request sees a
   half-updated model. The held tensors are the mapped views themselves (no staging copy):
   the sender's shared segment stays alive while they are held, and goes when the version is
@@ -36,7 +36,11 @@ from dataclasses import dataclass, field
 import torch
 from torch.multiprocessing import reductions
 
-from loongsage.transfer.sglang_receiver import ApplyVersion, UpdateRequestError, request_version
+from loongsage.engines.sglang.distributed_receiver import (
+    ApplyVersion,
+    UpdateRequestError,
+    request_version,
+)
 
 LOAD_FORMATS = (None, "direct")
 _DEVICE_ARG = 6  # the device in the arguments of torch's ``rebuild_cuda_tensor``

@@ -4,10 +4,10 @@
 receivers (which run inside the engine's process) cannot reach them. Instead train rank 0
 hosts a process group with every server's ranks (``/init_weights_update_group``: NCCL on a
 GPU, gloo on CPU) and sends each version bucket by bucket (``/update_weights_from_distributed``,
-``transfer.sglang.SGLangDistributedSender``). Every train rank takes part in the FSDP2 gathers;
-only rank 0 keeps the tensors and sends. Same interface as ``weight_sync.WeightSync``
-(``push``, ``replace_engine``, ``versions``, ``metrics``, ``close``); a restarted engine makes a
-new group with every current server, then gets the current version.
+``distributed_sender.SGLangDistributedSender``). Every train rank takes part in the FSDP2
+gathers; only rank 0 keeps the tensors and sends. A ``WeightSync`` (``engines.weight_sync``), opened by
+``SGLangServerEngine.weight_sync`` for a disaggregated run; a restarted engine makes a new group
+with every current server, then gets the current version.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from typing import Any
 
 import ray
 
-from loongsage.controller.actors import engine_values
+from loongsage.engines.weight_sync import engine_values
 from loongsage.transfer import TransferConfig, WeightSyncError
 
 _SENDER: dict[str, Any] = {}
 
 
 def actor_init_sender(engine: Any, urls: list[str], timeout_s: float, bucket_bytes: int) -> str:
-    from loongsage.transfer.sglang import SGLangDistributedSender
+    from loongsage.engines.sglang.distributed_sender import SGLangDistributedSender
 
     actor_close_sender(engine)
     device = str(engine.device)

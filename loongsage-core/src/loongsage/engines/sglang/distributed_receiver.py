@@ -2,13 +2,13 @@
 
 `DistributedWeightUpdates` implements the bodies of `/init_weights_update_group`,
 `/update_weights_from_distributed` and `/destroy_weights_update_group` (sgl-project/sglang
-`http_server.py`) over any `apply(named_tensors, version) -> version` callable; the embedded rollout
-engine mounts it (`engines/embedded_rollout/server.py`) and `sglang.SGLangDistributedSender` drives
-it.
+`http_server.py`) over any `apply(named_tensors, version) -> version` callable; the embedded
+rollout engine mounts it (`engines/embedded_rollout/server.py`), which speaks SGLang's API, and
+`distributed_sender.SGLangDistributedSender` drives it.
 
 Per update request the server posts one broadcast per listed `(name, dtype, shape)`, in order,
-from rank 0 of a process group it joined with `sglang.join_group` (gloo on CPU, NCCL on GPU;
-never the default group). Every listed tensor is received even when the request is invalid, so
+from rank 0 of a process group it joined with `distributed_sender.join_group` (gloo on CPU,
+NCCL on GPU; never the default group). Every listed tensor is received even when the request is invalid, so
 the group stays in step with the sender.
 
 Deviation from SGLang, on purpose: SGLang loads each request's tensors into the model at once,
@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from loongsage.transfer.bucketing import dtype_from_name
-from loongsage.transfer.sglang import join_group
+from loongsage.engines.sglang.distributed_sender import join_group
 
 ApplyVersion = Callable[[list[tuple[str, torch.Tensor]], "int | None"], int]
 _BACKENDS = ("gloo", "nccl")

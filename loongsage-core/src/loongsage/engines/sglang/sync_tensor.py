@@ -2,14 +2,15 @@
 
 In a colocated run bundle i holds train rank i and rollout engine i on one device (one GPU,
 or the host's memory), so train rank i sends engine i every version through SGLang's
-``/update_weights_from_tensor`` (``transfer.sglang_tensor.SGLangTensorSender``): per bucket,
+``/update_weights_from_tensor`` (``tensor_sender.SGLangTensorSender``): per bucket,
 one HTTP request carrying CUDA IPC handles on a GPU, shared-memory handles on CPU; the
 server maps the trainer's memory and copies from it. No process group, no bytes through a
 socket. Every train rank takes part in the FSDP2 gathers; a rank with an engine keeps every
 tensor (a full copy of the model on its device while it sends, as slime's colocated path).
 A push then checks every server's ``/get_weight_version``, as the distributed sync does.
-Same interface as ``weight_sync.WeightSync``; a restarted engine gets the current version
-from its bundle-mate the same way (the other engines are not sent it again).
+A ``WeightSync`` (``engines.weight_sync``), opened by ``SGLangServerEngine.weight_sync`` for a
+colocated run; a restarted engine gets the current version from its bundle-mate the same way
+(the other engines are not sent it again).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from typing import Any
 
 import ray
 
-from loongsage.controller.actors import engine_values
 from loongsage.errors import ConfigError
+from loongsage.engines.weight_sync import engine_values
 from loongsage.transfer import TransferConfig, WeightSyncError
 
 _SENDER: dict[str, Any] = {}
@@ -30,7 +31,7 @@ def actor_push(engine: Any, version: int, url: str | None, tp_size: int, bucket_
                timeout_s: float) -> dict[str, Any]:
     """In a train rank's actor: gather, and send ``version`` to the server at ``url`` (None:
     gather only), one entry per TP rank of it."""
-    from loongsage.transfer.sglang_tensor import SGLangTensorSender
+    from loongsage.engines.sglang.tensor_sender import SGLangTensorSender
 
     start = time.perf_counter()
     named = engine.named_tensors(include_tied=False)

@@ -1,4 +1,6 @@
-"""Weight sync for a run: TransferMesh from every train rank to every rollout actor.
+"""The embedded rollout engine's weight sync: TransferMesh from every train rank to every engine.
+
+A ``WeightSync`` (``engines.weight_sync``), opened by ``EmbeddedRolloutEngine.weight_sync``.
 
 Every train rank runs a sender and sends a disjoint part of the full, HF-named tensors
 (``owners_by_size``: largest first, each to the rank with the fewest bytes so far); with
@@ -71,7 +73,7 @@ def mesh_place(device: Any) -> tuple[str, str]:
 
 def actor_start_sender(engine: Any, config: TransferConfig, rank: int, world_size: int,
                        in_ring: bool = False) -> MeshAddress:
-    from loongsage.controller.memory import release_free_memory
+    from loongsage.engines.memory import release_free_memory
     from loongsage.transfer import TransferMesh
 
     named = engine.named_tensors(include_tied=False)
@@ -128,7 +130,7 @@ def actor_close(engine: Any) -> None:
     _ENDPOINT.clear()
 
 
-class WeightSync:
+class MeshWeightSync:
     """Connects every train rank to every rollout actor once; ``push(version)`` per update."""
 
     def __init__(self, trainers: Any, rollout_actors: list, config: TransferConfig,
