@@ -74,7 +74,7 @@ class _Node:
 
     The link to the parent is a weak reference, so a node's one strong reference is its
     parent's ``children``: a subtree dropped by ``clear`` or an eviction is freed at once by
-    reference counting. With strong parent links each dropped subtree was a reference cycle
+    reference counting. With strong parent links a cleared tree was made of reference cycles
     whose tensors lived until Python's next full garbage collection, which a long-lived
     process with torch loaded runs rarely: a colocated tiny/grpo train actor's RSS grew by
     about one step's cached KV per step (docs/benchmarks.md)."""
