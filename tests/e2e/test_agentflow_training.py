@@ -32,7 +32,7 @@ def test_tool_loop_run_persists_trajectories_and_logs_tool_use(tmp_path, runs):
         assert 1.0 <= row["rollout/turns_mean"] <= 3.0
         assert 0.0 <= row["rollout/tool_calls_mean"] <= 3.0
         assert row["rollout/sampling_overridden_turns_mean"] == 0.0  # white-box: already rollout's
-        assert row["train/is_approx_k3_kl"] < 1e-6  # the prefix cache (on in this recipe) included
+        assert row["train/is_approx_k3_kl"] < 1e-6  # the prefix cache (on by default) included
         # a group's samples share their prompt: in one prefill, or from the engine's prefix cache
         assert 0.0 < row["rollout/prefix_cache_hit_ratio"] < 1.0 and row["rollout/prefill_tokens"] > 0
     trajectories, rewards = runs.finished_trajectories(run_dir, "arithmetic")

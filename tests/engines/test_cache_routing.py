@@ -42,8 +42,7 @@ def test_the_index_matches_whole_blocks_of_a_common_prefix():
 
 @pytest.fixture(scope="module")
 def two_engines(running_engine, tiny_model_dir):
-    cached = {"prefix_cache_gb": 0.05}  # the cache is off by default
-    with running_engine(tiny_model_dir, **cached) as first, running_engine(tiny_model_dir, **cached) as second:
+    with running_engine(tiny_model_dir) as first, running_engine(tiny_model_dir) as second:
         yield [first.url, second.url]
 
 

@@ -78,6 +78,32 @@ def test_eviction_drops_least_recently_used_leaves_first():
     assert (cache.tokens, cache.nbytes, cache.match([1, 2]).length) == (0, 0, 0)
 
 
+
+def test_dropped_entries_are_freed_without_a_garbage_collection():
+    """Clearing or evicting frees an entry's tensors at once: nothing but the tree holds them
+    and the tree has no reference cycle (with parent links held strongly a cleared tree waited
+    for Python's next full collection, and a long-lived engine's memory grew step after step)."""
+    import gc
+    import weakref
+
+    def kept(cache):
+        return [weakref.ref(t) for node in cache._leaves() for t in node.data.keys + node.data.values]
+
+    gc.disable()
+    try:
+        cache = PrefixCache(10 * 8)  # ten tokens of one fp32 layer (K and V)
+        cache.insert([1, 2, 3, 4, 5], take_from([1, 2, 3, 4, 5]))
+        cache.insert([1, 2, 3, 9], take_from([1, 2, 3, 9]))  # a split: inner node 1 2 3
+        evicted = kept(cache)
+        cache.match([1, 2, 3, 9])
+        cache.insert([20, 21, 22, 23, 24], take_from([20, 21, 22, 23, 24]))  # 4 5 goes
+        assert cache.tokens == 9 and sum(r() is not None for r in evicted) == 2  # 9's tensors
+        cleared = kept(cache)
+        cache.clear()
+        assert [r() for r in evicted + cleared] == [None] * len(evicted + cleared)
+    finally:
+        gc.enable()
+
 @pytest.fixture(scope="module")
 def sliding_dir(tmp_path_factory):
     """The tiny Qwen2 (same seed and weights) with sliding-window attention (8 tokens) in
@@ -214,6 +240,23 @@ def test_a_weight_update_clears_the_cache_unless_kept(keep, tiny_model_dir, runn
         assert after.meta_info["cached_tokens"] == 0 and stats["prefix_cache_clears"] == 1
         assert gap <= 1e-5 and after.output_ids == fresh.output_ids
 
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_handing_the_device_to_the_trainer_drops_the_cache_unless_kept(keep, tiny_model_dir, running_engine):
+    """Colocated, the engine offloads before the train phase: the cache the next weight update
+    would clear is freed then rather than held through the trainer's peak (on CPU too, where
+    the weights do not move); with ``keep_on_update`` it stays."""
+    with running_engine(tiny_model_dir, prefix_cache_gb=0.05, keep_prefix_cache_on_update=keep) as engine:
+        with EngineClient(engine.url, timeout=120) as client:
+            client.generate(PROMPT, SAMPLING)
+            held = engine.scheduler.load()["prefix_cache_tokens"]
+            assert engine.offload() is False and engine.onload() is False  # CPU: nothing moves
+            left = engine.scheduler.load()["prefix_cache_tokens"]
+            again = client.generate(PROMPT, SAMPLING)
+    assert held == len(PROMPT) + SAMPLING["max_new_tokens"] - 1
+    assert left == (held if keep else 0)
+    assert again.meta_info["cached_tokens"] == (len(PROMPT) - 1 if keep else 0)
 
 def test_flush_cache_empties_it_when_idle(tiny_model_dir, running_engine):
     with running_engine(tiny_model_dir, prefix_cache_gb=0.05) as engine:

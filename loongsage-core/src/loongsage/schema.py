@@ -125,10 +125,8 @@ class RolloutConfig:
     top_k: int = -1  # keep the k most likely tokens; -1 = off
     max_running_requests: int = 64  # engine's decode batch cap
     num_threads: int = 0  # torch threads per embedded rollout engine (0 = the cores its placement gives it)
-    # a turn prefills only its new tokens (engines.embedded_rollout.prefix_cache). Off by default:
-    # with it on, tiny/grpo's train-actor RSS (colocated engine) grew 0.83 -> 1.14 GB over 27
-    # steps although the cache is cleared at every weight update; the agentic recipes turn it on
-    prefix_cache_gb: float = 0.0  # GiB of earlier requests' prefix KV an engine keeps (LRU; 0 = off)
+    # a turn prefills only its new tokens (engines.embedded_rollout.prefix_cache)
+    prefix_cache_gb: float = 1.0  # GiB of earlier requests' prefix KV an engine keeps (LRU; 0 = off)
     prefix_cache: PrefixCacheConfig = field(default_factory=PrefixCacheConfig)
     partial: bool = False  # partial rollout across weight updates
     # partial rollout: tokens sampled under an older weight version than the sample's newest leave the loss

@@ -247,8 +247,15 @@ class EmbeddedRolloutEngine:
 
     def offload(self) -> bool:
         """Release the device while the trainer uses it: weights to host memory, KV cache freed
-        (call with generation paused and nothing running). A no-op on CPU; True if moved."""
-        return self.scheduler.call(lambda: self._move(offload_module)).result()
+        (call with generation paused and nothing running). Moving is a no-op on CPU; True if
+        moved. The prefix cache goes too, on any device, unless it is kept across weight
+        updates: the update after the train phase would clear it, and until then it would sit
+        in the memory the trainer needs (in a colocated train rank's own process, on CPU)."""
+        def _offload() -> bool:
+            if not self.scheduler.keep_prefix_cache_on_update:
+                self.scheduler.drop_prefix_cache()
+            return self._move(offload_module)
+        return self.scheduler.call(_offload).result()
 
     def onload(self) -> bool:
         """Weights back on the device, before the weight update and the next generation."""

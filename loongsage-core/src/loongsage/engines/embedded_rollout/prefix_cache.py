@@ -30,6 +30,7 @@ unless ``rollout.prefix_cache.keep_on_update`` is set (``scheduler``).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -67,13 +68,32 @@ class Segment:
 
 
 
-@dataclass(eq=False)
 class _Node:
-    tokens: tuple[int, ...]
-    data: Segment | None  # None only at the root
-    parent: "_Node | None"
-    children: dict[int, "_Node"] = field(default_factory=dict)
-    used: int = 0  # the cache's clock at the last lookup or insert through this node
+    """An edge of the tree: its ``tokens``, their ``data`` (None only at the root), the nodes
+    that extend it, and ``used``, the cache's clock at the last lookup or insert through it.
+
+    The link to the parent is a weak reference, so a node's one strong reference is its
+    parent's ``children``: a subtree dropped by ``clear`` or an eviction is freed at once by
+    reference counting. With strong parent links a cleared tree was made of reference cycles
+    whose tensors lived until Python's next full garbage collection, which a long-lived
+    process with torch loaded runs rarely: a colocated tiny/grpo train actor's RSS grew by
+    about one step's cached KV per step (docs/benchmarks.md)."""
+
+    __slots__ = ("tokens", "data", "children", "used", "_parent", "__weakref__")
+
+    def __init__(self, tokens: tuple[int, ...], data: Segment | None, parent: "_Node | None",
+                 used: int = 0) -> None:
+        self.tokens, self.data, self.used = tokens, data, used
+        self.children: dict[int, _Node] = {}
+        self.parent = parent
+
+    @property
+    def parent(self) -> "_Node | None":
+        return None if self._parent is None else self._parent()
+
+    @parent.setter
+    def parent(self, node: "_Node | None") -> None:
+        self._parent = None if node is None else weakref.ref(node)
 
 
 @dataclass
