@@ -12,6 +12,7 @@ import pytest
 
 from loongsage import catalogue, cli
 from loongsage.config.compose import load_config
+from loongsage.config.docs import documented_lines, plugin_refs
 from loongsage.errors import ConfigError, UnknownPluginError
 from loongsage.plugins import clear_cache
 
@@ -25,7 +26,7 @@ def mopd(*overrides):
 def distill_spec(*overrides):
     """The run's step term, which must be loongsage-distill's ``opd``, and its settings."""
     term = mopd(*overrides).step_term
-    assert term.plugin.name == "opd" and term.plugin.entry.distribution == "loongsage-distill"
+    assert term.plugin.name == "opd" and term.plugin.distribution == "loongsage-distill"
     return term.settings
 
 
@@ -45,6 +46,16 @@ def test_the_mopd_recipe_resolves_into_a_distill_spec():
     assert spec.slots == 1 and not spec.resident
     assert distill_spec("opd.teacher_slots=0").slots == 2 and distill_spec("opd.teacher_slots=0").resident
     assert load_config("tiny/grpo").step_term is None
+
+
+def test_the_distillation_keys_are_described_by_their_own_fields_comments():
+    """``config show --doc`` reads the ``opd`` section's and the ``teacher`` key's descriptions
+    from loongsage-distill's dataclasses, not from the step term's one-line doc."""
+    run = mopd()
+    lines = list(documented_lines(run.cfg, plugin_refs(run)))
+    assert "opd.pg_ratio: 0.0  # λ_pg: advantage A_t − λ_pg·sg(KL_t)" in lines
+    assert ("data_sources.0.teacher: add_expert  # the opd.teachers name distilling into this source; "
+            "null = none") in lines
 
 
 @pytest.mark.parametrize("override, key, says", [

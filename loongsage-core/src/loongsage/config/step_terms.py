@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from loongsage.algorithms.step_term import StepTerm
     from loongsage.engines.batch import TrainBatch
-    from loongsage.registry import PluginRef, Registries
+    from loongsage.registry import Registries, RegistryEntry
 
 
 @dataclass(frozen=True)
@@ -89,9 +89,10 @@ class StepTermPlugin(Protocol):
 
 @dataclass(frozen=True)
 class ActiveTerm:
-    """The run's step term: its plugin and its validated settings."""
+    """The run's step term: its registry entry (no config node names it: its section is
+    typed by its own schema, not by a plugin's parameters) and its validated settings."""
 
-    plugin: PluginRef
+    plugin: RegistryEntry
     settings: Any
 
     def memory(self, cfg: DictConfig, batch_tokens: int) -> Sequence[MemoryShare]:
@@ -122,7 +123,7 @@ def validate_step_terms(cfg: DictConfig, registries: Registries) -> ActiveTerm |
     for entry in registries["step_term"]:
         settings = entry.obj.validate(cfg, registries)
         if settings is not None:
-            active.append(ActiveTerm(registries.resolve("step_term", entry.name, entry.obj.section), settings))
+            active.append(ActiveTerm(entry, settings))
     if len(active) > 1:
         sections = [term.plugin.obj.section for term in active]
         raise ConfigError(sections[1], f"sections {sections} each extend the training step; one step term "
