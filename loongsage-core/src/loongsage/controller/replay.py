@@ -194,8 +194,8 @@ def replay_step(run_dir: Path | str, step: int, overrides: Sequence[str] = (),
     if cfg.rollout.mask_offpolicy_in_partial_rollout:
         mask_offpolicy_tokens(ordered)
     batch, rewards, group_index = groups_to_batch(ordered, pad)
-    step = TrainStep(Objective(spec.algorithm))
-    metrics, kept = step(engine, (batch, rewards, group_index), shards, keep_rows=range(len(batch)))
+    train_step = TrainStep(Objective(spec.algorithm))
+    metrics, kept = train_step(engine, (batch, rewards, group_index), shards, keep_rows=range(len(batch)))
     recomputed = combine_rank_metrics([metrics])
     tensors = _per_token(batch, kept)
     dumped = None
