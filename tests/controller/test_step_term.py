@@ -158,7 +158,8 @@ def test_a_step_term_owns_its_section_and_is_off_at_its_defaults(tmp_path, monke
     finally:
         clear_cache()
     assert off.step_term is None and off.cfg.probe.weight == 0 and off.cfg.data_sources[0].probe_target is None
-    assert on.step_term.plugin.name == "probe" and on.step_term.settings == {"weight": 0.5, "targets": {"arithmetic": 9}}
+    assert on.step_term.plugin.name == "probe"
+    assert on.step_term.settings == {"weight": 0.5, "targets": {"arithmetic": 9}}
     shape = ModelShape.from_folder(str(tiny_model_dir))
     without, with_probe = estimate_run(on.cfg, shape, 100), estimate_run(on.cfg, shape, 100, step_term=on.step_term)
     rows = on.cfg.rollout.prompts_per_step * on.cfg.rollout.n_samples_per_prompt

@@ -1,7 +1,8 @@
-"""``multi_teacher``: the distiller plugin of multi-teacher on-policy distillation (MOPD).
+"""``multi_teacher``: the distiller of multi-teacher on-policy distillation (MOPD).
 
 Built by the ``opd`` step term (``step``) as ``MultiTeacherDistiller(context)`` from the
-validated ``opd`` section (``context.settings``, a ``DistillSpec``; ``loongsage.plugin.StepContext``). It starts the Teacher Manager's slots (``manager``),
+validated ``opd`` section (``context.settings``, a ``DistillSpec``;
+``loongsage.plugin.StepContext``). It starts the Teacher Manager's slots (``manager``),
 checks that every teacher speaks the student's vocabulary, and for each training batch
 asks the teachers for exactly what the configured KL methods need (sampled-token log-probs
 and entropy always; top-k log-probs and ids for ``topk`` methods, ``opd.topk`` capped at the

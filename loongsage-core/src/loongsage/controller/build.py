@@ -7,11 +7,11 @@ ranks into one process group (``TrainGroup``), and builds the data sources, the 
 engine pool (the one load balancer), the AgentFlow routers, the reward worker processes
 (``reward.workers``), the rollout manager and the scheduler on the run's one rollout event
 loop, the run's step term (``config.step_terms``: a plugin extending the training step, with
-any actors of its own beside train rank 0; ``step_extension.py``), the critic beside train rank 0 when the advantage estimator needs values
-(``critic.py``), the objective, the trackers and the engine monitor (``engine_health.py``), and
-returns a ``Run`` whose verbs the loop in
-``run.py`` calls. Nothing here chooses an algorithm or looks a plugin name up: every plugin
-arrives resolved in the ``RunConfig``.
+any actors of its own beside train rank 0; ``step_extension.py``), the critic beside train
+rank 0 when the advantage estimator needs values (``critic.py``), the objective, the
+trackers and the engine monitor (``engine_health.py``), and returns a ``Run`` whose verbs
+the loop in ``run.py`` calls. Nothing here chooses an algorithm or looks a plugin name up:
+every plugin arrives resolved in the ``RunConfig``.
 
 Which scheduler: the synchronous one (``SyncScheduler``: dispatch a step's groups, wait for
 all, apply the data filters) unless the config asks for overlap (``async.enable``), partial

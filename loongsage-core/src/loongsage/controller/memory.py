@@ -286,9 +286,10 @@ class RunMemory:
         ``perf/train_rss_gb`` is the (largest) train rank's RSS at the end of the step (after
         handing freed heap memory back, ``release_free_memory``) and
         ``perf/train_rss_peak_gb`` its peak during the step; the rollout figures (and those of
-        any other role's actors: a step term's) are the largest engine's (actor's); ``perf/run_pss_peak_gb`` is the whole run's
-        summed PSS at its peak during the step and ``perf/run_cpu_s`` the CPU seconds the whole
-        run used since the previous call (``tree_cpu_seconds``; local clusters only).
+        any other role's actors: a step term's) are the largest engine's (actor's);
+        ``perf/run_pss_peak_gb`` is the whole run's summed PSS at its peak during the step and
+        ``perf/run_cpu_s`` the CPU seconds the whole run used since the previous call
+        (``tree_cpu_seconds``; local clusters only).
         """
         reports = self._reports()
         by_kind: dict[str, list[ActorMemory]] = {}
