@@ -3,7 +3,7 @@
 After every step that is not checkpointed the controller saves the trainer's state
 (``controller/step_snapshot.py``: the checkpoint's own ``save``: safetensors weights, AdamW's
 two moments and the RNG states in ``train_state.pt``), so an actor death loses at most the step
-in flight. This measures that save against one GRPO train phase (``train_on_rollout`` on a batch
+in flight. This measures that save against one GRPO train phase (``TrainStep`` on a batch
 shaped like ``benchmarks/train_step.py``'s) on the same engine, in one process, and prints the
 seconds of each (medians over rounds), their ratio, and the bytes the snapshot holds on disk.
 The train phase alone understates a real step (rollout and weight sync come on top), so the
@@ -30,7 +30,7 @@ import torch  # noqa: E402
 
 from loongsage.algorithms.objective import Objective  # noqa: E402
 from loongsage.controller.step_snapshot import folder_bytes
-from loongsage.controller.trainer_ops import train_on_rollout
+from loongsage.controller.train_step import TrainStep
 from loongsage.engines.distributed import RankShards
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 from loongsage.models.resolve import resolve_model_path
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> dict:
     try:
         for round_ in range(args.rounds):
             start = time.perf_counter()
-            train_on_rollout(engine, (batch, rewards, groups), shards, objective)
+            TrainStep(objective)(engine, (batch, rewards, groups), shards)
             train_s.append(time.perf_counter() - start)
             folder = root / f".snapshot_step_{round_:06d}" / "trainer"
             start = time.perf_counter()

@@ -2,7 +2,7 @@
 
 One batch shaped like the main job's (``--groups`` prompts x ``--samples`` samples, a shared
 prompt of ``--prompt-tokens`` and responses of uneven length up to ``--max-response``), one
-GRPO train phase (``train_on_rollout``: π_old, advantages, one optimizer step) per variant,
+GRPO train phase (``TrainStep``: π_old, advantages, one optimizer step) per variant,
 the variants interleaved round by round on fresh copies of the same weights:
 
 * ``before``: what the engine did before: a separate no-grad π_old forward, micro-batches of
@@ -40,7 +40,7 @@ from typing import Any, Iterator
 import torch
 
 from loongsage.algorithms.objective import Objective
-from loongsage.controller.trainer_ops import train_on_rollout
+from loongsage.controller.train_step import TrainStep
 from loongsage.engines.batch import TrainBatch
 from loongsage.engines.distributed import RankShards
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> dict:
             shards = RankShards([torch.arange(len(batch))], [torch.zeros(len(batch), dtype=torch.bool)], 1)
             start = time.perf_counter()
             with packing(packing_rule):
-                train_on_rollout(engine, (batch, rewards, groups), shards, objective_cls(spec))
+                TrainStep(objective_cls(spec))(engine, (batch, rewards, groups), shards)
             seconds[name].append(time.perf_counter() - start)
             state = engine.model.state_dict()
             if reference is None:

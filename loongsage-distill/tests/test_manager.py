@@ -12,10 +12,10 @@ import os
 import pytest
 import torch
 
-from loongsage.plugin import TeacherSpec
 from loongsage.controller.actors import spawn_engine
 from loongsage.controller.placement import Seat
 from loongsage.plugin.testing import registries_with
+from loongsage_distill.config import TeacherSpec
 from loongsage_distill.manager import TeacherManager, merge_rows, place, schedule
 from loongsage_distill.teacher_engine import Wants
 

@@ -1,7 +1,9 @@
-"""The ``opd`` section and ``data_sources[*].teacher``: every rule of ``loongsage.config.opd``.
+"""The ``opd`` section and ``data_sources[*].teacher``: every rule of ``loongsage_distill.config``.
 
-Each bad setting is refused at load with its key and what was expected; a good one becomes
-a ``DistillSpec`` holding the resolved distiller, teachers, methods and slot count.
+The section and the key are loongsage-distill's, added to the config by its step term ``opd``
+(``loongsage.config.step_terms``). Each bad setting is refused at load with its key and what
+was expected; a good one becomes the step term's ``DistillSpec`` holding the distiller,
+teachers, methods and slot count.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import pytest
 
 from loongsage import catalogue, cli
 from loongsage.config.compose import load_config
+from loongsage.config.docs import documented_lines, plugin_refs
 from loongsage.errors import ConfigError, UnknownPluginError
 from loongsage.plugins import clear_cache
 
@@ -20,6 +23,13 @@ def mopd(*overrides):
     return load_config("tiny/mopd", [*TEACHERS, *overrides])
 
 
+def distill_spec(*overrides):
+    """The run's step term, which must be loongsage-distill's ``opd``, and its settings."""
+    term = mopd(*overrides).step_term
+    assert term.plugin.name == "opd" and term.plugin.distribution == "loongsage-distill"
+    return term.settings
+
+
 def refused(*overrides, recipe="tiny/mopd"):
     with pytest.raises(ConfigError) as info:
         load_config(recipe, [*(TEACHERS if recipe == "tiny/mopd" else []), *overrides])
@@ -27,15 +37,25 @@ def refused(*overrides, recipe="tiny/mopd"):
 
 
 def test_the_mopd_recipe_resolves_into_a_distill_spec():
-    spec = mopd().distill
-    assert spec.distiller.name == "multi_teacher" and spec.distiller.entry.distribution == "loongsage-distill"
+    spec = distill_spec()
+    assert spec.distiller == "multi_teacher"
     assert [(t.name, t.engine.name) for t in spec.teachers] == [("add_expert", "embedded_teacher"),
                                                                  ("sub_expert", "embedded_teacher")]
     assert spec.source_names == ("add", "sub") and spec.source_teachers == (0, 1)
     assert (spec.pg_method, spec.gkd_method.name, spec.gkd_ratio) == (None, "full_kl", 1.0)
     assert spec.slots == 1 and not spec.resident
-    assert mopd("opd.teacher_slots=0").distill.slots == 2 and mopd("opd.teacher_slots=0").distill.resident
-    assert load_config("tiny/grpo").distill is None
+    assert distill_spec("opd.teacher_slots=0").slots == 2 and distill_spec("opd.teacher_slots=0").resident
+    assert load_config("tiny/grpo").step_term is None
+
+
+def test_the_distillation_keys_are_described_by_their_own_fields_comments():
+    """``config show --doc`` reads the ``opd`` section's and the ``teacher`` key's descriptions
+    from loongsage-distill's dataclasses, not from the step term's one-line doc."""
+    run = mopd()
+    lines = list(documented_lines(run.cfg, plugin_refs(run)))
+    assert "opd.pg_ratio: 0.0  # λ_pg: advantage A_t − λ_pg·sg(KL_t)" in lines
+    assert ("data_sources.0.teacher: add_expert  # the opd.teachers name distilling into this source; "
+            "null = none") in lines
 
 
 @pytest.mark.parametrize("override, key, says", [
@@ -61,6 +81,7 @@ def test_distillation_settings_without_teachers_are_refused(override, key, says)
     ("opd.teacher_slots=-1", "opd.teacher_slots", "up to the 2 teacher(s)"),
     ("opd.topk=0", "opd.topk", "expected >= 1"),
     ("opd.jsd_beta=1.0", "opd.jsd_beta", "expected β in (0, 1)"),
+    ("opd.distiller=multi_teacherr", "opd.distiller", "did you mean 'multi_teacher'?"),
 ])
 def test_bad_distillation_settings_are_refused_with_their_key(override, key, says):
     error = refused(override)
@@ -86,32 +107,36 @@ def test_a_kl_method_must_declare_the_role_it_is_given(overrides, key, says):
 def test_a_source_without_teacher_cannot_train_on_the_distillation_loss_alone():
     error = refused("data_sources.1.teacher=null", "opd.teachers=[{name: add_expert, path: builtin:tiny}]")
     assert error.key == "data_sources[1].teacher" and "would train on nothing" in error.problem
-    spec = mopd("data_sources.1.teacher=null", "opd.teachers=[{name: add_expert, path: builtin:tiny}]",
-                "opd.gkd_ratio=0.5").distill
+    spec = distill_spec("data_sources.1.teacher=null", "opd.teachers=[{name: add_expert, path: builtin:tiny}]",
+                        "opd.gkd_ratio=0.5")
     assert spec.source_teachers == (0, -1)
 
 
 def test_mixed_objective_resolves_both_methods():
-    spec = mopd("opd.gkd_ratio=0.25", "opd.pg_ratio=0.5", "opd.pg_kl_method=full_kl",
-                "opd.gkd_kl_method=topk_jsd").distill
+    spec = distill_spec("opd.gkd_ratio=0.25", "opd.pg_ratio=0.5", "opd.pg_kl_method=full_kl",
+                        "opd.gkd_kl_method=topk_jsd")
     assert (spec.pg_ratio, spec.gkd_ratio, spec.pg_method.name, spec.gkd_method.name) == (
         0.5, 0.25, "full_kl", "topk_jsd")
 
 
 def test_without_loongsage_distill_the_error_says_which_pip_install(monkeypatch, capsys):
     """loongsage-distill is installed here; the allow-list leaves it unloaded and the installed
-    check is faked (uninstalling it would break the other tests)."""
+    check is faked (uninstalling it would break the other tests). Without it the ``opd``
+    section and the sources' ``teacher`` key are no keys of the config at all, and runs
+    without distillation load as before."""
     monkeypatch.setenv("LOONGSAGE_LOAD_PLUGINS", "loongsage_agents,loongsage_algos")
     monkeypatch.setattr(catalogue, "is_installed", lambda distribution: distribution != "loongsage-distill")
     clear_cache()
     try:
-        with pytest.raises(UnknownPluginError) as err:
+        with pytest.raises(ConfigError) as err:
             mopd()
         assert cli.main(["config", "show", "--config-name", "tiny/mopd", *TEACHERS]) == 2
+        grpo = load_config("tiny/grpo")
     finally:
         clear_cache()
-    assert str(err.value).startswith("opd.distiller: unknown distiller 'multi_teacher'")
-    assert str(err.value).endswith("'multi_teacher' (distiller) comes with loongsage-distill, which is not "
+    assert str(err.value).startswith("opd: unknown section: it belongs to step term 'opd'.")
+    assert str(err.value).endswith("'opd' (step_term) comes with loongsage-distill, which is not "
                                    "installed; in a clone of LoongSage: make wheels && pip install "
                                    "dist/loongsage_distill-*.whl")
     assert capsys.readouterr().err.strip() == f"error: {err.value}"
+    assert grpo.step_term is None and "opd" not in grpo.cfg and "teacher" not in grpo.cfg.data_sources[0]

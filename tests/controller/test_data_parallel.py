@@ -2,7 +2,7 @@
 
 Real Ray actors (``EngineHost`` with the embedded train engine and the tiny model), a real
 ``torch.distributed`` group joined through rank 0's TCP store, and the controller's own path
-(``plan_shards`` -> ``groups_to_batch`` -> ``TrainGroup.train`` -> ``train_on_rollout``).
+(``plan_shards`` -> ``groups_to_batch`` -> ``TrainGroup.train`` -> ``TrainStep``).
 The same GRPO step (two mini-batches, micro-batches of 3 rows) runs with ``dp_size`` 1, and 2
 with each strategy; the updated weights must agree within 1e-6.
 
@@ -25,6 +25,7 @@ from loongsage.algorithms.objective import Objective
 from loongsage.controller.actors import EngineHost
 from loongsage.controller.batching import groups_to_batch, plan_shards
 from loongsage.controller.train_group import TrainGroup
+from loongsage.controller.train_step import TrainStep
 from loongsage.data.types import Group
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 from loongsage.plugins import get_registries
@@ -65,7 +66,7 @@ def step(group: TrainGroup, groups: list[Group], minis: int = 2):
     ordered, shards = plan_shards(groups, SOURCES, minis, group.world_size, offset=0)
     batch, rewards, group_index = groups_to_batch(ordered, pad_id=0)
     objective = Objective.from_config({}, get_registries())
-    metrics, _ = group.train(batch, rewards, group_index, shards, objective)
+    metrics, _ = group.train(batch, rewards, group_index, shards, TrainStep(objective))
     return metrics, shards
 
 
@@ -182,8 +183,8 @@ def test_two_ranks_distill_like_one(ray_cluster, tiny_model_dir, make_groups):
         with ranks(tiny_model_dir, dp_size, "ddp") as group:
             ordered, shards = plan_shards(groups, SOURCES, 2, dp_size, offset=0)
             batch, rewards, group_index = groups_to_batch(ordered, pad_id=0)
-            metrics, kept = group.train(with_teacher(batch, ordered), rewards, group_index, shards, objective,
-                                        keep_rows=[0])
+            metrics, kept = group.train(with_teacher(batch, ordered), rewards, group_index, shards,
+                                        TrainStep(objective), keep_rows=[0])
             results[dp_size] = metrics, group.run(_full_state)[0]
     (one, base), (two, state) = results[1], results[2]
     assert _max_diff(state, base) < 1e-6

@@ -164,14 +164,16 @@ def test_teacher_slots_count_their_weights_host_copies_and_prefetch_buffer(tiny_
     a host copy of each teacher and (prefetch) a spare buffer; the train actor adds the
     teachers' fp32 output layers and the batch's hidden states either way."""
     shape = ModelShape.from_folder(str(tiny_model_dir))
-    teachers = [f"opd.teachers.{i}.path={tiny_model_dir}" for i in range(2)]
-    cfg = load_config("tiny/mopd", [f"model.path={tiny_model_dir}", *teachers]).cfg
+    teachers = [f"model.path={tiny_model_dir}", *(f"opd.teachers.{i}.path={tiny_model_dir}" for i in range(2))]
+
+    def estimate(*overrides):  # the distillation step term's share (loongsage-distill's memory)
+        run = load_config("tiny/mopd", [*teachers, *overrides])
+        return run.cfg, estimate_run(run.cfg, shape, 100, step_term=run.step_term)
+
+    cfg, shared = estimate()
     without = estimate_run(cfg, shape, 100)
-    shared = estimate_run(cfg, shape, 100, teachers=[shape, shape])
-    cfg.opd.teacher_slots = 0
-    resident = estimate_run(cfg, shape, 100, teachers=[shape, shape])
-    cfg.opd.teacher_slots, cfg.opd.prefetch = 1, False
-    no_prefetch = estimate_run(cfg, shape, 100, teachers=[shape, shape])
+    resident = estimate("opd.teacher_slots=0")[1]
+    no_prefetch = estimate("opd.teacher_slots=1", "opd.prefetch=false")[1]
     weights = shape.parameters * 4
     assert "teacher slots" not in without.parts
     assert resident.parts["teacher slots"] - shared.parts["teacher slots"] == pytest.approx(

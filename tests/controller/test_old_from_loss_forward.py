@@ -1,7 +1,7 @@
 """π_old from the loss forward: one optimizer step needs no separate no-grad forward.
 
 Two engines load the same tiny Qwen2 and take one step on the same batch: one through
-``train_on_rollout`` (which takes π_old, detached, from the loss forward when the objective
+``TrainStep`` (which takes π_old, detached, from the loss forward when the objective
 allows it), one through the old sequence (no-grad ``compute_logprobs``, advantages, prepare,
 ``train_step``). The weights after the step, the metrics and the π_old kept for the saved
 samples agree, and the fused side ran no ``compute_logprobs`` at all. Where π_old is read
@@ -16,7 +16,7 @@ import torch
 
 from loongsage.algorithms.advantages import compute_advantages
 from loongsage.algorithms.objective import Objective
-from loongsage.controller.trainer_ops import train_on_rollout
+from loongsage.controller.train_step import TrainStep
 from loongsage.engines.batch import TrainBatch
 from loongsage.engines.distributed import RankShards
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
@@ -77,7 +77,7 @@ def test_one_step_without_the_old_forward_matches_the_recomputed_step(tiny_model
     assert obj.old_from_loss_forward(1) and not obj.old_from_loss_forward(2)
     initial = {name: tensor.clone() for name, tensor in fused.model.state_dict().items()}
     batch, rewards, groups = rollout_batch()
-    metrics, kept = train_on_rollout(fused, (batch, rewards, groups), one_rank(len(batch)), obj, keep_rows=[0, 4])
+    metrics, kept = TrainStep(obj)(fused, (batch, rewards, groups), one_rank(len(batch)), keep_rows=[0, 4])
     expected, old = recompute_then_train(baseline, rollout_batch(), obj)
 
     assert fused.old_forwards == 0 and baseline.old_forwards == 1
@@ -106,8 +106,8 @@ def test_the_old_forward_still_runs_where_pi_old_is_read_first(tiny_model_dir, c
     assert not obj.old_from_loss_forward(mini_batches)
     eng = engine(tiny_model_dir)
     batch, rewards, groups = rollout_batch()
-    metrics, kept = train_on_rollout(eng, (batch, rewards, groups), one_rank(len(batch), mini_batches), obj,
-                                     keep_rows=[1])
+    metrics, kept = TrainStep(obj)(eng, (batch, rewards, groups), one_rank(len(batch), mini_batches),
+                                   keep_rows=[1])
     assert eng.old_forwards == 1 and kept["train_logprobs"].shape == (1, batch.input_ids.shape[1])
     assert metrics["train/optimizer_steps"] == mini_batches
 

@@ -42,5 +42,5 @@ def test_plugins_md_lists_the_kinds_of_the_table():
     text = (REPO / "docs" / "plugins.md").read_text(encoding="utf-8")
     for kind in KIND_TABLE:
         named_by = ", ".join(f"`{path}.{name}`" if name else f"`{path}`" for path, name in kind.fields)
-        row = f"| {kind.name} | `{kind.hook}` | {named_by or 'the command line'} | `{kind.contract}` |"
+        row = f"| {kind.name} | `{kind.hook}` | {named_by or kind.named_by} | `{kind.contract}` |"
         assert row in text, row

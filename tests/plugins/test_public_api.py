@@ -83,12 +83,21 @@ class _AgentWithSyncRun:
         return []
 
 
-class _DistillerWithoutClose:
-    def __init__(self, context):
-        pass
+@dataclass
+class _Section:
+    weight: float = 0.0
 
-    def teacher_outputs(self, batch, row_sources):
-        return {}
+
+class _StepTermWithoutBuild:
+    section = "probe"
+    schema = _Section
+    source_schema = None
+
+    def validate(self, cfg, registries):
+        return None
+
+    def memory(self, cfg, settings, batch_tokens):
+        return ()
 
 
 def _reward_without_context(sample_text, ground_truth, params):
@@ -103,7 +112,7 @@ def _command_without_registries(argv):
     (testing.check_policy_loss_contract, _loss_without_gradient, "gradient must reach logprobs"),
     (testing.check_kl_policy_contract, _kl_not_zero, "identical policies must be 0"),
     (testing.check_agent_contract, _AgentWithSyncRun, "run_group must be async"),
-    (testing.check_distiller_contract, _DistillerWithoutClose, "needs close"),
+    (testing.check_step_term_contract, _StepTermWithoutBuild(), "needs build"),
     (testing.check_reward_contract, _reward_without_context, "reward signature"),
     (testing.check_command_contract, _command_without_registries, "main\\(argv, registries\\)"),
 ])

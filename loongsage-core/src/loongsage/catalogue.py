@@ -39,7 +39,7 @@ SIBLING_PLUGINS: dict[str, dict[str, tuple[str, ...]]] = {
         "policy_loss": ("cispo", "gspo", "gspo_token", "m2po", "reinforce", "sao"),
     },
     "loongsage-distill": {
-        "distiller": ("multi_teacher",),
+        "step_term": ("opd",),
         "engine": ("embedded_teacher",),
         "kl_policy": ("full_jsd", "full_kl", "topk_jsd", "topk_kl"),
     },

@@ -50,6 +50,7 @@ class KindSpec:
     contract: str  # its contract type in loongsage.plugin (a Protocol or a base class)
     config_field: str  # the key an unknown name's error names when the caller gives none
     fields: tuple[tuple[str, str], ...] = ()  # (config path, name field: "" for a bare name)
+    named_by: str = ""  # what picks a plugin of a kind that no config field names
 
     def groups(self) -> tuple[PluginGroup, ...]:
         """One config group per field (module docstring)."""
@@ -88,7 +89,7 @@ KIND_TABLE: tuple[KindSpec, ...] = (
     KindSpec("kl_policy", "loongsage_register_kl_policies",
              "Register KL estimators usable as a loss term or a reward penalty.",
              "KLPolicy", "algorithm.kl.method",
-             (("algorithm.kl.method", ""), ("opd.pg_kl_method", ""), ("opd.gkd_kl_method", ""))),
+             (("algorithm.kl.method", ""),)),
     KindSpec("is_correction", "loongsage_register_is_corrections",
              "Register rollout/training mismatch (importance-sampling) corrections.",
              "ISCorrection", "algorithm.is_correction", (("algorithm.is_correction", "name"),)),
@@ -99,17 +100,18 @@ KIND_TABLE: tuple[KindSpec, ...] = (
     KindSpec("window_policy", "loongsage_register_window_policies",
              "Register async window policies (dispatch and collection gates).",
              "WindowPolicy", "async.window_policy", (("async.window_policy", "name"),)),
-    KindSpec("engine", "loongsage_register_engines", "Register train, rollout and teacher engine backends.",
-             "Engine", "train.backend",
-             (("train.backend", ""), ("rollout.backend", ""), ("opd.teachers[*].backend", ""))),
+    KindSpec("engine", "loongsage_register_engines",
+             "Register engine backends: train, rollout, and those a step term hosts in actors of its own.",
+             "Engine", "train.backend", (("train.backend", ""), ("rollout.backend", ""))),
     KindSpec("tracker", "loongsage_register_trackers", "Register metric trackers.",
              "Tracker", "logging.trackers", (("logging.trackers[*]", "name"),)),
-    KindSpec("distiller", "loongsage_register_distillers",
-             "Register distillers: teacher outputs for each training batch and the loss terms they feed.",
-             "Distiller", "opd.distiller", (("opd.distiller", ""),)),
+    KindSpec("step_term", "loongsage_register_step_terms",
+             "Register step terms: extensions of the training step that own a config section and add batch "
+             "inputs, advantage shaping, loss terms or actors of their own.",
+             "StepTermPlugin", "step term", named_by="its own config section, when set"),
     KindSpec("command", "loongsage_register_commands",
              "Register ``loongsage`` subcommands: ``main(argv, registries) -> exit code``.",
-             "Command", "loongsage <command>"),
+             "Command", "loongsage <command>", named_by="the command line"),
 )
 
 KINDS: dict[str, KindSpec] = {kind.name: kind for kind in KIND_TABLE}

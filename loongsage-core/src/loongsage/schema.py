@@ -253,8 +253,8 @@ class BudgetConfig:
 
 @dataclass
 class DataSourceConfig:
-    """One data source: its prompts, agent, reward (or an environment in their place), sandbox,
-    teacher and sampling."""
+    """One data source: its prompts, agent, reward (or an environment in their place), sandbox
+    and sampling (installed step terms add keys of their own: ``config.step_terms``)."""
 
     name: str = MISSING  # unique; names the source in prompts, samples and metrics (rollout/reward_mean/<name>)
     weight: float = 1.0  # proportion of every batch (normalised over sources)
@@ -265,7 +265,6 @@ class DataSourceConfig:
     # place of dataset, agent and reward (loongsage.data.environments)
     environment: Any = None
     sandbox: Any = None  # PluginRef keyed by `type`
-    teacher: Optional[str] = None  # the opd.teachers name distilling into this source; null = none
     # data_filter PluginRefs applied to this source's groups, before algorithm.filters
     filters: List[Any] = field(default_factory=list)
     sampling: Dict[str, Any] = field(default_factory=dict)  # overrides of rollout sampling
@@ -288,31 +287,6 @@ class AgentFlowConfig:
     max_body_bytes: int = 32 << 20  # request bodies past this are refused with 413
     header_timeout_s: float = 30.0  # a connection whose request headers are not in by then is closed
     body_timeout_s: float = 120.0  # a request body not read whole by then is refused with 408
-
-
-@dataclass
-class TeacherConfig:
-    """One distillation teacher: the name data sources give in ``teacher``, and its model."""
-
-    name: str = MISSING  # what data_sources[*].teacher gives to pick this teacher
-    path: str = MISSING  # any Hugging Face folder, builtin:*, or a run's exported model
-    backend: str = "embedded_teacher"  # engine plugin hosting it, forward only
-
-
-@dataclass
-class OPDConfig:
-    """On-policy distillation: each data source's teacher, the objectives, the teachers' memory."""
-
-    teachers: List[TeacherConfig] = field(default_factory=list)  # none = no distillation
-    distiller: str = "multi_teacher"  # distiller plugin (loongsage-distill)
-    pg_ratio: float = 0.0  # λ_pg: advantage A_t − λ_pg·sg(KL_t)
-    gkd_ratio: float = 0.0  # λ_gkd: loss (1 − λ_gkd)·L_RL + λ_gkd·L_GKD; 1 skips the RL loss
-    pg_kl_method: str = "k1"  # kl_policy of the PG penalty: k1 | topk_kl | full_kl
-    gkd_kl_method: str = "topk_kl"  # kl_policy of the GKD loss: k2 | k3 | topk_kl | topk_jsd | full_kl | full_jsd
-    topk: int = 256  # teacher top-k entries per token (topk_* methods; capped at the vocabulary)
-    jsd_beta: float = 0.5  # β of JSD_β (the *_jsd methods)
-    teacher_slots: int = 0  # memory slots the teachers share; 0 = one slot per teacher (all resident)
-    prefetch: bool = True  # copy the next teacher of a shared slot in while the current one computes
 
 
 @dataclass
@@ -375,7 +349,6 @@ SECTIONS: Dict[str, type] = {
     "async": AsyncConfig,
     "placement": PlacementConfig,
     "agentflow": AgentFlowConfig,
-    "opd": OPDConfig,
     "logging": LoggingConfig,
     "checkpoint": CheckpointConfig,
     "trainer": TrainerConfig,

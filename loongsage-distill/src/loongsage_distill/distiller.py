@@ -1,7 +1,8 @@
-"""``multi_teacher``: the distiller plugin of multi-teacher on-policy distillation (MOPD).
+"""``multi_teacher``: the distiller of multi-teacher on-policy distillation (MOPD).
 
-Built by the controller as ``MultiTeacherDistiller(context)`` (``loongsage.controller.distill``)
-from the validated ``opd`` section. It starts the Teacher Manager's slots (``manager``),
+Built by the ``opd`` step term (``step``) as ``MultiTeacherDistiller(context)`` from the
+validated ``opd`` section (``context.settings``, a ``DistillSpec``;
+``loongsage.plugin.StepContext``). It starts the Teacher Manager's slots (``manager``),
 checks that every teacher speaks the student's vocabulary, and for each training batch
 asks the teachers for exactly what the configured KL methods need (sampled-token log-probs
 and entropy always; top-k log-probs and ids for ``topk`` methods, ``opd.topk`` capped at the
@@ -11,11 +12,14 @@ teacher -1 and zeros. Under any scheduler (synchronous, asynchronous with any wi
 partial rollout) this runs for every training batch the loop hands over, so tokens
 generated across weight updates are distilled like any other.
 
+``before_train`` is the step extension's hook (``loongsage.plugin.StepExtension``): it adds the
+teachers' outputs to the batch and reports the seconds it waited for them as ``timing/teacher``.
 ``train_term`` is the ``OPDTerm`` the objective carries into the train actor.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 import ray
@@ -42,7 +46,7 @@ class MultiTeacherDistiller:
     """Teacher outputs for every training batch, and the train-side term (module docstring)."""
 
     def __init__(self, context: Any) -> None:
-        spec, config = context.spec, context.config
+        spec, config = context.settings, context.config
         self.spec = spec
         targets = {m.trait("teacher_targets") for m in spec.methods()}
         self.wants = Wants(entropy=True, topk=spec.topk if "topk" in targets else 0, hidden="full" in targets)
@@ -65,6 +69,12 @@ class MultiTeacherDistiller:
                 raise ConfigError(f"{teacher.key}.path", f"teacher {teacher.name!r} has a {described['vocab']}-token "
                                   f"vocabulary, the student {vocab}; distillation compares distributions over one "
                                   "vocabulary, so the teacher must use the student's tokenizer")
+
+    def before_train(self, batch: TrainBatch, row_sources: Sequence[str]) -> dict[str, float]:
+        """The teachers' outputs for ``batch`` (``row_sources[i]``: row i's data source)."""
+        start = time.perf_counter()
+        metrics = self.teacher_outputs(batch, row_sources)
+        return {**metrics, "timing/teacher": time.perf_counter() - start}
 
     def teacher_outputs(self, batch: TrainBatch, row_sources: Sequence[str]) -> dict[str, float]:
         index = {name: i for i, name in enumerate(self.spec.source_names)}

@@ -22,8 +22,9 @@ from typing import Any, Callable
 import ray
 import torch
 
-from loongsage.plugin import ConfigError, TeacherSpec
+from loongsage.plugin import ConfigError
 
+from loongsage_distill.config import TeacherSpec
 from loongsage_distill.teacher_engine import Job, Wants
 
 METRICS = ("swaps", "swap_s", "compute_s", "overlap_s", "copy_s")

@@ -2,8 +2,9 @@
 
 The KL policies take no config keys of their own (``opd.topk`` and ``opd.jsd_beta`` are run
 settings); their dataclasses carry what each declares about itself for validation
-(``loongsage.algorithms.params``): the roles it can play in distillation (``opd_roles``:
-``pg`` penalty, ``gkd`` loss) and what it needs of the teacher (``teacher_targets``).
+(docs/plugins.md, kl_policy): what it may be used as (``kl_roles``: a detached ``penalty``,
+opd's PG role, and/or a differentiable ``loss``, its GKD role) and what it needs of the
+teacher (``teacher_targets``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import ClassVar
 class TopKKLParams:
     """Reverse KL on the teacher's top-k tokens, student and teacher renormalised over them."""
 
-    opd_roles: ClassVar[tuple[str, ...]] = ("pg", "gkd")
+    kl_roles: ClassVar[tuple[str, ...]] = ("penalty", "loss")
     teacher_targets: ClassVar[str] = "topk"
 
 
@@ -24,7 +25,7 @@ class TopKKLParams:
 class TopKJSDParams:
     """JSD_β with the teacher's top-k probabilities (0 elsewhere) and the tail term."""
 
-    opd_roles: ClassVar[tuple[str, ...]] = ("gkd",)
+    kl_roles: ClassVar[tuple[str, ...]] = ("loss",)
     teacher_targets: ClassVar[str] = "topk"
 
 
@@ -32,7 +33,7 @@ class TopKJSDParams:
 class FullKLParams:
     """Reverse KL over the full vocabulary, teacher logits rebuilt from its hidden states."""
 
-    opd_roles: ClassVar[tuple[str, ...]] = ("pg", "gkd")
+    kl_roles: ClassVar[tuple[str, ...]] = ("penalty", "loss")
     teacher_targets: ClassVar[str] = "full"
 
 
@@ -40,5 +41,5 @@ class FullKLParams:
 class FullJSDParams:
     """JSD_β over the full vocabulary, teacher logits rebuilt from its hidden states."""
 
-    opd_roles: ClassVar[tuple[str, ...]] = ("gkd",)
+    kl_roles: ClassVar[tuple[str, ...]] = ("loss",)
     teacher_targets: ClassVar[str] = "full"

@@ -1,6 +1,7 @@
 """Registrations of loongsage-distill: only hook implementations, cheap to import (no torch).
 
-- distiller ``multi_teacher``: the Teacher Manager and the on-policy distillation objectives
+- step term ``opd``: the ``opd`` section and ``data_sources[*].teacher``; its distiller
+  ``multi_teacher`` runs the Teacher Manager and the on-policy distillation objectives
   (PG-style advantage penalty, GKD-style loss, their mix), one teacher per data source;
 - engine ``embedded_teacher``: a forward-only HF causal LM slot holding one or more teachers
   of one architecture, swapped in from host memory;
@@ -15,9 +16,9 @@ _PKG = "loongsage_distill"
 
 
 @hookimpl
-def loongsage_register_distillers(register):
-    register("multi_teacher", f"{_PKG}.distiller:MultiTeacherDistiller",
-             doc="Teacher Manager + on-policy distillation (PG, GKD, mixed), one teacher per data source")
+def loongsage_register_step_terms(register):
+    register("opd", f"{_PKG}.step:STEP_TERM",
+             doc="On-policy distillation: teachers per data source, PG penalty, GKD loss (section opd)")
 
 
 @hookimpl

@@ -1,4 +1,4 @@
-"""The train-actor side of on-policy distillation: a ``DistillTerm`` (loongsage.algorithms.distill_term).
+"""The train-actor side of on-policy distillation: a ``StepTerm`` (``loongsage.plugin.StepTerm``).
 
 With Q the student, P the row's teacher, m the loss mask of rows whose source names a
 teacher, A the RL advantage and KL_t the chosen method's per-token divergence
@@ -134,7 +134,7 @@ class OPDTerm:
         return {"beta": self.beta, "topk": self.topk, "head_paths": self.head_paths, "fp32": self.fp32}
 
     @property
-    def pg_logit_term(self) -> LogitTerm | None:
+    def old_logit_term(self) -> LogitTerm | None:
         return kl_logit_term(self.pg_method, self._columns())
 
     @property

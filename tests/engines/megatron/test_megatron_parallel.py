@@ -3,7 +3,7 @@
 Real Ray actors (``EngineHost``), joined by the controller's ``TrainGroup.connect`` into one
 torch process group that Megatron carves into TP / PP / DP groups; the step runs through
 the controller's own path (``plan_shards`` -> ``groups_to_batch`` -> ``TrainGroup.train`` ->
-``train_on_rollout``, GRPO). The reference is the embedded engine in this process, on the
+``TrainStep``, GRPO). The reference is the embedded engine in this process, on the
 same rows. Log-probs must agree within 1e-5 on every rank; after one GRPO step (two
 mini-batches, micro-batches of 3) the exported HF weights within 1e-5, with ``train.eps`` 1
 and no clipping so a mis-scaled gradient (a TP rank double-counted, a DP share missing, the
@@ -24,7 +24,7 @@ from loongsage.algorithms.objective import Objective
 from loongsage.controller.actors import EngineHost
 from loongsage.controller.batching import groups_to_batch, plan_shards
 from loongsage.controller.train_group import TrainGroup
-from loongsage.controller.trainer_ops import train_on_rollout
+from loongsage.controller.train_step import TrainStep
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 from loongsage.engines.megatron.engine import MegatronTrainEngine
 from loongsage.plugins import get_registries
@@ -74,14 +74,14 @@ def test_parallel_ranks_match_one_process(ray_cluster, tiny_model_dir, random_gr
     embedded = EmbeddedTrainEngine(ModelConfig(path=str(tiny_model_dir)), TrainConfig(**TRAIN), device="cpu")
     expected_lp = embedded.compute_logprobs(batch, with_entropy=True)
     one_batch = grpo_step(groups, 1)
-    expected_metrics, _ = train_on_rollout(embedded, one_batch[:3], one_batch[3], objective)
+    expected_metrics, _ = TrainStep(objective)(embedded, one_batch[:3], one_batch[3])
     expected = {name: t.numpy() for name, t in embedded.named_tensors()}
 
     with megatron_group(tiny_model_dir, tp, pp, dp) as group:
         for got in group.run(_logprobs, batch):
             assert (got["logprobs"] - expected_lp["logprobs"]).abs().max() < 1e-5
             assert (got["entropy"] - expected_lp["entropy"]).abs().max() < 1e-5
-        metrics, _ = group.train(batch, rewards, group_index, shards, objective)
+        metrics, _ = group.train(batch, rewards, group_index, shards, TrainStep(objective))
         states = group.run(_hf_state)
     assert metrics["train/loss"] == pytest.approx(expected_metrics["train/loss"], rel=1e-5, abs=1e-7)
     assert metrics["train/grad_norm"] == pytest.approx(expected_metrics["train/grad_norm"], rel=1e-5)

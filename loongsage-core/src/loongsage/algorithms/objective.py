@@ -9,11 +9,12 @@ For one micro-batch (a ``LossContext``) the objective computes
     L        = L_pg + kl.coef · L_kl
 
 with global denominators (``aggregation``), so the sum over micro-batches and ranks is the
-full mini-batch loss. With on-policy distillation a ``DistillTerm`` (``distill_term``) joins:
+full mini-batch loss. A run's step term (``step_term``: a plugin extending the training step,
+e.g. a distillation loss) joins:
 
-    L        = w_RL · L + L_distill          (w_RL = 1 − λ_gkd; 0 skips L and its inputs)
+    L        = w_RL · L + L_term             (w_RL = term.rl_weight; 0 skips L and its inputs)
 
-where the term returns its own weighted share (λ_gkd · L_GKD). The KL term is aggregated with the same mode but ignores the keep
+where the term returns its own weighted share. The KL term is aggregated with the same mode but ignores the keep
 mask (a sequence masked for its policy-gradient signal still stays close to the reference).
 
 Returned metrics are additive shares (sum them over micro-batches, see ``metrics``):
@@ -37,8 +38,8 @@ from typing import Any
 import torch
 
 from loongsage.algorithms.aggregation import aggregate, seq_metric, token_metric
-from loongsage.algorithms.distill_term import DistillTerm
 from loongsage.algorithms.mismatch import mismatch_metrics
+from loongsage.algorithms.step_term import StepTerm
 from loongsage.algorithms.types import PolicyLossInputs
 from loongsage.algorithms.validate import AlgorithmSpec, validate_algorithm
 from loongsage.registry import Registries
@@ -50,9 +51,9 @@ REQUIRED_EXTRAS = ("old_logprobs", "rollout_logprobs", "advantages")
 class Objective:
     """``loss_fn(ctx) -> (loss, metrics)`` composed from the ``algorithm`` config."""
 
-    def __init__(self, spec: AlgorithmSpec, distill: DistillTerm | None = None):
+    def __init__(self, spec: AlgorithmSpec, term: StepTerm | None = None):
         self.spec = spec
-        self.distill = distill
+        self.term = term
 
     @classmethod
     def from_config(cls, algorithm_cfg: Any, registries: Registries) -> "Objective":
@@ -73,15 +74,15 @@ class Objective:
         current weights or (async, partial rollout) from older ones: the behaviour policy
         is ``rollout_logprobs``, never π_old. The separate no-grad forward is needed only
         when π_old is read before the loss (``AlgorithmSpec.needs_old_logprobs_before_loss``)
-        or by a distillation term, or when later mini-batches train on moved weights.
+        or by a step term, or when later mini-batches train on moved weights.
         """
-        return (mini_batches == 1 and self.rl_weight > 0 and self.distill is None
+        return (mini_batches == 1 and self.rl_weight > 0 and self.term is None
                 and not self.spec.needs_old_logprobs_before_loss)
 
     @property
     def rl_weight(self) -> float:
-        """Weight of the RL loss: 1, or ``1 − λ_gkd`` with distillation (0: no RL at all)."""
-        return 1.0 if self.distill is None else float(self.distill.rl_weight)
+        """Weight of the RL loss: 1, or the step term's ``rl_weight`` (0: no RL at all)."""
+        return 1.0 if self.term is None else float(self.term.rl_weight)
 
     def prepare(self, batch: TrainBatch) -> TrainBatch:
         """Add batch-level tensors (e.g. ``m2po_keep``) to ``batch.extras``; returns ``batch``."""
@@ -127,8 +128,8 @@ class Objective:
         if self.rl_weight > 0:
             rl, metrics = self._rl_loss(ctx)
             total = self.rl_weight * rl
-        if self.distill is not None:
-            term, term_metrics = self.distill.loss(ctx)
+        if self.term is not None:
+            term, term_metrics = self.term.loss(ctx)
             total = total + term
             metrics.update(term_metrics)
         metrics["train/loss"] = float(total.detach())

@@ -8,12 +8,10 @@ publishes them to Hydra's ConfigStore, so Hydra validates the keys and types.
 use the rollout/training log-ratio log(π_old/π_roll); ``validate_algorithm`` rejects two
 such components in one objective (they would correct the same mismatch twice).
 
-A KL policy declares, the same way, what on-policy distillation may use it for
-(``opd_roles``: ``pg``, a detached per-token penalty on the advantage, and/or ``gkd``, a
-differentiable loss) and what it compares the policy with (``teacher_targets``: the teacher's
-log-probs of the sampled tokens, its top-k, or its full distribution; docs/plugins.md,
-kl_policy). k1's gradient is zero in expectation, so it is a penalty only; k2, k3 and their
-variants are losses.
+A KL policy declares, the same way, what it may be used as (``kl_roles``: ``penalty``, a
+detached per-token value, and/or ``loss``, a differentiable one), for the plugins that
+choose among KL policies (docs/plugins.md, kl_policy). k1's gradient is zero in
+expectation, so it is a penalty only; k2, k3 and their variants are losses.
 """
 
 from __future__ import annotations
@@ -21,24 +19,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-OPD_ROLES = ("pg", "gkd")
-TEACHER_TARGETS = ("logprobs", "topk", "full")
+KL_ROLES = ("penalty", "loss")
 
 
 @dataclass
 class KLPenaltyParams:
     """k1: the sampled token's log-ratio, an unbiased KL value to use detached (a penalty)."""
 
-    opd_roles: ClassVar[tuple[str, ...]] = ("pg",)
-    teacher_targets: ClassVar[str] = "logprobs"
+    kl_roles: ClassVar[tuple[str, ...]] = ("penalty",)
 
 
 @dataclass
 class KLLossParams:
     """A per-token KL estimator on sampled-token log-probs whose gradient makes it a loss."""
 
-    opd_roles: ClassVar[tuple[str, ...]] = ("gkd",)
-    teacher_targets: ClassVar[str] = "logprobs"
+    kl_roles: ClassVar[tuple[str, ...]] = ("loss",)
 
 
 GRPO_NORM_MODES = ("group_zscore", "group_mean", "batch_zscore", "batch_mean", "none")

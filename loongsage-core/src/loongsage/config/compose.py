@@ -30,6 +30,7 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from loongsage.catalogue import install_hint
 from loongsage.config.store import PLUGIN_GROUPS, publish_plugin_params, root_schema
 from loongsage.config.validate import RunConfig, validate_config
 from loongsage.errors import ConfigError, UnknownPluginError
@@ -77,7 +78,7 @@ def _compose(config_name: str, overrides: Sequence[str], config_dir: str | None,
     except HydraException as err:
         culprit = _node_replacement(err, overrides)
         if culprit is None:
-            raise _composition_error(err, config_name, overrides, config_dir) from None
+            raise _composition_error(err, config_name, overrides, config_dir, registries) from None
     cfg = _compose(config_name, [o for o in overrides if o != culprit.input_line], config_dir, registries)
     with open_dict(cfg):
         OmegaConf.update(cfg, culprit.key_or_group, culprit.value(), merge=False)
@@ -185,20 +186,22 @@ def _culprit(full_key: str, overrides: Sequence[str]) -> Any:
     return None
 
 
-def _existing_keys(config_name: str, overrides: Sequence[str], config_dir: str | None) -> Any:
+def _existing_keys(config_name: str, overrides: Sequence[str], config_dir: str | None,
+                   registries: Registries) -> Any:
     """Plain containers of the config as composed without ``overrides`` failing, for hints."""
     for attempt in (overrides, ()):
         try:
             return OmegaConf.to_container(_hydra_compose(config_name, attempt, config_dir), resolve=False)
         except (HydraException, OmegaConfBaseException):
             continue
-    return OmegaConf.to_container(root_schema(), resolve=False)
+    return OmegaConf.to_container(root_schema(registries), resolve=False)
 
 
 def _composition_error(
-    err: HydraException, config_name: str, overrides: Sequence[str], config_dir: str | None
+    err: HydraException, config_name: str, overrides: Sequence[str], config_dir: str | None,
+    registries: Registries,
 ) -> ConfigError:
-    sections = root_schema()
+    sections = root_schema(registries)
     for override in _parsed(overrides):
         group = override.key_or_group
         if "/" in group and group.split("/")[0] in sections and group not in PLUGIN_GROUPS:
@@ -207,7 +210,7 @@ def _composition_error(
     if isinstance(cause, OmegaConfBaseException):
         culprit = _culprit(getattr(cause, "full_key", "") or "", overrides)
         others = [o for o in overrides if culprit is None or o != culprit.input_line]
-        tree = _existing_keys(config_name, others, config_dir)
+        tree = _existing_keys(config_name, others, config_dir, registries)
         if culprit is None:
             return omegaconf_error(cause, tree)
         return omegaconf_error(
@@ -235,6 +238,7 @@ def load_config(
     registries = registries if registries is not None else load_plugins()
     if local or extra_plugins:
         registries = with_plugins(registries, local, extra_plugins)
+    _refuse_sections_of_missing_step_terms(config_name, overrides, config_dir, registries)
     publish_plugin_params(registries)
     cfg = _compose(config_name, overrides, config_dir, registries)
     composed = _module_list(cfg.get("plugins"))
@@ -248,15 +252,32 @@ def load_config(
     return dataclasses.replace(validate_config(cfg, registries), recipe=config_name, overrides=tuple(overrides))
 
 
-def declared_plugins(config_name: str, overrides: Sequence[str], config_dir: str | None) -> list[str]:
-    """The local plugin modules of ``plugins:``, from the recipe's own file and the command line
-    (the last override of ``plugins`` wins), without composing."""
-    value = None
+def _recipe_file(config_name: str, config_dir: str | None) -> Any:
+    """The recipe file itself, uncomposed (an empty mapping when there is none)."""
     for root in ([Path(config_dir)] if config_dir else []) + [recipes_dir()]:
         path = root / f"{config_name}.yaml"
         if path.is_file():
-            value = (OmegaConf.load(path) or {}).get("plugins")
-            break
+            return OmegaConf.load(path) or {}
+    return {}
+
+
+def _refuse_sections_of_missing_step_terms(config_name: str, overrides: Sequence[str], config_dir: str | None,
+                                           registries: Registries) -> None:
+    """A section that no installed step term owns but a sibling distribution's does (``opd``
+    without loongsage-distill) is refused with the ``pip install`` that brings it, before
+    Hydra fails on it with a key error further down (``catalogue.install_hint``)."""
+    given = set(_recipe_file(config_name, config_dir)) | {o.key_or_group.split(".")[0] for o in _parsed(overrides)}
+    known = set(root_schema(registries))
+    for section in sorted(given - known):
+        hint = install_hint("step_term", section)
+        if hint:
+            raise ConfigError(section, f"unknown section: it belongs to step term {section!r}.{hint}")
+
+
+def declared_plugins(config_name: str, overrides: Sequence[str], config_dir: str | None) -> list[str]:
+    """The local plugin modules of ``plugins:``, from the recipe's own file and the command line
+    (the last override of ``plugins`` wins), without composing."""
+    value = _recipe_file(config_name, config_dir).get("plugins")
     for override in _parsed(overrides):
         if override.key_or_group == "plugins":
             value = None if override.is_delete() else override.value()

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, ListConfig, OmegaConf
 
+from loongsage.config.step_terms import data_source_type, step_term_plugins
 from loongsage.kind_table import KIND_TABLE, PluginGroup
-from loongsage.schema import SECTIONS, DataSourceConfig
+from loongsage.schema import SECTIONS
 
 if TYPE_CHECKING:
     from loongsage.registry import Registries
@@ -41,16 +42,19 @@ PLUGIN_GROUPS: dict[str, PluginGroup] = {
 }
 
 
-def root_schema():
-    """The root config node: every typed section, typed data sources, local plugin modules."""
+def root_schema(registries: "Registries | None" = None):
+    """The root config node: every typed section (core's, and those of the installed step
+    terms in ``registries``: ``config.step_terms``), typed data sources, local plugin modules."""
     node = {name: OmegaConf.structured(cls) for name, cls in SECTIONS.items()}
-    node["data_sources"] = ListConfig([], element_type=DataSourceConfig)
+    for plugin in step_term_plugins(registries):
+        node[plugin.section] = OmegaConf.structured(plugin.schema)
+    node["data_sources"] = ListConfig([], element_type=data_source_type(registries))
     node["plugins"] = OmegaConf.create([])
     return OmegaConf.create(node)
 
 
-def data_source_schema():
-    return OmegaConf.structured(DataSourceConfig)
+def data_source_schema(registries: "Registries | None" = None):
+    return OmegaConf.structured(data_source_type(registries))
 
 
 def plugin_option_type(name: str, params: type | None, name_field: str = "name") -> type:
@@ -63,7 +67,7 @@ def plugin_option_type(name: str, params: type | None, name_field: str = "name")
 def publish_plugin_params(registries: "Registries") -> None:
     """Store the root schema and every plugin group's options in Hydra's ConfigStore."""
     store = ConfigStore.instance()
-    store.store(name=SCHEMA_NAME, node=root_schema())
+    store.store(name=SCHEMA_NAME, node=root_schema(registries))
     for group in PLUGIN_GROUPS.values():
         for entry in registries[group.kind]:
             node = plugin_option_type(entry.name, entry.params, group.name_field)

@@ -10,8 +10,8 @@ parameters, defaults included, back into the config so ``config show`` prints al
 A reward node's generic keys (``timeout_s``, ``on_error``) default to the ``reward`` section
 and are checked by the same rules as its keys. A source naming an environment gets its
 dataset, agent and reward bound to it (``loongsage.data.environments``); naming both is
-refused. The ``budgets`` section's limits travel in each ``SourceSpec``. The ``opd`` section and the sources' teachers become a ``DistillSpec``
-(``loongsage.config.opd``).
+refused. The ``budgets`` section's limits travel in each ``SourceSpec``. The sections of the
+installed step terms are validated by their plugins (``config.step_terms``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from loongsage.algorithms.lr_schedule import LR_DECAYS
 from loongsage.algorithms.validate import AlgorithmSpec, validate_algorithm
 from loongsage.config.backend_support import (check_backend_keys, check_environment_library,
                                               check_optional_packages)
-from loongsage.config.opd import DistillSpec, validate_opd
+from loongsage.config.step_terms import ActiveTerm, validate_step_terms
 from loongsage.config.store import data_source_schema, root_schema
 from loongsage.data.environments import EnvironmentOptions, bind_environment
 from loongsage.data.sources import SourceSpec
@@ -95,13 +95,13 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def _typed(cfg: DictConfig) -> DictConfig:
+def _typed(cfg: DictConfig, registries: Registries) -> DictConfig:
     """Merge the config over the typed schema: wrong types and unknown keys fail here.
 
     The config is merged as plain containers: a composed node already carrying its section's
     dataclass type would pass a key added with Hydra's ``+`` through the merge unchecked.
     """
-    schema = root_schema()
+    schema = root_schema(registries)
     plain = OmegaConf.to_container(cfg, resolve=False)
     known = OmegaConf.to_container(schema, resolve=False)
     for key, value in plain.items():
@@ -115,9 +115,9 @@ def _typed(cfg: DictConfig) -> DictConfig:
         if not isinstance(source, dict):
             raise ConfigError(f"data_sources[{i}]", f"expected a mapping, got {source!r}")
     merged = _merge_over(schema, plain, known)
-    source_keys = OmegaConf.to_container(data_source_schema(), resolve=False)
+    source_keys = OmegaConf.to_container(data_source_schema(registries), resolve=False)
     merged.data_sources = [
-        _merge_over(data_source_schema(), source, source_keys, f"data_sources[{i}]")
+        _merge_over(data_source_schema(registries), source, source_keys, f"data_sources[{i}]")
         for i, source in enumerate(sources)
     ]
     return merged
@@ -249,7 +249,7 @@ class RunConfig:
     tool_parser: PluginRef
     train_engine: PluginRef
     rollout_engine: PluginRef
-    distill: DistillSpec | None = None  # on-policy distillation (opd.teachers), resolved
+    step_term: ActiveTerm | None = None  # the step term extending the training step (config.step_terms)
     recipe: str = ""
     overrides: tuple[str, ...] = ()
 
@@ -302,7 +302,6 @@ def _source_spec(i: int, node: DictConfig, cfg: DictConfig, registries: Registri
         **_triple(i, node, cfg, registries),
         sandbox=registries.resolve("sandbox", sandbox, f"{key}.sandbox", "type") if sandbox is not None else None,
         filters=registries.resolve_all("data_filter", node.filters, f"{key}.filters"),
-        teacher=node.teacher,
         sampling=as_container(node.sampling),
         system_prompt=node.system_prompt,
         eval_only=bool(node.eval_only),
@@ -349,7 +348,7 @@ def _resolve_plugins(cfg: DictConfig, registries: Registries) -> RunConfig:
         tool_parser=resolve("tool_parser", cfg.agentflow.tool_parser, "agentflow.tool_parser"),
         train_engine=resolve("engine", cfg.train.backend, "train.backend"),
         rollout_engine=resolve("engine", cfg.rollout.backend, "rollout.backend"),
-        distill=validate_opd(cfg, registries),
+        step_term=validate_step_terms(cfg, registries),
     )
     if cfg.train.lora.rank > 0 and not getattr(run.train_engine.obj, "supports_lora", False):
         raise ConfigError("train.lora.rank", f"train.backend {cfg.train.backend!r} has no LoRA support; "
@@ -409,7 +408,7 @@ def _check_baseline(cfg: DictConfig, algorithm: AlgorithmSpec) -> None:
 
 def validate_config(cfg: DictConfig, registries: Registries) -> RunConfig:
     """Return the typed config with its plugins resolved, or raise ``ConfigError``/``UnknownPluginError``."""
-    cfg = _typed(cfg)
+    cfg = _typed(cfg, registries)
     missing = _missing_keys(cfg)
     for i, source in enumerate(cfg.data_sources):
         missing += _missing_keys(source, f"data_sources[{i}].")

@@ -6,12 +6,12 @@ their bundles (printing the layout and saving it as ``layout.json``), joins the 
 ranks into one process group (``TrainGroup``), and builds the data sources, the mixer, the
 engine pool (the one load balancer), the AgentFlow routers, the reward worker processes
 (``reward.workers``), the rollout manager and the scheduler on the run's one rollout event
-loop, the distiller with its teachers beside train rank 0 when ``opd.teachers`` are set
-(``distill.py``), the critic beside train rank 0 when the advantage estimator needs values
-(``critic.py``), the objective, the trackers and the engine monitor (``engine_health.py``), and
-returns a ``Run`` whose verbs the loop in
-``run.py`` calls. Nothing here chooses an algorithm or looks a plugin name up: every plugin
-arrives resolved in the ``RunConfig``.
+loop, the run's step term (``config.step_terms``: a plugin extending the training step, with
+any actors of its own beside train rank 0; ``step_extension.py``), the critic beside train
+rank 0 when the advantage estimator needs values (``critic.py``), the objective, the
+trackers and the engine monitor (``engine_health.py``), and returns a ``Run`` whose verbs
+the loop in ``run.py`` calls. Nothing here chooses an algorithm or looks a plugin name up:
+every plugin arrives resolved in the ``RunConfig``.
 
 Which scheduler: the synchronous one (``SyncScheduler``: dispatch a step's groups, wait for
 all, apply the data filters) unless the config asks for overlap (``async.enable``), partial
@@ -40,7 +40,6 @@ from loongsage.config.validate import RunConfig, as_container
 from loongsage.controller.actors import add_shared_engine, shares_process, spawn_engine, start_ray
 from loongsage.controller.agent_routers import AgentRouters
 from loongsage.controller.critic import build_critic
-from loongsage.controller.distill import build_distiller
 from loongsage.controller.engine_health import EngineMonitor
 from loongsage.controller.memory import RunMemory
 from loongsage.controller.memory_budget import check_run_memory
@@ -50,6 +49,7 @@ from loongsage.controller.recorded_rollout import RecordedBatches, RecordedRollo
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
 from loongsage.controller.startup_block import data_line, run_lines
+from loongsage.controller.step_extension import start_step_extension
 from loongsage.models.folder_check import check_model_folder
 from loongsage.controller.train_group import TrainGroup
 from loongsage.controller.verbs import Run
@@ -265,7 +265,8 @@ def _started(spec: RunConfig, run_dir: RunDirectory, rollout: bool, recording: A
             run.prompt_check = prompt_checker(cfg, tokenizer)
             run.prompt_check.scan(run.sources)
         hosted = host_seats(cfg, spec.rollout_engine.obj, plan.role("train"), plan.role("rollout") if engines else [])
-        estimate = check_run_memory(cfg, run.sources, tokenizer, engines_in_train_processes=len(hosted))
+        estimate = check_run_memory(cfg, run.sources, tokenizer, spec.step_term,
+                                    engines_in_train_processes=len(hosted))
         if estimate:
             log.info(estimate)
         _start_actors(run, as_container(cfg), engines)
@@ -273,11 +274,11 @@ def _started(spec: RunConfig, run_dir: RunDirectory, rollout: bool, recording: A
             _start_rollout(run, as_container(cfg))
         elif recording is not None:
             _start_recorded(run, recording)
-        if engines and spec.distill is not None:
-            run.distiller = build_distiller(spec.distill, as_container(cfg), placement.plan.role("train")[0],
-                                          placement)
-            run.objective = Objective(spec.algorithm, run.distiller.train_term)
-        others = {**(run.distiller.actors if run.distiller else {}), **(run.critic.actors if run.critic else {})}
+        if engines and spec.step_term is not None:
+            run.extension = start_step_extension(spec.step_term, as_container(cfg), placement.plan.role("train")[0],
+                                                 placement)
+            run.objective = Objective(spec.algorithm, run.extension.train_term)
+        others = {**(run.extension.actors if run.extension else {}), **(run.critic.actors if run.critic else {})}
         run.memory = RunMemory.for_run(cfg, run.trainers.actors, run.rollout_actors, others)
         run.trackers = build_trackers(spec, run_dir)
         if engines and run.monitors_engines:

@@ -89,12 +89,12 @@ def dead_actors(actors: dict[str, Any], timeout_s: float = PING_TIMEOUT_S) -> li
     return deaths
 
 
-ROLE_KINDS = {"train": "train actor", "rollout": "rollout engine", "teacher": "teacher slot"}
+ROLE_KINDS = {"train": "train actor", "rollout": "rollout engine"}  # other roles: "<role> actor"
 
 
 def describe(death: ActorDeath) -> str:
     kind = "train" if is_train_role(death.role) else death.role.rstrip("0123456789")
-    what = f"{ROLE_KINDS.get(kind, 'actor')} {death.role!r}"
+    what = f"{ROLE_KINDS.get(kind, f'{kind} actor')} {death.role!r}"
     if death.out_of_memory:
         return f"Ray's memory monitor killed {what} ({death.reason})"
     return f"{what} died ({death.reason})"

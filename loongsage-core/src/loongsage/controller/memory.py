@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 GB = 1e9
+SUMMARY_LABELS = {"train": "train actor", "rollout": "rollout engine"}  # other roles' actors: their role
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -225,8 +226,8 @@ class RunMemory:
     @classmethod
     def for_run(cls, cfg: Any, train_actors: list, rollout_actors: list,
                 others: dict | None = None) -> "RunMemory":
-        """The run's train ranks, rollout engines and ``others`` (role -> actor: teacher
-        slots); logs their process ids (for ``top``).
+        """The run's train ranks, rollout engines and ``others`` (role -> actor: a step term's
+        actors, the critic); logs their process ids (for ``top``).
 
         One train rank is ``train``; with data parallelism they are ``train0``, ``train1``...
         """
@@ -267,10 +268,11 @@ class RunMemory:
 
         ``perf/train_rss_gb`` is the (largest) train rank's RSS at the end of the step (after
         handing freed heap memory back, ``release_free_memory``) and
-        ``perf/train_rss_peak_gb`` its peak during the step; the rollout (and teacher slot)
-        figures are the largest engine's (slot's); ``perf/run_pss_peak_gb`` is the whole run's
-        summed PSS at its peak during the step and ``perf/run_cpu_s`` the CPU seconds the whole
-        run used since the previous call (``tree_cpu_seconds``; local clusters only).
+        ``perf/train_rss_peak_gb`` its peak during the step; the rollout figures (and those of
+        any other role's actors: a step term's) are the largest engine's (actor's);
+        ``perf/run_pss_peak_gb`` is the whole run's summed PSS at its peak during the step and
+        ``perf/run_cpu_s`` the CPU seconds the whole run used since the previous call
+        (``tree_cpu_seconds``; local clusters only).
         """
         reports = self._reports()
         by_kind: dict[str, list[ActorMemory]] = {}
@@ -299,8 +301,10 @@ class RunMemory:
 
     def summary_line(self) -> str:
         peaks = self.summary()
-        names = [("perf/train_rss_peak_gb", "train actor RSS"), ("perf/rollout_rss_peak_gb", "rollout engine RSS"),
-                 ("perf/teacher_rss_peak_gb", "teacher slot RSS"), ("perf/run_pss_peak_gb", "whole run PSS")]
+        found = [key.split("/")[1].removesuffix("_rss_peak_gb") for key in peaks if key.endswith("_rss_peak_gb")]
+        kinds = [kind for kind in SUMMARY_LABELS if kind in found] + sorted(set(found) - set(SUMMARY_LABELS))
+        names = [(f"perf/{kind}_rss_peak_gb", f"{SUMMARY_LABELS.get(kind, kind)} RSS") for kind in kinds]
+        names.append(("perf/run_pss_peak_gb", "whole run PSS"))
         parts = [f"{label} {peaks[key]:.2f} GB" for key, label in names if key in peaks]
         total, _ = machine_memory()
         return f"memory peak: {', '.join(parts)} (machine {total / GB:.1f} GB)"

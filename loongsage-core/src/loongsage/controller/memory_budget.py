@@ -17,16 +17,13 @@ machine passes ``RAY_memory_usage_threshold``, 0.95 by default, of its memory):
   small to reuse), fp32 logits of one decode step, and the process, unless it lives in its
   train rank's process (``placement.share_process``: the caller says how many do, from the
   same decision that places them, ``build.host_seats``);
-* **weight sync**: one model-sized shared-memory ring (``controller.weight_sync``). In a
+* **weight sync**: one model-sized shared-memory ring (``engines.mesh_sync``). In a
   colocated CPU run of full fine-tuning the embedded engines take the ring's views as their
   weights, and an embedded DDP or single train rank keeps its own weights in it too (no delta
   shadow; FSDP2's shards are not the tensors it sends): the weights then count once, in the
   trainer (``shared_weights``);
-* **teacher slots** (``opd.teachers``, split into ``opd.teacher_slots`` contiguous groups as
-  the Teacher Manager splits them): each holds its largest teacher's weights, and when shared
-  a host copy of every teacher in it plus, with ``opd.prefetch``, a spare buffer; one chunk of
-  fp32 logits and the batch's outputs (hidden states, the widest output); the train actor
-  also keeps the teachers' output layers in fp32 and the batch's hidden states;
+* **the step term's parts** (``config.step_terms``): what the run's step term says its own
+  actors hold and adds to each train actor (``MemoryShare``);
 * **driver and Ray**: the controller process and Ray's own processes.
 
 A row is a prompt (the longest of a sample of each data source's rendered prompts, at most
@@ -47,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loongsage.config.step_terms import ActiveTerm
 from loongsage.controller.memory import GB, machine_memory
 from loongsage.controller.placement import train_ranks
 from loongsage.engines.routing import config_is_moe
@@ -60,6 +58,11 @@ PROMPTS_SAMPLED = 32  # per data source, to find the longest prompt
 WARN_FRACTION = 0.8
 CHECK_MODES = ("refuse", "warn", "off")
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def dtype_bytes(dtype: str) -> int:
+    """Bytes per value of a ``model.dtype`` (4 for one not listed)."""
+    return _DTYPE_BYTES.get(dtype, 4)
 
 
 @dataclass
@@ -171,29 +174,6 @@ def row_tokens(cfg: Any, sources: dict, tokenizer: Any) -> tuple[int, int]:
     return prompt + turns * cfg.rollout.max_new_tokens + (turns - 1) * TOOL_RESULT_TOKENS, prompt
 
 
-def slot_sizes(teachers: int, slots: int) -> list[int]:
-    """Teachers per slot: ``slots`` (0: one per teacher) contiguous groups of near-equal size."""
-    slots = slots or teachers
-    base, extra = divmod(teachers, slots)
-    return [base + (slot < extra) for slot in range(slots)]
-
-
-def _teacher_parts(cfg: Any, teachers: list[ModelShape], batch_tokens: int) -> tuple[int, int]:
-    """``(teacher slots, what the train actor adds)`` in bytes (module docstring)."""
-    b = _DTYPE_BYTES.get(cfg.model.dtype, 4)
-    chunk = cfg.train.logprob_chunk_tokens
-    slots, start = 0, 0
-    for size in slot_sizes(len(teachers), cfg.opd.teacher_slots):
-        group = teachers[start:start + size]
-        start += size
-        weights = max(t.parameters for t in group) * b
-        copies = (size + bool(cfg.opd.prefetch)) * weights if size > 1 else 0
-        outputs = batch_tokens * max(t.hidden for t in group) * 4
-        slots += PROCESS_BYTES + weights + copies + 3 * chunk * max(t.vocab for t in group) * 4 + outputs
-    heads = sum(t.vocab * t.hidden * 4 for t in teachers)
-    return slots, heads + batch_tokens * max(t.hidden for t in teachers) * 4
-
-
 def micro_batch_tokens(cfg: Any, shape: ModelShape, tokens_per_row: int, prompt_tokens: int) -> tuple[int, str]:
     """Positions of the largest micro-batch, RL's or the SFT warm start's, and how it is made up.
     A group's prompt counts once where the embedded train engine shares it: ``share_prompt`` on,
@@ -233,17 +213,17 @@ def prefix_cache_bytes(cfg: Any, shape: ModelShape, tokens_per_row: int) -> int:
     if r.prefix_cache.keep_on_update:
         return budget
     rows = (r.prompts_per_step + r.oversample_groups) * r.n_samples_per_prompt
-    per_token = shape.layers * 2 * shape.kv_heads * shape.head_dim * _DTYPE_BYTES.get(cfg.model.dtype, 4)
+    per_token = shape.layers * 2 * shape.kv_heads * shape.head_dim * dtype_bytes(cfg.model.dtype)
     return min(budget, rows * tokens_per_row * per_token)
 
 
 def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int, prompt_tokens: int = 0,
-                 teachers: list[ModelShape] | None = None, engines_in_train_processes: int = 0) -> Estimate:
+                 step_term: ActiveTerm | None = None, engines_in_train_processes: int = 0) -> Estimate:
     """The expected peak memory of every process of ``cfg``'s run (see the module docstring);
-    ``prompt_tokens``: the part of a row that a group's rows share; ``teachers``: the shapes of
-    ``opd.teachers``, in order; ``engines_in_train_processes``: rollout engines that add no
+    ``prompt_tokens``: the part of a row that a group's rows share; ``step_term``: the run's,
+    whose ``memory`` adds its parts; ``engines_in_train_processes``: rollout engines that add no
     process of their own (``placement.share_process``)."""
-    b = _DTYPE_BYTES.get(cfg.model.dtype, 4)
+    b = dtype_bytes(cfg.model.dtype)
     weights = shape.parameters * b
     t = cfg.train
     r = cfg.rollout
@@ -285,13 +265,13 @@ def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int, prompt_tokens
     if engines_read_ring:
         est.detail["weight-sync ring"] = ("the train ranks' weights" if trainer_is_ring else
                                           "the engines' weights")
-    if teachers:
+    if step_term is not None:
         batch_tokens = (r.prompts_per_step + r.oversample_groups) * r.n_samples_per_prompt * tokens_per_row
-        slots, in_trainer = _teacher_parts(cfg, teachers, batch_tokens)
-        est.parts["teacher slots"] = slots
-        est.parts["train actor"] += in_trainer
-        est.detail["teacher slots"] = (f"{len(teachers)} teacher(s) in "
-                                       f"{len(slot_sizes(len(teachers), cfg.opd.teacher_slots))} slot(s)")
+        for share in step_term.memory(cfg, batch_tokens):
+            est.parts[share.part] = share.bytes
+            est.parts["train actor"] += share.train_actor_bytes
+            if share.detail:
+                est.detail[share.part] = share.detail
     est.parts["driver and Ray"] = DRIVER_AND_RAY_BYTES
     return est
 
@@ -321,7 +301,8 @@ def check_estimate(est: Estimate, mode: str, room: int, total: int) -> str:
                            "(placement.memory_check=warn starts it anyway)")
 
 
-def check_run_memory(cfg: Any, sources: dict, tokenizer: Any, engines_in_train_processes: int = 0) -> str | None:
+def check_run_memory(cfg: Any, sources: dict, tokenizer: Any, step_term: ActiveTerm | None = None,
+                     engines_in_train_processes: int = 0) -> str | None:
     """Estimate ``cfg``'s run and check it against this machine; the line to print, or None.
 
     Skipped (None) for ``placement.memory_check: off`` and when the actors run on a remote
@@ -333,17 +314,5 @@ def check_run_memory(cfg: Any, sources: dict, tokenizer: Any, engines_in_train_p
     if mode == "off" or cfg.placement.ray_address or os.environ.get("RAY_ADDRESS"):
         return None
     est = estimate_run(cfg, ModelShape.from_folder(cfg.model.path), *row_tokens(cfg, sources, tokenizer),
-                       teachers=[_teacher_shape(cfg, i) for i in range(len(cfg.opd.teachers))],
-                       engines_in_train_processes=engines_in_train_processes)
+                       step_term=step_term, engines_in_train_processes=engines_in_train_processes)
     return check_estimate(est, mode, *room_bytes())
-
-
-def _teacher_shape(cfg: Any, index: int) -> ModelShape:
-    from loongsage.models.resolve import resolve_model_path
-
-    teacher = cfg.opd.teachers[index]
-    try:
-        return ModelShape.from_folder(str(resolve_model_path(teacher.path)))
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"opd.teachers[{index}].path", f"cannot read teacher {teacher.name!r}'s model "
-                                                         f"config: {err}") from err

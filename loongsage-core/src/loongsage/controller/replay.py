@@ -4,7 +4,7 @@
 weights, optimizer and learning-rate schedule the step started from) and the step's recorded
 batch (``controller.recording``, kept by ``rollout.record=true``), rebuilds the batch and its
 shards exactly as the run did (``batching.plan_shards`` with the step as offset,
-``groups_to_batch``) and runs the run's own train function (``trainer_ops.train_on_rollout``)
+``groups_to_batch``) and runs the run's own training step (``train_step.TrainStep``)
 on the run's train engine class, with the torch thread count the run's train rank had
 (``layout.json``) and the same compute-thread set-up (``cpu_threads.prepare_compute_thread``):
 pi_old log-probabilities, advantages, the loss terms, the gradient norm and every ``train/``
@@ -17,7 +17,8 @@ another plugin of a config group (``algorithm/policy_loss=gspo``: GSPO with its 
 and pi_old log-probabilities, their difference, advantages, weight versions) with ``torch.save``.
 
 Only what one train rank computes alone is replayed: a run with ``train.dp_size`` above 1, a
-critic or a distillation teacher is refused with the reason.
+value model, or a step term (``config.step_terms``: inputs from actors of its own) is refused
+with the reason.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ class ReplayConfig:
     algorithm: Any
     train_engine: Any
     sources: list[str]
-    distills: bool
+    step_term: str | None  # the section of the run's step term, if it has one
 
 
 def load_run_config(run_dir: Path, overrides: Sequence[str] = ()) -> ReplayConfig:
@@ -104,6 +105,7 @@ def load_run_config(run_dir: Path, overrides: Sequence[str] = ()) -> ReplayConfi
 
     from loongsage.algorithms.validate import validate_algorithm
     from loongsage.config.compose import publish_plugin_params
+    from loongsage.config.step_terms import validate_step_terms
     from loongsage.plugins import load_plugins
 
     path = Path(run_dir) / "config.yaml"
@@ -112,11 +114,11 @@ def load_run_config(run_dir: Path, overrides: Sequence[str] = ()) -> ReplayConfi
     registries = load_plugins()
     publish_plugin_params(registries)
     cfg = apply_overrides(OmegaConf.load(path), overrides)
-    opd = cfg.get("opd")
+    term = validate_step_terms(cfg, registries)
     return ReplayConfig(cfg, validate_algorithm(cfg.algorithm, registries),
                         registries.resolve("engine", cfg.train.backend, "train.backend").obj,
                         [str(source.name) for source in cfg.data_sources],
-                        bool(opd is not None and opd.get("teachers")))
+                        term.plugin.obj.section if term is not None else None)
 
 
 def _start_checkpoint(run_dir: Path, step: int) -> Path:
@@ -154,8 +156,9 @@ def _refuse_unsupported(spec: ReplayConfig) -> None:
                          "computes; replay a run trained with train.dp_size=1")
     if spec.algorithm.critic is not None:
         raise ValueError("the run's advantage estimator needs a critic: replay does not recompute critic steps")
-    if spec.distills:
-        raise ValueError("the run distils from teachers: replay does not recompute teacher outputs")
+    if spec.step_term is not None:
+        raise ValueError(f"the run's training step has a step term (section {spec.step_term}): replay does not "
+                         "recompute the inputs it adds to a batch")
 
 
 def replay_step(run_dir: Path | str, step: int, overrides: Sequence[str] = (),
@@ -167,7 +170,7 @@ def replay_step(run_dir: Path | str, step: int, overrides: Sequence[str] = (),
     from loongsage.algorithms.objective import Objective
     from loongsage.controller.batching import groups_to_batch, plan_shards
     from loongsage.controller.recording import load_batch
-    from loongsage.controller.trainer_ops import train_on_rollout
+    from loongsage.controller.train_step import TrainStep
     from loongsage.engines.cpu_threads import prepare_compute_thread
     from loongsage.engines.distributed import combine_rank_metrics
     from loongsage.runtime.partial import mask_offpolicy_tokens
@@ -191,9 +194,8 @@ def replay_step(run_dir: Path | str, step: int, overrides: Sequence[str] = (),
     if cfg.rollout.mask_offpolicy_in_partial_rollout:
         mask_offpolicy_tokens(ordered)
     batch, rewards, group_index = groups_to_batch(ordered, pad)
-    objective = Objective(spec.algorithm)
-    metrics, kept = train_on_rollout(engine, (batch, rewards, group_index), shards, objective,
-                                     keep_rows=range(len(batch)))
+    train_step = TrainStep(Objective(spec.algorithm))
+    metrics, kept = train_step(engine, (batch, rewards, group_index), shards, keep_rows=range(len(batch)))
     recomputed = combine_rank_metrics([metrics])
     tensors = _per_token(batch, kept)
     dumped = None

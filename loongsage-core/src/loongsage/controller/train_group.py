@@ -15,8 +15,7 @@ from typing import Any, Callable, Sequence
 import ray
 import torch
 
-from loongsage.algorithms.objective import Objective
-from loongsage.controller.trainer_ops import train_on_rollout
+from loongsage.controller.train_step import TrainStep
 from loongsage.engines.batch import TrainBatch
 from loongsage.engines.distributed import RankShards, combine_rank_metrics, join_group, open_store
 
@@ -59,16 +58,14 @@ class TrainGroup:
         return ray.get([actor.inspect.remote(fn, *args) for actor in self.actors])
 
     def train(self, batch: TrainBatch, rewards: torch.Tensor, group_index: torch.Tensor,
-              shards: RankShards, objective: Objective,
+              shards: RankShards, step: TrainStep,
               keep_rows: Sequence[int] = ()) -> tuple[dict[str, float], dict[str, torch.Tensor] | None]:
-        """One step on every rank: the batch is put once, each rank trains its shards. Returns
-        the combined metrics and, from rank 0, the pi_old logprobs and advantages of the rows
-        ``keep_rows`` (``train_on_rollout``; None without an RL loss)."""
+        """One step on every rank: the batch is put once, each rank runs ``step`` on its shards.
+        Returns the combined metrics and, from rank 0, the pi_old logprobs and advantages of the
+        rows ``keep_rows`` (``TrainStep``; None without an RL loss)."""
         data = ray.put((batch, rewards, group_index))
-        per_rank = self.run(train_on_rollout, data, shards, objective, list(keep_rows))
-        metrics = combine_rank_metrics([metrics for metrics, _ in per_rank])
-        if objective.distill is not None:  # its sums and token counts over every rank, then means
-            metrics = objective.distill.finish_metrics(metrics)
+        per_rank = self.run(step, data, shards, list(keep_rows))
+        metrics = step.finish_metrics(combine_rank_metrics([metrics for metrics, _ in per_rank]))
         return metrics, per_rank[0][1]
 
     def kill(self) -> None:

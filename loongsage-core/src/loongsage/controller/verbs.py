@@ -22,18 +22,19 @@ import ray
 import torch
 
 from loongsage.algorithms.objective import Objective
+from loongsage.config.step_terms import StepExtension
 from loongsage.config.validate import RunConfig
 from loongsage.controller.actors import SharedEngine, actor_handle
 from loongsage.controller.agent_routers import AgentRouters
 from loongsage.controller.batching import attach_rows, groups_to_batch, plan_shards, rollout_metrics
 from loongsage.controller.critic import Critic
-from loongsage.controller.distill import Distiller
 from loongsage.controller.memory import RunMemory
 from loongsage.controller.placement import Placement
 from loongsage.controller.recording import save_batch
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
 from loongsage.controller.train_group import TrainGroup
+from loongsage.controller.train_step import TrainStep
 from loongsage.data.mixer import apportion
 from loongsage.data.sources import evaluation_sources
 from loongsage.deadline.pool import DeadlinePool
@@ -72,7 +73,7 @@ class Run:
     agent_routers: AgentRouters | None = None
     reward_pool: DeadlinePool | None = None
     memory: RunMemory | None = None
-    distiller: Distiller | None = None
+    extension: StepExtension | None = None  # the run's step term, started (config.step_terms)
     critic: Critic | None = None  # the value model of a critic-based estimator (controller.critic)
     engine_monitor: Any = None  # controller.engine_health.EngineMonitor
     prompt_check: Any = None  # data.prompt_check.PromptChecker: records skipped while drawing
@@ -111,7 +112,7 @@ class Run:
 
     def train(self, groups: list, step: int, metrics: dict) -> dict[str, float]:
         """Train on ``groups``: cut into (mini-batch, rank) shards, one batch for all ranks, to
-        which the distiller's teachers first add their outputs and the critic its values; the
+        which the step term first adds its inputs and the critic its values; the
         policy waits during the critic's warm-up steps, the critic trains after it; with
         ``rollout.record`` the groups are first written as the step's batch (``recording``); the samples
         ``record`` saves (the first ``logging.samples_per_step``) get their pi_old logprobs,
@@ -124,10 +125,9 @@ class Run:
                                       offset=step)
         batch, rewards, group_index = self.to_batch(ordered, metrics)
         step_metrics: dict[str, float] = {}
-        if self.distiller is not None:
-            with timed(step_metrics, "timing/teacher"):
-                row_sources = [g.prompt.source for g in ordered for _ in g.samples]
-                step_metrics.update(self.distiller.teacher_outputs(batch, row_sources))
+        if self.extension is not None:
+            row_sources = [g.prompt.source for g in ordered for _ in g.samples]
+            step_metrics.update(self.extension.before_train(batch, row_sources))
         saved = [s for g in groups for s in g.samples][:self.cfg.logging.samples_per_step]
         row_of = {id(s): row for row, s in enumerate(s for g in ordered for s in g.samples)}
         keep_rows = [row_of[id(s)] for s in saved]
@@ -137,8 +137,8 @@ class Run:
             attach_rows(saved, {"values": batch.extras["values"][keep_rows]})
         if self.critic is None or not self.critic.warming_up(step):
             with self.weights_lock:
-                train_metrics, kept = self.trainers.train(batch, rewards, group_index, shards, self.objective,
-                                                          keep_rows=keep_rows)
+                train_metrics, kept = self.trainers.train(batch, rewards, group_index, shards,
+                                                          TrainStep(self.objective), keep_rows=keep_rows)
             if kept is not None:
                 attach_rows(saved, kept)
             step_metrics.update(train_metrics)
@@ -231,8 +231,8 @@ class Run:
             tracker.close()
         if self.memory is not None:
             self.memory.close()
-        if self.distiller is not None:
-            self.distiller.close()
+        if self.extension is not None:
+            self.extension.close()
         if self.critic is not None:
             self.critic.close()
         if self.scheduler is not None:

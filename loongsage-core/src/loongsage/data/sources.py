@@ -59,7 +59,6 @@ class SourceSpec:
     sandbox: PluginRef | None = None
     environment: PluginRef | None = None  # the source's environment; dataset, agent, reward bound to it
     filters: tuple[PluginRef, ...] = ()
-    teacher: str | None = None
     sampling: Mapping[str, Any] = field(default_factory=dict)
     system_prompt: str | None = None
     eval_only: bool = False  # scored by evaluations only, never trained on

@@ -2,7 +2,7 @@
 
 An engine plugin (kind ``engine``, ``docs/plugins.md``) is a class hosted in a Ray actor and
 built by ``from_config(cfg, device=...)``; what else it has depends on its role. These two
-protocols are those roles, written from the call sites in ``controller/`` (``trainer_ops``,
+protocols are those roles, written from the call sites in ``controller/`` (``train_step``,
 ``lifecycle``, ``phases``, ``build``): the built-in engines (``embedded_train`` and
 ``megatron``; ``embedded_rollout`` and ``sglang``) implement them without importing each
 other, and a third-party engine implements the same ones. The third protocol, the weight

@@ -51,8 +51,9 @@ PUBLIC: dict[str, tuple[str, str]] = {
     "WeightSync": ("loongsage.engines.weight_sync", "the weight transport a rollout engine's weight_sync opens"),
     "TrainRanks": ("loongsage.engines.weight_sync", "the train ranks, as a weight sync reaches them"),
     "Tracker": ("loongsage.tracking.base", "base class of kind tracker"),
-    "Distiller": ("loongsage.controller.distill", "contract of kind distiller"),
-    "DistillTerm": ("loongsage.algorithms.distill_term", "the train-side half a distiller hands the objective"),
+    "StepTermPlugin": ("loongsage.config.step_terms", "contract of kind step_term"),
+    "StepExtension": ("loongsage.config.step_terms", "what a step term's build returns: batch inputs, actors"),
+    "StepTerm": ("loongsage.algorithms.step_term", "the train-side half of a step term, run in the train actor"),
     "Command": ("loongsage.plugin.kinds", "contract of kind command"),
     # ---- records plugins receive and return -----------------------------------------------
     "Prompt": ("loongsage.data.types", "what a dataset returns and an agent receives"),
@@ -74,15 +75,14 @@ PUBLIC: dict[str, tuple[str, str]] = {
     "PolicyLossInputs": ("loongsage.algorithms.types", "what a policy loss or an IS correction receives"),
     "PolicyLossOutput": ("loongsage.algorithms.types", "what a policy loss returns"),
     "Correction": ("loongsage.algorithms.types", "what an IS correction returns"),
-    "TrainBatch": ("loongsage.engines.batch", "the batch a distiller writes teacher outputs into"),
-    "LossContext": ("loongsage.engines.batch", "one micro-batch, as a loss term (DistillTerm.loss) sees it"),
+    "TrainBatch": ("loongsage.engines.batch", "the batch a step term writes its inputs into"),
+    "LossContext": ("loongsage.engines.batch", "one micro-batch, as a loss term (StepTerm.loss) sees it"),
     "LogitTerm": ("loongsage.engines.batch", "values a loss term computes inside the chunked LM head"),
     "Registries": ("loongsage.registry", "the run's registries, handed to commands and middlewares"),
     "RegistryEntry": ("loongsage.registry", "one registered plugin, as the registries hold it"),
     "PluginRef": ("loongsage.registry", "a resolved config reference to a plugin, with typed params"),
-    "TeacherSpec": ("loongsage.config.opd", "one validated opd.teachers entry, as a distiller gets it"),
-    "DistillContext": ("loongsage.controller.distill", "what a distiller is built from"),
-    "DistillSpec": ("loongsage.config.opd", "the validated opd section, as a distiller's context holds it"),
+    "StepContext": ("loongsage.config.step_terms", "what a step term's extension is built from"),
+    "MemoryShare": ("loongsage.config.step_terms", "what a step term adds to the start-up memory estimate"),
     # ---- errors ---------------------------------------------------------------------------
     "LoongSageError": ("loongsage.errors", "base of every error core raises on purpose; a sandbox raises it"),
     "ConfigError": ("loongsage.errors", "a bad config value, naming its key: the error for bad params"),
@@ -107,6 +107,11 @@ PUBLIC: dict[str, tuple[str, str]] = {
     "MeshWeightSync": ("loongsage.engines.mesh_sync", "TransferMesh into the engine's process (apply_weights)"),
     "engine_values": ("loongsage.engines.weight_sync", "a call in every engine actor, None where one died"),
     "resolve_model_path": ("loongsage.models.resolve", "model.path as core resolves it (tiny, smollm2, hub ids)"),
+    # ---- helpers for step term plugins ----------------------------------------------------
+    "ModelShape": ("loongsage.controller.memory_budget", "a model folder's sizes, for a memory estimate"),
+    "PROCESS_BYTES": ("loongsage.controller.memory_budget", "what one worker process holds, for a memory estimate"),
+    "dtype_bytes": ("loongsage.controller.memory_budget", "bytes per value of a model.dtype"),
+    "closest": ("loongsage.hints", "the closest of some names to a misspelt one, for a 'did you mean' hint"),
     # ---- helpers for agent plugins --------------------------------------------------------
     "SEED_KEY": ("loongsage.engines.sampling_seed", "the sampling_params field holding a request's seed"),
     "sample_seed": ("loongsage.engines.sampling_seed", "the seed of a group's i-th sample, as core derives it"),
@@ -143,12 +148,12 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time the names load o
     from loongsage.agentflow.tool_calls import ParsedOutput, ToolCall, ToolParser
     from loongsage.algorithms.advantages import broadcast, group_stats, masked_whiten
     from loongsage.algorithms.aggregation import aggregate
-    from loongsage.algorithms.distill_term import DistillTerm
     from loongsage.algorithms.filters import FilterResult
     from loongsage.algorithms.mismatch import log_mismatch
+    from loongsage.algorithms.step_term import StepTerm
     from loongsage.algorithms.types import AdvantageInputs, Correction, PolicyLossInputs, PolicyLossOutput
-    from loongsage.config.opd import DistillSpec, TeacherSpec
-    from loongsage.controller.distill import DistillContext, Distiller
+    from loongsage.config.step_terms import MemoryShare, StepContext, StepExtension, StepTermPlugin
+    from loongsage.controller.memory_budget import PROCESS_BYTES, ModelShape, dtype_bytes
     from loongsage.data.environments import Endpoint, EnvironmentContext, Episode
     from loongsage.data.sources import SandboxFactory, SourceContext
     from loongsage.data.types import Group, Prompt, Sample
@@ -165,6 +170,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time the names load o
     from loongsage.errors import (
         ConfigError, DuplicatePluginError, LoongSageError, PluginImportError, RegistryFrozenError, UnknownPluginError,
     )
+    from loongsage.hints import closest
     from loongsage.install_hints import extra_command
     from loongsage.models.resolve import resolve_model_path
     from loongsage.plugin.kinds import (

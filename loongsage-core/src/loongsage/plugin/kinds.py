@@ -5,7 +5,7 @@ written from the call sites in core (``docs/plugins.md`` §4 describes each in p
 kinds are subclasses of a core base class instead, which gives them working defaults:
 ``router_middleware`` (``RouterMiddleware``), ``window_policy`` (``WindowPolicy``) and
 ``tracker`` (``Tracker``). Two protocols live where core calls them and are re-exported by
-``loongsage.plugin``: ``ToolParser`` and the distiller's ``Distiller`` / ``DistillTerm``.
+``loongsage.plugin``: ``ToolParser`` and the step term's ``StepTermPlugin`` (with ``StepTerm``).
 
 ``KIND_CONTRACTS`` names the contract type of every kind, as a name of ``loongsage.plugin``
 (resolved on first use, so this module imports neither torch nor the router); it comes from

@@ -7,7 +7,7 @@ The train ranks join one torch process group exactly as the embedded engine's do
 store.
 
 ``MegatronRanks`` is the engine's ``parallel`` object, the same interface the controller
-already drives for DDP/FSDP2 (``trainer_ops.train_on_rollout``, ``weight_sync``): ``rank``
+already drives for DDP/FSDP2 (``train_step.TrainStep``, ``weight_sync``): ``rank``
 and ``world_size`` are the **data-parallel** rank and size, because the controller shards a
 step's rows over data-parallel ranks only; every TP/PP rank of one data-parallel replica
 receives the same rows. ``gather_rows`` and ``global_counts`` therefore run over the DP

@@ -146,14 +146,21 @@ def check_tracker_contract(cls: type, params: Any) -> None:
         tracker.close()
 
 
-def check_distiller_contract(cls: type, params: Any) -> None:
-    """A class built as ``cls(context)`` with ``teacher_outputs(batch, row_sources)`` and ``close``."""
-    for method in ("teacher_outputs", "close"):
-        assert callable(getattr(cls, method, None)), f"{cls} needs {method}"
-    try:
-        inspect.signature(cls).bind(None)
-    except TypeError as err:
-        raise AssertionError(f"{cls} must be built as cls(context): {err}") from None
+def check_step_term_contract(obj: Any, params: Any) -> None:
+    """A ``section`` name, dataclass ``schema`` (and ``source_schema``, a dataclass or None),
+    and ``validate(cfg, registries)``, ``memory(cfg, settings, batch_tokens)``, ``build(context)``."""
+    section = getattr(obj, "section", None)
+    assert isinstance(section, str) and section.isidentifier(), f"{obj} needs a section name, got {section!r}"
+    assert dataclasses.is_dataclass(getattr(obj, "schema", None)), f"{obj} needs a dataclass schema"
+    source = getattr(obj, "source_schema", None)
+    assert source is None or dataclasses.is_dataclass(source), f"{obj}: source_schema must be a dataclass or None"
+    for method, args in (("validate", (None, None)), ("memory", (None, None, 0)), ("build", (None,))):
+        fn = getattr(obj, method, None)
+        assert callable(fn), f"{obj} needs {method}"
+        try:
+            inspect.signature(fn).bind(*args)
+        except TypeError as err:
+            raise AssertionError(f"{obj}.{method} takes {len(args)} argument(s): {err}") from None
 
 
 def check_command_contract(fn: Callable[..., Any], params: Any) -> None:
@@ -184,7 +191,7 @@ CONTRACT_CHECKS: dict[str, Callable[[Any, Any], None]] = {
     "window_policy": check_window_policy_contract,
     "engine": check_engine_contract,
     "tracker": check_tracker_contract,
-    "distiller": check_distiller_contract,
+    "step_term": check_step_term_contract,
     "command": check_command_contract,
 }
 

@@ -1,10 +1,12 @@
-"""The ``opd`` section and ``data_sources[*].teacher``, validated into a ``DistillSpec``.
+"""The ``opd`` section and ``data_sources[*].teacher``: their schema, validated into a ``DistillSpec``.
 
 On-policy distillation (GKD, arXiv 2306.13649; Thinking Machines' on-policy distillation blog, 2025)
 has each data source name its teacher among
-``opd.teachers``; the distiller plugin (``opd.distiller``, built in loongsage-distill) hosts
-the teachers, computes their outputs for every training batch, and adds its terms to the
-objective. Config rules, each refused with the key:
+``opd.teachers``; the distiller (``opd.distiller``: ``multi_teacher``) hosts the teachers,
+computes their outputs for every training batch, and adds its terms to the objective. The
+section and the data sources' ``teacher`` key are this distribution's: the step term ``opd``
+(``step``) adds them to the run's config (``loongsage.plugin.StepTermPlugin``). Config rules,
+each refused with the key:
 
 - without ``opd.teachers`` no source names a teacher and every other ``opd`` key keeps its
   default (a setting that would do nothing is an error, not silently ignored);
@@ -15,7 +17,8 @@ objective. Config rules, each refused with the key:
   advantage is switched off), as is ``λ_gkd = 1`` with a source that names no teacher (its
   samples would train on nothing);
 - ``opd.pg_kl_method`` must be a KL policy usable as a detached penalty and
-  ``opd.gkd_kl_method`` one usable as a loss (each declares its ``opd_roles``);
+  ``opd.gkd_kl_method`` one usable as a loss (each declares its ``kl_roles``);
+- ``opd.distiller`` is one of ``DISTILLERS``;
 - ``opd.topk ≥ 1``, ``opd.jsd_beta ∈ (0, 1)``, ``0 ≤ opd.teacher_slots ≤`` the number of
   teachers (0: one slot per teacher). Teachers sharing a slot must share an architecture;
   that needs their model folders and is checked when the run is built.
@@ -23,18 +26,53 @@ objective. Config rules, each refused with the key:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import List, Optional
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 
-from loongsage.errors import ConfigError
-from loongsage.hints import closest
-from loongsage.registry import PluginRef, Registries
-from loongsage.schema import OPDConfig
+from loongsage.plugin import ConfigError, PluginRef, Registries, closest
 
 ROLE_KEYS = {"pg": "opd.pg_kl_method", "gkd": "opd.gkd_kl_method"}
+KL_ROLE = {"pg": "penalty", "gkd": "loss"}  # the kl_roles a KL policy declares for each opd role
 ROLE_USES = {"pg": "a detached per-token penalty on the advantage (opd.pg_ratio)",
              "gkd": "a differentiable loss (opd.gkd_ratio)"}
+
+
+# opd.distiller -> the class it builds (``cls(context)``, ``loongsage.plugin.StepContext``)
+DISTILLERS = {"multi_teacher": "loongsage_distill.distiller:MultiTeacherDistiller"}
+
+
+@dataclass
+class TeacherConfig:
+    """One distillation teacher: the name data sources give in ``teacher``, and its model."""
+
+    name: str = MISSING  # what data_sources[*].teacher gives to pick this teacher
+    path: str = MISSING  # any Hugging Face folder, builtin:*, or a run's exported model
+    backend: str = "embedded_teacher"  # engine plugin hosting it, forward only
+
+
+@dataclass
+class OPDConfig:
+    """On-policy distillation: each data source's teacher, the objectives, the teachers' memory."""
+
+    teachers: List[TeacherConfig] = field(default_factory=list)  # none = no distillation
+    distiller: str = "multi_teacher"  # the distiller hosting the teachers (loongsage-distill: multi_teacher)
+    pg_ratio: float = 0.0  # λ_pg: advantage A_t − λ_pg·sg(KL_t)
+    gkd_ratio: float = 0.0  # λ_gkd: loss (1 − λ_gkd)·L_RL + λ_gkd·L_GKD; 1 skips the RL loss
+    pg_kl_method: str = "k1"  # kl_policy of the PG penalty: k1 | topk_kl | full_kl
+    gkd_kl_method: str = "topk_kl"  # kl_policy of the GKD loss: k2 | k3 | topk_kl | topk_jsd | full_kl | full_jsd
+    topk: int = 256  # teacher top-k entries per token (topk_* methods; capped at the vocabulary)
+    jsd_beta: float = 0.5  # β of JSD_β (the *_jsd methods)
+    teacher_slots: int = 0  # memory slots the teachers share; 0 = one slot per teacher (all resident)
+    prefetch: bool = True  # copy the next teacher of a shared slot in while the current one computes
+
+
+@dataclass
+class TeacherSourceConfig:
+    """What distillation adds to every data source."""
+
+    teacher: Optional[str] = None  # the opd.teachers name distilling into this source; null = none
 
 
 @dataclass(frozen=True)
@@ -60,7 +98,7 @@ class DistillSpec:
     (``opd.teacher_slots: 0`` becomes one per teacher).
     """
 
-    distiller: PluginRef
+    distiller: str
     teachers: tuple[TeacherSpec, ...]
     source_names: tuple[str, ...]
     source_teachers: tuple[int, ...]
@@ -84,7 +122,7 @@ class DistillSpec:
 
 def _check_without_teachers(cfg: DictConfig) -> None:
     for i, source in enumerate(cfg.data_sources):
-        if source.teacher is not None:
+        if source.get("teacher") is not None:
             raise ConfigError(f"data_sources[{i}].teacher", f"names teacher {source.teacher!r} but opd.teachers "
                               "is empty; add the teacher to opd.teachers ({name, path}) or remove it")
     defaults = OmegaConf.structured(OPDConfig)
@@ -153,7 +191,7 @@ def _ratios(opd: DictConfig) -> tuple[float, float]:
 def _method(opd: DictConfig, role: str, registries: Registries) -> PluginRef:
     key = ROLE_KEYS[role]
     ref = registries.resolve("kl_policy", OmegaConf.select(opd, key.split(".", 1)[1]), key)
-    roles = tuple(ref.trait("opd_roles", ()))
+    roles = [r for r in ROLE_KEYS if KL_ROLE[r] in ref.trait("kl_roles", ())]
     if role not in roles:
         usable = " or ".join(ROLE_USES[r].split(" (")[0] for r in roles) or "nothing in distillation"
         raise ConfigError(key, f"kl_policy '{ref.name}' cannot be used as {ROLE_USES[role]}: it declares itself "
@@ -172,13 +210,22 @@ def _check_ranges(opd: DictConfig, teachers: int) -> int:
     return int(opd.teacher_slots) or teachers
 
 
+def _distiller(opd: DictConfig) -> str:
+    if opd.distiller not in DISTILLERS:
+        match = closest(str(opd.distiller), list(DISTILLERS))
+        hint = f"; did you mean {match!r}?" if match else ""
+        raise ConfigError("opd.distiller", f"unknown distiller {opd.distiller!r}; expected one of "
+                          f"{sorted(DISTILLERS)}{hint}")
+    return str(opd.distiller)
+
+
 def validate_opd(cfg: DictConfig, registries: Registries) -> DistillSpec | None:
     """The ``DistillSpec`` of ``cfg``, None without teachers, or ``ConfigError`` (module docstring)."""
     opd = cfg.opd
     if not opd.teachers:
         _check_without_teachers(cfg)
         return None
-    distiller = registries.resolve("distiller", opd.distiller, "opd.distiller")
+    distiller = _distiller(opd)
     teachers = _teachers(cfg, registries)
     pg, gkd = _ratios(opd)
     slots = _check_ranges(opd, len(teachers))
