@@ -1,0 +1,172 @@
+"""The ``verifiers`` environment: config errors, and episodes run by verifiers' own env server
+(verifiers 0.4.0, a real child process) through a real router.
+
+The environment is the example ``examples/verifiers-adder`` (installed by
+requirements-dev.txt: one MCP tool ``add``, reward ``correct``), played by verifiers' ``null``
+harness (its chat loop, a ``uv`` script) in the ``subprocess`` runtime. The engine behind the
+router is the scripted one of ``tests/agents/conftest.py`` (the random tiny model cannot be made
+to call a tool), so the test decides the replies; each episode's reward is recomputed with the
+task's own scoring (``Task.score`` on a trace holding the episode's final reply). A failing
+episode comes from a taskset written here whose reward raises for a chosen reply. The
+end-to-end run on the tiny model is ``tests/e2e/test_verifiers.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import textwrap
+
+import pytest
+
+from loongsage.config.validate import validate_config
+from loongsage.plugin import ConfigError
+from loongsage.plugins import get_registries
+
+from tests.environment_sources import built, config
+
+ADDER = {"type": "verifiers", "id": "adder-tools", "args": {"num_tasks": 6}, "held_out_size": 2,
+         "concurrency": 1}
+
+
+def run_group(source, prompt, n, engine):
+    return asyncio.run(source.agent.run_group(prompt, n, engine, {"max_new_tokens": 64}))
+
+
+def library_reward(task_data: dict, final_reply: str) -> float:
+    """adder-tools' own scoring (``Task.score``: its rewards, weighted) of a final reply."""
+    import verifiers.v1 as vf
+    from adder_tools.taskset import AdderData, AdderTask
+
+    task = AdderTask(AdderData.model_validate(task_data))
+    trace = vf.Trace(task=vf.TraceTask(type="AdderTask", data=task.data),
+                     agent=vf.AgentInfo(config=vf.AgentConfig()), root_reply=final_reply)
+    asyncio.run(task.score(trace))
+    return trace.reward
+
+
+# ---- config errors, before any actor starts --------------------------------------------------
+
+def test_an_unknown_environment_names_the_installed_ones():
+    with pytest.raises(ConfigError) as err:
+        validate_config(config({"name": "v", "environment": {"type": "verifiers", "id": "adder-tool"}}),
+                        get_registries())
+    message = str(err.value)
+    assert message.startswith("data_sources[0].environment: invalid parameters for environment 'verifiers': "
+                              "id: no installed verifiers environment 'adder-tool' (module 'adder_tool'; "
+                              "installed: ")
+    installed = message.split("installed: ")[1].split(")")[0].split(", ")
+    assert "adder_tools" in installed and "textarena" in installed  # ours, and verifiers' own bridges
+
+
+def test_without_the_library_the_error_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "verifiers", None)  # found by no import from here on
+    with pytest.raises(ConfigError) as err:
+        validate_config(config({"name": "v", "environment": ADDER}), get_registries())
+    message = str(err.value)
+    assert message.startswith("data_sources[0].environment.type: environment 'verifiers' needs the "
+                              "'verifiers' library, which is not installed; install the extra [verifiers] "
+                              "of loongsage-agents: ")
+    assert message.endswith("pip install 'verifiers==0.4.0' 'mcp==2.0.0' 'uv==0.13.9'")
+
+
+def test_taskset_args_verifiers_refuses_name_the_key(tokenizer):
+    with pytest.raises(ConfigError, match=r"args: verifiers refused the config of environment 'adder-tools': "
+                                          r"(?s:.*)num_tasks"):
+        built(get_registries(), {"name": "v", "environment": {**ADDER, "args": {"num_tasks": "many"}}},
+              tokenizer=tokenizer)
+
+
+def test_the_splits_are_disjoint_and_seeded(tokenizer):
+    source = built(get_registries(), {"name": "v", "environment": ADDER}, tokenizer=tokenizer)[1]["v"]
+    env = source.agent.environment
+    train, held = env.tasks("train"), env.tasks("held_out")
+    keys = lambda tasks: [tasks.get(i).metadata["task_idx"] for i in range(len(tasks))]  # noqa: E731
+    assert len(train) == 4 and len(held) == 2 and sorted(keys(train) + keys(held)) == list(range(6))
+    prompt = train.get(0)
+    data = prompt.metadata["task_data"]
+    assert prompt.messages[-1] == {"role": "user", "content": f"What is {data['a']} + {data['b']}?"}
+    again = built(get_registries(), {"name": "v", "environment": ADDER}, tokenizer=tokenizer)[1]["v"]
+    assert keys(again.agent.environment.tasks("train")) == keys(train)
+    other = built(get_registries(), {"name": "v", "environment": {**ADDER, "seed": 1}}, tokenizer=tokenizer)[1]["v"]
+    assert keys(other.agent.environment.tasks("train")) != keys(train)
+
+
+# ---- episodes in verifiers' env server through the router ------------------------------------
+
+def call(name: str, arguments: dict) -> str:
+    """A reply that calls a tool (the Hermes format the run's tool parser reads)."""
+    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+
+
+def test_a_tool_episode_records_the_call_and_its_result_and_scores_as_the_library(scripted_engine, tokenizer):
+    source = built(get_registries(), {"name": "v", "environment": ADDER}, tokenizer=tokenizer)[1]["v"]
+    prompt = source.get(1)
+    data = prompt.metadata["task_data"]
+    total = data["a"] + data["b"]
+    replies = [call("add", {"a": data["a"], "b": data["b"]}), f"The sum is {total}."]
+    try:
+        [sample] = run_group(source, prompt, 1, scripted_engine(replies))
+    finally:
+        source.agent.close()
+        source.agent.environment._server.stop()
+    info = sample.reward_info
+    assert "failed" not in info, info
+    assert info["episode_reward"] == library_reward(data, f"The sum is {total}.") == 1.0
+    assert info["episode_metrics"] == {"used_tool": 1.0, "reward_correct": 1.0, "turns": 2.0}
+    assert sample.text == f"The sum is {total}."
+    # one trajectory: the prompt, the tool's schema, the call, its result, the answer
+    text = tokenizer.decode(sample.prompt_ids + sample.response_ids)
+    for piece in ["Use the add tool", f"What is {data['a']} + {data['b']}?", '"name": "add"',
+                  "Return the sum of the integers a and b.", f"<tool_response>\n{total}\n</tool_response>",
+                  *replies]:
+        assert piece in text, piece
+    trained = tokenizer.decode([t for t, m in zip(sample.response_ids, sample.loss_mask) if m])
+    assert all(reply in trained for reply in replies)
+    assert "<tool_response>" not in trained  # the tool's result is out of the loss mask
+    assert source.score(sample.text, None, prompt=prompt, sample=sample) == {"score": 1.0}
+
+
+FLAKY = '''
+import verifiers.v1 as vf
+from adder_tools.taskset import AdderConfig, AdderTask, AdderTaskset
+
+
+class FlakyTask(AdderTask):
+    @vf.reward(weight=1.0)
+    async def correct(self, trace: vf.Trace) -> float:
+        if "boom" in trace.last_reply:
+            raise RuntimeError("the scorer crashed")
+        return await super().correct(trace)
+
+
+class FlakyTaskset(vf.Taskset[FlakyTask, AdderConfig]):  # the server builds tasks of this type
+    def load(self):
+        return [FlakyTask(t.data, self.config.task) for t in AdderTaskset.load(self)]
+
+
+__all__ = ["FlakyTaskset"]
+'''
+
+
+def test_a_failing_episode_is_marked_and_the_others_go_on(scripted_engine, tokenizer, tmp_path, monkeypatch):
+    (tmp_path / "flaky_adder.py").write_text(textwrap.dedent(FLAKY))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # for verifiers' env server
+    env = {**ADDER, "id": "flaky-adder"}
+    source = built(get_registries(), {"name": "f", "environment": env}, tokenizer=tokenizer)[1]["f"]
+    prompt = source.get(0)
+    total = prompt.metadata["task_data"]["a"] + prompt.metadata["task_data"]["b"]
+    try:
+        samples = run_group(source, prompt, 2, scripted_engine(["boom", f"{total}"]))
+    finally:
+        source.agent.close()
+        source.agent.environment._server.stop()
+    crashed, ok = samples
+    assert crashed.reward_info["failed"].startswith("the environment's episode failed: RuntimeError: the "
+                                                    "verifiers episode failed: ")
+    assert "the scorer crashed" in crashed.reward_info["failed"]
+    assert crashed.response_ids  # its model call was made and recorded
+    assert ok.reward_info["episode_reward"] == 1.0 and "failed" not in ok.reward_info
+    assert [source.score(s.text, None, prompt=prompt, sample=s)["score"] for s in samples] == [0.0, 1.0]
