@@ -24,7 +24,7 @@ from loongsage.config.validate import validate_config
 from loongsage.plugin import ConfigError
 from loongsage.plugins import get_registries
 
-from tests.environment_sources import built, config
+from tests.environment_sources import built, config, library_reward
 
 ADDER = {"type": "verifiers", "id": "adder-tools", "args": {"num_tasks": 6}, "held_out_size": 2,
          "concurrency": 1}
@@ -32,18 +32,6 @@ ADDER = {"type": "verifiers", "id": "adder-tools", "args": {"num_tasks": 6}, "he
 
 def run_group(source, prompt, n, engine):
     return asyncio.run(source.agent.run_group(prompt, n, engine, {"max_new_tokens": 64}))
-
-
-def library_reward(task_data: dict, final_reply: str) -> float:
-    """adder-tools' own scoring (``Task.score``: its rewards, weighted) of a final reply."""
-    import verifiers.v1 as vf
-    from adder_tools.taskset import AdderData, AdderTask
-
-    task = AdderTask(AdderData.model_validate(task_data))
-    trace = vf.Trace(task=vf.TraceTask(type="AdderTask", data=task.data),
-                     agent=vf.AgentInfo(config=vf.AgentConfig()), root_reply=final_reply)
-    asyncio.run(task.score(trace))
-    return trace.reward
 
 
 # ---- config errors, before any actor starts --------------------------------------------------
@@ -170,3 +158,44 @@ def test_a_failing_episode_is_marked_and_the_others_go_on(scripted_engine, token
     assert crashed.response_ids  # its model call was made and recorded
     assert ok.reward_info["episode_reward"] == 1.0 and "failed" not in ok.reward_info
     assert [source.score(s.text, None, prompt=prompt, sample=s)["score"] for s in samples] == [0.0, 1.0]
+
+
+# ---- vf-eval against loongsage serve ---------------------------------------------------------
+
+def test_vf_eval_against_loongsage_serve_records_one_trajectory_per_rollout(engine_url, tmp_path):
+    """verifiers' own CLI, unmodified, against ``loongsage serve --session-header x-session-id``:
+    it sends every rollout with one API key and ``X-Session-ID: <the rollout's trace id>``, so
+    each rollout is a trajectory of its own, holding exactly the tokens vf-eval counted."""
+    import io
+    import os
+    import subprocess
+
+    import httpx
+
+    from loongsage.controller.serve import run_serve
+
+    router, _ = run_serve("tiny/grpo", [], engine_urls=[engine_url], block=False, out=io.StringIO(),
+                          session_header="x-session-id")
+    bin_dir = os.path.dirname(sys.executable)
+    env = {**os.environ, "VF_KEY": "vf-eval", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    try:
+        done = subprocess.run(
+            [f"{bin_dir}/vf-eval", "adder-tools", "-m", "tiny", "--client.base-url", f"{router.url}/v1",
+             "--client.api-key-var", "VF_KEY", "--env.agent.harness.id", "null",
+             "--env.agent.runtime.type", "subprocess", "--env.taskset.num-tasks", "2", "-n", "2", "-r", "1",
+             "--sampling.max-tokens", "8", "--no-push", "--no-rich"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        [results] = list((tmp_path / "outputs").glob("*/traces.jsonl"))
+        episodes = [json.loads(line) for line in results.read_text().splitlines()]
+        traces = [episode["traces"][0] for episode in episodes]
+        assert len(traces) == 2 and all(episode["ok"] for episode in episodes)
+        listing = httpx.get(f"{router.url}/v1/trajectories").json()["trajectories"]
+        assert sorted(t["trajectory_id"] for t in listing) == sorted(f"vf-eval.{t['id']}" for t in traces)
+        for trace in traces:  # each rollout's trajectory holds the tokens verifiers counted for it
+            [traj] = httpx.get(f"{router.url}/v1/trajectories/vf-eval.{trace['id']}").json()["attempts"]
+            assert sum(traj["loss_mask"]) == trace["num_output_tokens"]
+            last = trace["calls"][-1]["usage"]
+            assert len(traj["tokens"]) == last["prompt_tokens"] + last["completion_tokens"]
+    finally:
+        router.stop()

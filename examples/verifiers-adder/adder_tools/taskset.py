@@ -3,6 +3,8 @@
 Task i of seed s adds two integers drawn with ``random.Random(f"{s}:{i}")`` from
 ``[0, max_operand]``. The reward ``correct`` (weight 1) is 1.0 when the last integer of the
 agent's final reply is the sum; the metric ``used_tool`` says whether the agent called ``add``.
+The ``add`` tool holds no per-task state, so it is taskset-scoped (``Taskset.toolsets``): one
+MCP server for the whole run instead of one started per rollout.
 """
 
 import random
@@ -31,15 +33,7 @@ class AdderData(vf.TaskData):
     b: int
 
 
-class AdderTaskConfig(vf.TaskConfig):
-    tools: vf.ToolsetConfig = vf.ToolsetConfig()
-
-
-class AdderTask(vf.Task[AdderData, vf.State, AdderTaskConfig]):
-    @classmethod
-    def toolsets(cls, config: AdderTaskConfig) -> list[vf.Toolset]:
-        return [AdderToolset(config.tools)]
-
+class AdderTask(vf.Task[AdderData, vf.State, vf.TaskConfig]):
     @vf.reward(weight=1.0)
     async def correct(self, trace: vf.Trace) -> float:
         return float(last_integer(trace.last_reply) == self.data.a + self.data.b)
@@ -54,10 +48,14 @@ class AdderConfig(vf.TasksetConfig):
     num_tasks: int = 100
     seed: int = 0
     max_operand: int = 99
-    task: AdderTaskConfig = AdderTaskConfig()
+    tools: vf.ToolsetConfig = vf.ToolsetConfig()
 
 
 class AdderTaskset(vf.Taskset[AdderTask, AdderConfig]):
+    @classmethod
+    def toolsets(cls, config: AdderConfig) -> list[vf.Toolset]:
+        return [AdderToolset(config.tools)]
+
     def load(self) -> list[AdderTask]:
         tasks = []
         for i in range(self.config.num_tasks):
