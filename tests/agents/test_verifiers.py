@@ -98,7 +98,7 @@ def test_a_tool_episode_records_the_call_and_its_result_and_scores_as_the_librar
         [sample] = run_group(source, prompt, 1, scripted_engine(replies))
     finally:
         source.agent.close()
-        source.agent.environment._server.stop()
+        asyncio.run(source.agent.environment.server()).stop()
     info = sample.reward_info
     assert "failed" not in info, info
     assert info["episode_reward"] == library_reward(data, f"The sum is {total}.") == 1.0
@@ -150,7 +150,7 @@ def test_a_failing_episode_is_marked_and_the_others_go_on(scripted_engine, token
         samples = run_group(source, prompt, 2, scripted_engine(["boom", f"{total}"]))
     finally:
         source.agent.close()
-        source.agent.environment._server.stop()
+        asyncio.run(source.agent.environment.server()).stop()
     crashed, ok = samples
     assert crashed.reward_info["failed"].startswith("the environment's episode failed: RuntimeError: the "
                                                     "verifiers episode failed: ")

@@ -22,15 +22,13 @@ scorer that raised, a deadline) raises, so the episode agent marks and counts it
 
 from __future__ import annotations
 
-import asyncio
 import random
-import threading
 from typing import Any
 
 from loongsage.plugin import ConfigError, Endpoint, EnvironmentContext, Episode, Prompt
 
 from loongsage_agents.environments.verifiers_params import VerifiersParams
-from loongsage_agents.environments.verifiers_server import EnvServerProcess
+from loongsage_agents.environments.verifiers_server import EnvServerProcess, shared_server
 
 API_KEY_VAR = "LOONGSAGE_VERIFIERS_API_KEY"  # unset: the router URL's path names the trajectory
 
@@ -95,9 +93,6 @@ class VerifiersEnvironment:
             raise ConfigError("held_out_size", f"verifiers environment {params.id!r} has {len(tasks)} tasks; "
                               f"held_out_size {params.held_out_size} leaves none to train on")
         self.splits = {"train": train, "held_out": held}
-        self._server: EnvServerProcess | None = None
-        self._start = threading.Lock()
-        self._ready: asyncio.Event | None = None
 
     def tasks(self, split: str) -> TaskList:
         if split == "held_out" and not self.splits["held_out"]:
@@ -105,14 +100,8 @@ class VerifiersEnvironment:
         return TaskList(split, self.splits[split])
 
     async def server(self) -> EnvServerProcess:
-        """The env server, started on first use (and started again if it died)."""
-        with self._start:
-            server = self._server
-            if server is None or server.proc.poll() is not None:
-                if server is not None:
-                    server.stop()
-                server = self._server = EnvServerProcess(self.config.model_dump(mode="json"),
-                                                         self.params.id)
+        """The env server of this config (shared by the sources that have the same one), healthy."""
+        server = shared_server(self.config.model_dump(mode="json"), self.params.id)
         await server.wait_healthy(self.params.server_start_timeout_s)
         return server
 

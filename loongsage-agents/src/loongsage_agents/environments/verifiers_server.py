@@ -8,7 +8,8 @@ of that request, so every episode can call its own URL. Here the server is start
 ``python -m loongsage_agents.environments.verifiers_server CONFIG_JSON`` on a free loopback
 port, as a child process that dies with this one (``PR_SET_PDEATHSIG``), with this
 interpreter's ``bin`` directory first on ``PATH``: verifiers runs harness programs as ``uv``
-scripts, and the ``uv`` of the ``[verifiers]`` extra lives there.
+scripts, and the ``uv`` of the ``[verifiers]`` extra lives there. Sources of one process with
+the same environment config (a training source and its held-out twin) share one server.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -82,6 +84,22 @@ class EnvServerProcess:
                 self.proc.wait()
         self.log.close()
         Path(self.log.name).unlink(missing_ok=True)
+
+
+_servers: dict[str, EnvServerProcess] = {}  # by environment config (JSON)
+_servers_lock = threading.Lock()
+
+
+def shared_server(config_data: dict[str, Any], name: str) -> EnvServerProcess:
+    """The process's env server of this config, started on first use and again if it died."""
+    key = json.dumps(config_data, sort_keys=True)
+    with _servers_lock:
+        server = _servers.get(key)
+        if server is None or server.proc.poll() is not None:
+            if server is not None:
+                server.stop()
+            server = _servers[key] = EnvServerProcess(config_data, name)
+        return server
 
 
 def main(address: str, config_json: str) -> None:
