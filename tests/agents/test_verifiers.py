@@ -56,7 +56,7 @@ def test_without_the_library_the_error_names_the_extra(monkeypatch):
     assert message.startswith("data_sources[0].environment.type: environment 'verifiers' needs the "
                               "'verifiers' library, which is not installed; install the extra [verifiers] "
                               "of loongsage-agents: ")
-    assert message.endswith("pip install 'verifiers==0.4.0' 'mcp==2.0.0' 'uv==0.13.9'")
+    assert message.endswith("pip install 'verifiers==0.4.0' 'mcp==2.0.0' 'uv==0.13.9' 'pydantic>=2.12.3'")
 
 
 def test_taskset_args_verifiers_refuses_name_the_key(tokenizer):
