@@ -59,11 +59,16 @@ def test_without_the_library_the_error_names_the_extra(monkeypatch):
     assert message.endswith("pip install 'verifiers==0.4.0' 'mcp==2.0.0' 'uv==0.13.9' 'pydantic>=2.12.3'")
 
 
-def test_taskset_args_verifiers_refuses_name_the_key(tokenizer):
-    with pytest.raises(ConfigError, match=r"args: verifiers refused the config of environment 'adder-tools': "
-                                          r"(?s:.*)num_tasks"):
-        built(get_registries(), {"name": "v", "environment": {**ADDER, "args": {"num_tasks": "many"}}},
-              tokenizer=tokenizer)
+@pytest.mark.parametrize("params, key, problem", [
+    ({"args": {"num_tasks": "many"}}, "args", r"taskset\.num_tasks\n  Input should be a valid integer"),
+    ({"runtime": "nope"}, "runtime", r"agent\.runtime\n  Input tag 'nope' found using 'type' does not match"),
+    ({"agent": {"max_turns": "x"}}, "agent", r"agent\.max_turns\n  Input should be a valid integer"),
+    ({"harness": "nope"}, "harness", r"harness 'nope' not found \(tried to import 'nope'\)"),
+])
+def test_a_config_verifiers_refuses_names_the_parameter(tokenizer, params, key, problem):
+    with pytest.raises(ConfigError, match=rf"^data_sources\[0\]\.environment\.{key}: verifiers (refused the config of|could "
+                                          rf"not load) environment 'adder-tools': (?s:.*){problem}"):
+        built(get_registries(), {"name": "v", "environment": {**ADDER, **params}}, tokenizer=tokenizer)
 
 
 def test_the_splits_are_disjoint_and_seeded(tokenizer):

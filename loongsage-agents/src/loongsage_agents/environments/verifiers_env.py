@@ -33,6 +33,13 @@ from loongsage_agents.environments.verifiers_server import EnvServerProcess, sha
 API_KEY_VAR = "LOONGSAGE_VERIFIERS_API_KEY"  # unset: the router URL's path names the trajectory
 
 
+def _key_of(locations: set[tuple[Any, ...]]) -> str:
+    """The parameter a refused verifiers config field comes from (``agent.runtime`` -> ``runtime``)."""
+    keys = {"args" if loc[:1] == ("taskset",) else str(loc[1]) if loc[1:2] in (("harness",), ("runtime",))
+            else "agent" for loc in locations}
+    return keys.pop() if len(keys) == 1 else "args"
+
+
 def env_config(params: VerifiersParams) -> Any:
     """verifiers' run config of these parameters (``vf-eval``'s ``--env.*``), validated by verifiers."""
     from pydantic import ValidationError
@@ -43,9 +50,11 @@ def env_config(params: VerifiersParams) -> Any:
     try:
         return resolve_env_config(data)
     except ValidationError as err:
-        raise ConfigError("args", f"verifiers refused the config of environment {params.id!r}: {err}") from None
+        key = _key_of({tuple(e["loc"]) for e in err.errors()})
+        raise ConfigError(key, f"verifiers refused the config of environment {params.id!r}: {err}") from None
     except (ModuleNotFoundError, TypeError, AttributeError, ValueError) as err:
-        raise ConfigError("id", f"verifiers could not load environment {params.id!r}: {err}") from None
+        key = "harness" if str(err).startswith("harness ") else "id"
+        raise ConfigError(key, f"verifiers could not load environment {params.id!r}: {err}") from None
 
 
 class TaskList:
