@@ -122,6 +122,8 @@ def test_a_tool_episode_records_the_call_and_its_result_and_scores_as_the_librar
 
 
 FLAKY = '''
+import asyncio
+
 import verifiers.v1 as vf
 from adder_tools.taskset import AdderConfig, AdderTask, AdderTaskset
 
@@ -131,6 +133,8 @@ class FlakyTask(AdderTask):
     async def correct(self, trace: vf.Trace) -> float:
         if "boom" in trace.last_reply:
             raise RuntimeError("the scorer crashed")
+        if "hang" in trace.last_reply:
+            await asyncio.sleep(600)
         return await super().correct(trace)
 
 
@@ -143,26 +147,36 @@ __all__ = ["FlakyTaskset"]
 '''
 
 
-def test_a_failing_episode_is_marked_and_the_others_go_on(scripted_engine, tokenizer, tmp_path, monkeypatch):
+def test_failing_and_hanging_episodes_are_marked_and_the_others_go_on(scripted_engine, tokenizer, tmp_path,
+                                                                       monkeypatch):
     (tmp_path / "flaky_adder.py").write_text(textwrap.dedent(FLAKY))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # for verifiers' env server
     env = {**ADDER, "id": "flaky-adder"}
     source = built(get_registries(), {"name": "f", "environment": env}, tokenizer=tokenizer)[1]["f"]
+    # the same verifiers config, so the same env server; its episodes stop after 15 s
+    hasty = built(get_registries(), {"name": "h", "environment": {**env, "episode_timeout_s": 15}},
+                  tokenizer=tokenizer)[1]["h"]
     prompt = source.get(0)
     total = prompt.metadata["task_data"]["a"] + prompt.metadata["task_data"]["b"]
+    server = asyncio.run(source.agent.environment.server())
     try:
+        [hung] = run_group(hasty, prompt, 1, scripted_engine(["hang"]))
         samples = run_group(source, prompt, 2, scripted_engine(["boom", f"{total}"]))
     finally:
         source.agent.close()
-        asyncio.run(source.agent.environment.server()).stop()
+        hasty.agent.close()
+        output = server.output()
+        server.stop()
+    assert hung.reward_info["failed"] == "the environment's episode failed: timed out after 15 s (episode_timeout_s)"
+    assert "cancelled run" in output  # verifiers' server was told to abort it, and served the next ones
     crashed, ok = samples
     assert crashed.reward_info["failed"].startswith("the environment's episode failed: RuntimeError: the "
                                                     "verifiers episode failed: ")
     assert "the scorer crashed" in crashed.reward_info["failed"]
-    assert crashed.response_ids  # its model call was made and recorded
+    assert crashed.response_ids and hung.response_ids  # their model calls were made and recorded
     assert ok.reward_info["episode_reward"] == 1.0 and "failed" not in ok.reward_info
-    assert [source.score(s.text, None, prompt=prompt, sample=s)["score"] for s in samples] == [0.0, 1.0]
+    assert [source.score(s.text, None, prompt=prompt, sample=s)["score"] for s in [hung, *samples]] == [0.0, 0.0, 1.0]
 
 
 # ---- vf-eval against loongsage serve ---------------------------------------------------------
