@@ -46,6 +46,7 @@ def test_an_unknown_environment_names_the_installed_ones():
                               "installed: ")
     installed = message.split("installed: ")[1].split(")")[0].split(", ")
     assert "adder_tools" in installed and "textarena" in installed  # ours, and verifiers' own bridges
+    assert "loongsage_agents" not in installed  # whose [verifiers] extra adds verifiers
 
 
 def test_without_the_library_the_error_names_the_extra(monkeypatch):

@@ -19,7 +19,12 @@ def module_of(env_id: str) -> str:
 
 
 def _requires_verifiers(dist: importlib.metadata.Distribution) -> bool:
-    return any(re.match(r"verifiers\b(?![-_.])", req.strip(), re.IGNORECASE) for req in dist.requires or [])
+    """Whether ``dist`` needs verifiers itself (an extra that adds it, like ours, does not count)."""
+    for req in dist.requires or []:
+        name, _, marker = req.partition(";")
+        if re.match(r"verifiers\b(?![-_.])", name.strip(), re.IGNORECASE) and "extra" not in marker:
+            return True
+    return False
 
 
 def installed_environments() -> list[str]:
