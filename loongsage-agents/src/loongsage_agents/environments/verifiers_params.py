@@ -91,5 +91,4 @@ class VerifiersParams:
             listed = ", ".join(installed_environments()) or "none"
             raise ValueError(f"id: no installed verifiers environment {self.id!r} (module "
                              f"{module_of(self.id)!r}; installed: {listed}); a verifiers environment is "
-                             f"a module exporting one vf.Taskset, e.g. pip install the package that "
-                             f"ships it (prime env install owner/{self.id})")
+                             "a module exporting one vf.Taskset: pip install the package that ships it")
