@@ -107,7 +107,10 @@ def main(address: str, config_json: str) -> None:
 
     from verifiers.v1.serve import serve_env
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # warnings and errors, and the server's own lines (up, down, a cancelled run): a long run's
+    # per-rollout lines (verifiers' rollout log, every HTTP request) would only grow the log
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("verifiers.v1.serve").setLevel(logging.INFO)
     serve_env(max_workers=1, address=address, config_data=json.loads(config_json))
 
 
