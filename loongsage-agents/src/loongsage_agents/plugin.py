@@ -10,6 +10,7 @@ from loongsage_agents.datasets.params import (CodeRepairParams, FileDatasetParam
                                               HuggingFaceDatasetParams, SyntheticMathParams)
 from loongsage_agents.environments.openenv_params import OpenEnvParams
 from loongsage_agents.environments.params import ReasoningGymParams
+from loongsage_agents.environments.verifiers_params import VerifiersParams
 from loongsage_agents.rewards.params import MathRewardParams
 from loongsage_agents.rewards.code_exec import CodeExecParams
 
@@ -34,6 +35,8 @@ def loongsage_register_environments(register):
              params=ReasoningGymParams)
     register("openenv", "loongsage_agents.environments.openenv_env:OpenEnvEnvironment",
              params=OpenEnvParams)
+    register("verifiers", "loongsage_agents.environments.verifiers_env:VerifiersEnvironment",
+             params=VerifiersParams)
 
 
 @hookimpl

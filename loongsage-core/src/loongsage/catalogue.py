@@ -28,7 +28,7 @@ SIBLING_PLUGINS: dict[str, dict[str, tuple[str, ...]]] = {
             "tool_loop",
         ),
         "dataset": ("code_repair", "huggingface", "jsonl", "parquet", "synthetic_math"),
-        "environment": ("openenv", "reasoning_gym"),
+        "environment": ("openenv", "reasoning_gym", "verifiers"),
         "reward": ("code_exec", "math"),
         "tool_parser": ("hermes", "qwen3_xml"),
     },
