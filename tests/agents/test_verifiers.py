@@ -57,7 +57,8 @@ def test_without_the_library_the_error_names_the_extra(monkeypatch):
     assert message.startswith("data_sources[0].environment.type: environment 'verifiers' needs the "
                               "'verifiers' library, which is not installed; install the extra [verifiers] "
                               "of loongsage-agents: ")
-    assert message.endswith("pip install 'verifiers==0.4.0' 'mcp==2.0.0' 'uv==0.13.9' 'pydantic>=2.12.3'")
+    assert message.endswith("pip install 'verifiers==0.4.0' 'renderers==0.1.12' 'mcp==2.0.0' 'uv==0.13.9' "
+                            "'pydantic>=2.12.3'")
 
 
 @pytest.mark.parametrize("params, key, problem", [
