@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from loongsage.kind_table import KINDS
+
 LOONGSAGE = [sys.executable, "-m", "loongsage.cli"]
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "loongsage-example-plugin"
 
@@ -29,7 +31,9 @@ def test_installed_package_is_listed_under_its_distribution(example_plugin_path)
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     ours = {(r["kind"], r["name"]): r for r in rows if r["distribution"] == "loongsage-example-plugin"}
-    assert set(ours) == {("tracker", "csv"), ("reward", "exact_match"), ("command", "csv-tail")}
+    assert sorted(kind for kind, _ in ours) == sorted(KINDS), "one example entry of every plugin kind"
+    assert {("tracker", "csv"), ("reward", "exact_match"), ("command", "csv-tail"),
+            ("step_term", "entropy_bonus")} <= set(ours)
     assert ours[("tracker", "csv")]["params"][0] == {
         "name": "filename", "type": "str", "default": "metrics.csv"
     }
@@ -48,7 +52,7 @@ def test_installed_package_passes_the_contract_checks_of_the_public_api(example_
                              "--rootdir", str(EXAMPLE), "-c", str(EXAMPLE / "pyproject.toml"), str(tests)],
                             capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 passed" in result.stdout
+    assert "9 passed" in result.stdout
 
 
 def test_installed_command_runs_as_a_loongsage_subcommand(example_plugin_path, tmp_path):
