@@ -76,9 +76,9 @@ class Reward(Protocol):
 
 @runtime_checkable
 class Sandbox(Protocol):
-    """Kind ``sandbox``: built as ``cls(params, files=..., untrusted=...)``, an async context
-    manager; ``cls.pool(params, size=...)`` gives a pool of them. An operation it cannot carry
-    out raises a ``LoongSageError``."""
+    """Kind ``sandbox``: built as ``cls(params, files=..., untrusted=..., key=...)`` (``key``: the
+    config key that named it, for its errors), an async context manager; ``cls.pool(params,
+    size=...)`` gives a pool of them. An operation it cannot carry out raises a ``LoongSageError``."""
 
     async def __aenter__(self) -> Sandbox: ...
 
