@@ -8,6 +8,9 @@ do (``tests/engines/test_sglang_launcher.py`` runs both SGLang syncs, ``tests/e2
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from loongsage.engines.embedded_rollout.engine import EmbeddedRolloutEngine
@@ -56,12 +59,12 @@ class Recorder:
     (SGLangServerEngine, "disaggregated", "DistributedWeightSync", {}),
 ])
 def test_the_rollout_engine_class_opens_its_weight_sync(monkeypatch, engine, mode, chosen, options):
-    import loongsage.engines.embedded_rollout.engine as embedded_engine
+    from loongsage.engines import mesh_sync
+    from loongsage.engines.sglang import sync_distributed, sync_tensor
 
-    for module in (embedded_engine, sglang_engine):
-        for name in ("MeshWeightSync", "TensorWeightSync", "DistributedWeightSync"):
-            if hasattr(module, name):
-                monkeypatch.setattr(module, name, type(name, (Recorder,), {}))
+    for module, name in ((mesh_sync, "MeshWeightSync"), (sync_tensor, "TensorWeightSync"),
+                         (sync_distributed, "DistributedWeightSync")):
+        monkeypatch.setattr(module, name, type(name, (Recorder,), {}))
     trainers, actors, transfer = object(), [object()], TransferConfig()
     sync = engine.weight_sync({"placement": {"mode": mode}}, trainers, actors, transfer)
     assert (type(sync).__name__, sync.options) == (chosen, options)
@@ -89,3 +92,23 @@ def test_colocated_sglang_engines_need_a_train_rank_each():
     with pytest.raises(ConfigError, match="^rollout.num_engines: 3 colocated SGLang engines"):
         SGLangServerEngine.weight_sync({"placement": {"mode": "colocated"}}, TwoRanks(), [object()] * 3,
                                        TransferConfig())
+
+
+RAY_FREE_ENGINES = ("loongsage.engines.embedded_rollout.engine", "loongsage.engines.embedded_train",
+                    "loongsage.engines.sglang.engine", "loongsage.engines.megatron.engine")
+
+
+def test_engine_modules_import_without_ray():
+    """An engine is hosted by Ray but is not Ray: its module imports none (the GPU check's first
+    stage loads the engines on a machine without Ray), and only ``weight_sync``, which runs in the
+    controller, reaches for the Ray-side syncs."""
+    blocker = ("import sys\n"
+               "class NoRay:\n"
+               "    def find_spec(self, name, path=None, target=None):\n"
+               "        if name.split('.')[0] == 'ray':\n"
+               "            raise ModuleNotFoundError(f'{name} imported')\n"
+               "sys.meta_path.insert(0, NoRay())\n"
+               f"for module in {RAY_FREE_ENGINES!r}:\n"
+               "    __import__(module)\n")
+    result = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
-import ray
-
 
 @runtime_checkable
 class TrainRanks(Protocol):
@@ -61,6 +59,8 @@ class WeightSync(Protocol):
 def engine_values(actors: Sequence[Any], fn: Callable[[Any], Any]) -> list[Any]:
     """``fn(engine)`` run in each engine actor; None for an actor that died (the engine
     monitor restarts it; a weight sync then reports it as not holding the version)."""
+    import ray  # here, not at the top: engine modules import this protocol and stay Ray-free
+
     values = []
     for ref in [actor.run.remote(fn) for actor in actors]:
         try:

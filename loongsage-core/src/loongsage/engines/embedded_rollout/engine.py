@@ -31,7 +31,6 @@ from loongsage.engines.embedded_rollout.prefix_cache import GiB
 from loongsage.engines.embedded_rollout.scheduler import Scheduler
 from loongsage.engines.lora import merge_adapters
 from loongsage.engines.memory import offload_module, onload_module
-from loongsage.engines.mesh_sync import MeshWeightSync
 from loongsage.engines.weight_sync import TrainRanks, WeightSync
 from loongsage.schema import RolloutConfig
 from loongsage.transfer import TransferConfig
@@ -63,6 +62,8 @@ class EmbeddedRolloutEngine:
         """TransferMesh from every train rank into each engine's process (``engines.mesh_sync``).
         Colocated engines are paused through every sync, so they may keep the ring's views as
         their weights (``bind_views``)."""
+        from loongsage.engines.mesh_sync import MeshWeightSync  # the controller's side: Ray
+
         colocated = cfg["placement"]["mode"] == "colocated"
         return MeshWeightSync(trainers, rollout_actors, transfer, bind_views=colocated)
 

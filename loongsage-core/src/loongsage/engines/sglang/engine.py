@@ -44,8 +44,6 @@ from typing import Any
 import httpx
 
 from loongsage.engines.client import EngineClient, EngineError
-from loongsage.engines.sglang.sync_distributed import DistributedWeightSync
-from loongsage.engines.sglang.sync_tensor import TensorWeightSync
 from loongsage.engines.weight_sync import TrainRanks, WeightSync
 from loongsage.transfer import TransferConfig
 
@@ -79,6 +77,9 @@ class SGLangServerEngine:
     def weight_sync(cls, cfg: Any, trainers: TrainRanks, rollout_actors: list,
                     transfer: TransferConfig) -> WeightSync:
         """Colocated: ``/update_weights_from_tensor`` from the bundle-mate; else distributed."""
+        from loongsage.engines.sglang.sync_distributed import DistributedWeightSync  # the controller's
+        from loongsage.engines.sglang.sync_tensor import TensorWeightSync  # side: Ray
+
         colocated = cfg["placement"]["mode"] == "colocated"
         return (TensorWeightSync if colocated else DistributedWeightSync)(trainers, rollout_actors, transfer)
 
