@@ -37,7 +37,8 @@ from dataclasses import dataclass
 
 import torch
 
-from loongsage.controller.memory import GB, PeakSampler, release_free_memory, rss_bytes
+from loongsage.controller.memory import GB, PeakSampler, rss_bytes
+from loongsage.engines.memory import release_free_memory
 from loongsage.engines.batch import LogitTerm, TrainBatch
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 from loongsage.models.resolve import resolve_model_path

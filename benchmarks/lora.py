@@ -33,7 +33,8 @@ import time
 
 import torch
 
-from loongsage.controller.memory import PeakSampler, release_free_memory, rss_bytes
+from loongsage.controller.memory import PeakSampler, rss_bytes
+from loongsage.engines.memory import release_free_memory
 from loongsage.engines.batch import TrainBatch
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 from loongsage.models.resolve import resolve_model_path
