@@ -110,3 +110,21 @@ def test_the_renderers_training_client_reads_the_reply_the_router_recorded(route
     assert traj["tokens"] == result["prompt_ids"] + result["completion_ids"]
     assert [lp for lp, m in zip(traj["logprobs"], traj["loss_mask"]) if m] == result["completion_logprobs"]
     assert 1 <= len(result["completion_ids"]) <= 6
+
+
+def test_a_prompt_extends_the_longest_segment_it_continues():
+    """A fork left holding only borrowed tokens (its turn failed and was rolled back) also
+    matches a prompt that continues its parent: the prompt goes on the parent, whose sampled
+    reply it carries, not on the fork as prompt tokens."""
+    from loongsage.agentflow.store import Trajectory
+    from loongsage.agentflow.tito import plan_tokens
+
+    traj = Trajectory("t", "0")
+    root = plan_tokens(traj, [1, 2, 3]).segment
+    traj.append(root, [4, 5], sampled=True, logprobs=[-0.1, -0.2], versions=[0, 0])
+    fork = plan_tokens(traj, [1, 2, 9]).segment  # diverges after two shared tokens
+    traj.rollback(fork, 2, 0)  # its turn failed: the fork keeps only the borrowed [1, 2]
+    assert fork.segment_id == 1 and traj.segment_tokens(fork) == [1, 2]
+
+    plan = plan_tokens(traj, [1, 2, 3, 4, 5, 6])
+    assert plan.segment is root and plan.new_ids == [6] and not plan.forked

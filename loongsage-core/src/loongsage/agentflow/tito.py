@@ -230,10 +230,7 @@ def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
         seg.tools_key = tools_key
         forked = True
     else:
-        mainline = [s for s in traj.segments if s.origin != "subagent" and s.trainable]
-        origin = origin_wanted or ("compact" if mainline or not trainable else "root")
-        parent = traj.active_segment if (subagent or mainline) else None
-        seg = traj.new_segment(origin, parent=parent, trainable=trainable)
+        seg = _open_fresh(traj, trainable, subagent)
         seg.tools_key = tools_key
         best_k = 0
 
@@ -255,6 +252,15 @@ def plan_turn(traj: Trajectory, request: ChatRequest, renderer: ChatRenderer, *,
     return TurnPlan(segment=seg, prompt_ids=traj.segment_tokens(seg), new_ids=new_ids,
                     seg_len_before=seg_len_before, messages_before=messages_before, forked=forked,
                     max_new=max_new)
+
+
+def _open_fresh(traj: Trajectory, trainable: bool, subagent: bool = False) -> Segment:
+    """A segment that continues no held one: the root while the trajectory has no mainline, else
+    a ``compact`` one under the active segment (a subagent's own when ``subagent``)."""
+    mainline = [s for s in traj.segments if s.origin != "subagent" and s.trainable]
+    origin = "subagent" if subagent else ("compact" if mainline or not trainable else "root")
+    parent = traj.active_segment if (subagent or mainline) else None
+    return traj.new_segment(origin, parent=parent, trainable=trainable)
 
 
 def _fit_context(traj: Trajectory, n_segments: int, active_before: int | None, total: int,
@@ -287,13 +293,12 @@ def plan_tokens(traj: Trajectory, prompt_ids: list[int], *, trainable: bool = Tr
     candidates = [s for s in reversed(traj.segments)
                   if s.origin != "subagent" and s.trainable == trainable and s.segment_id not in busy]
     seg, shared = None, (None, 0)
-    for cand in candidates:
+    for cand in candidates:  # the longest segment the prompt extends; else the longest shared prefix
         held = traj.segment_tokens(cand)
         n = _shared_len(held, prompt_ids)
-        if n == len(held):
+        if n == len(held) and (seg is None or n > len(seg)):
             seg = cand
-            break
-        if n > shared[1]:
+        elif n < len(held) and n > shared[1]:
             shared = (cand, n)
     forked = seg is None and shared[0] is not None
     if forked:
@@ -302,9 +307,7 @@ def plan_tokens(traj: Trajectory, prompt_ids: list[int], *, trainable: bool = Tr
         seg.spans = traj.prefix_span_at(parent, n)
         seg.shared_len = n
     elif seg is None:
-        mainline = [s for s in traj.segments if s.origin != "subagent" and s.trainable]
-        seg = traj.new_segment("compact" if mainline or not trainable else "root",
-                               parent=traj.active_segment if mainline else None, trainable=trainable)
+        seg = _open_fresh(traj, trainable)
     new_ids = prompt_ids[len(seg):]
     max_new = _fit_context(traj, n_segments, active_before, len(prompt_ids), max_new,
                            max_context, clamp, "token_ids")
