@@ -80,6 +80,9 @@ def test_a_diverging_prompt_forks_at_the_longest_shared_token_prefix(router, tok
     ({"token_ids": "hello"}, "token_ids"),
     ({"token_ids": []}, "token_ids"),
     ({"token_ids": [1, 2], "features": {}}, "features"),
+    ({"token_ids": [1, 2], "sampling_params": {"top_k": -5}}, "sampling_params.top_k"),
+    ({"token_ids": [1, 2], "sampling_params": {"temperature": "hot"}}, "sampling_params.temperature"),
+    ({"token_ids": [1, 2], "sampling_params": {"stop_token_ids": [-1]}}, "sampling_params.stop_token_ids"),
 ])
 def test_refused_requests_name_the_field(router, body, field):
     router.open_trajectory("bad")

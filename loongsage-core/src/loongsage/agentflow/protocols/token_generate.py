@@ -11,8 +11,9 @@ sampled tokens are appended with their logprobs and weight versions. Nothing is 
 
 Refused, naming the field: streaming (the client never streams), multimodal inputs
 (``features``, ``content_parts``), ``n`` other than 1, ``logprobs`` above 1 (the reply carries
-the sampled token's logprob only) and sampling parameters the engines do not implement, unless
-they hold their neutral value. ``cache_salt`` and ``priority`` are accepted and change nothing:
+the sampled token's logprob only) and the sampling parameters the router does not pass on to
+the engines (penalties, ``min_p``, ``min_tokens``, ``ignore_eos``) unless they hold their
+neutral value. ``top_k`` 0 means off, as in vLLM. ``cache_salt`` and ``priority`` are accepted and change nothing:
 replies never depend on the prefix cache, and the pool has no priorities.
 """
 
@@ -61,14 +62,17 @@ def _sampling(raw: dict[str, Any]) -> SamplingOptions:
         raise RequestError("sampling_params.logprobs: only the sampled token's logprob (1) is "
                            f"returned, got {logprobs}", param="sampling_params.logprobs")
     stop_ids = raw.get("stop_token_ids")
-    return SamplingOptions(
-        max_tokens=get_field(raw, "max_tokens", int),
-        temperature=float(get_field(raw, "temperature", (int, float), 1.0)),
-        top_p=float(get_field(raw, "top_p", (int, float), 1.0)),
-        top_k=get_field(raw, "top_k", int, -1),
-        stop=stop_list(raw.get("stop"), "sampling_params.stop"),
-        stop_token_ids=[] if stop_ids is None else _token_ids(stop_ids, "sampling_params.stop_token_ids"),
-        seed=get_field(raw, "seed", int))
+    try:
+        return SamplingOptions(
+            max_tokens=get_field(raw, "max_tokens", int),
+            temperature=float(get_field(raw, "temperature", (int, float), 1.0)),
+            top_p=float(get_field(raw, "top_p", (int, float), 1.0)),
+            top_k=get_field(raw, "top_k", int, -1) or -1,
+            stop=stop_list(raw.get("stop"), "stop"),
+            stop_token_ids=[] if stop_ids is None else _token_ids(stop_ids, "stop_token_ids"),
+            seed=get_field(raw, "seed", int))
+    except RequestError as err:  # the body nests these under sampling_params
+        raise RequestError(f"sampling_params.{err.message}", param=f"sampling_params.{err.param}") from None
 
 
 class TokenGenerateAdapter:
