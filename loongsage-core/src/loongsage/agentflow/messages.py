@@ -91,7 +91,7 @@ class ChatRequest:
     """A wire request normalised: messages (or a token-in prompt), tools, sampling, streaming,
     and the raw body."""
 
-    wire: str  # openai_chat | openai_responses | anthropic_messages
+    wire: str  # openai_chat | openai_responses | anthropic_messages | token_generate
     model: str
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)  # OpenAI function-tool shape

@@ -4,7 +4,7 @@ The RL step (``loongsage.controller.train_step.TrainStep``) has one extension po
 term*, a plugin of kind ``step_term`` (hook ``loongsage_register_step_terms``) for whatever
 adds inputs to a batch, shapes advantages, adds a loss, or needs actors of its own. On-policy
 distillation (loongsage-distill's ``opd``: teachers, a GKD loss, an advantage penalty) is one.
-A registered step term is an object (a class with class attributes is enough) that declares:
+A registered step term is an object (an instance; ``validate`` is called on it) that declares:
 
 - ``section``: the root config section it owns, typed by the dataclass ``schema`` (its field
   comments are the keys' descriptions in ``loongsage config show --doc``), and

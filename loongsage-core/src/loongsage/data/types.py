@@ -2,7 +2,7 @@
 
 A ``Sample`` is one generated response with everything training needs, token-aligned: the
 sampled ids, the engine's logprob for each, the weight version that sampled each token
-(partial rollout mixes versions), and the loss mask. ``engines.logprobs``, ``advantages`` and
+(partial rollout mixes versions), and the loss mask. ``train_logprobs``, ``advantages`` and
 ``values`` are filled after the step for the samples the run directory saves: the trainer's
 logprob of each response token at step start (pi_old), so a saved trajectory shows the
 train/inference gap per token, the advantage each token was trained with, and the critic's
