@@ -36,6 +36,7 @@ from typing import Any, Sequence
 
 import ray
 
+from loongsage.engines.weight_sync import engine_values
 from loongsage.transfer import MeshAddress, TransferConfig, WeightSyncError
 
 _ENDPOINT: dict[str, Any] = {}
@@ -182,8 +183,9 @@ class MeshWeightSync:
         return self.metrics()
 
     def versions(self) -> list[int | None]:
-        """The weight version every engine applied last."""
-        return ray.get([actor.run.remote(actor_applied_version) for actor in self.rollout_actors])
+        """The weight version every engine applied last (None: its actor died), as the
+        ``WeightSync`` protocol says; the engine monitor's ``heal`` reads it after restarts."""
+        return engine_values(self.rollout_actors, actor_applied_version)
 
     def metrics(self) -> dict[str, float]:
         """The last push's ``perf/`` figures."""
