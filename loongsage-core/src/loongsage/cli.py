@@ -28,6 +28,7 @@ from loongsage.registry import KINDS, Registries
 
 
 GLOBAL_FLAGS = {"-v": 1, "--verbose": 1, "-q": -1, "--quiet": -1}
+INTERRUPTED = 130  # the exit status of a run stopped at once (128 + SIGINT, as shells report it)
 
 
 def config_groups_help(registries: Registries) -> str:
@@ -255,8 +256,23 @@ def main(argv: Sequence[str] | None = None, registries: Registries | None = None
         return 2
     except KeyboardInterrupt as err:  # a second SIGINT/SIGTERM in a run (stop_request), or one before it started
         print(f"interrupted: {str(err) or 'stopped at once, before the run could save a step'}", file=sys.stderr)
-        return 130
+        return INTERRUPTED
+
+
+def console() -> None:
+    """The ``loongsage`` command: ``main``, then exit with its status. After an interrupt the
+    process ends without the interpreter's teardown: a Ctrl-C that landed inside a C extension's
+    import (Ray imports pyarrow in the driver after ``ray.init``) leaves that extension half made,
+    and its teardown crashed the process with SIGSEGV after the one-line message. Everything the
+    run opened was closed on the way out of ``main``; Ray's daemons go with the driver
+    (``controller.ray_sessions``)."""
+    status = main()
+    if status == INTERRUPTED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    console()
