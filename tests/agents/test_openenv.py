@@ -250,9 +250,9 @@ def flaky_server(tmp_path):
     import httpx
 
     (tmp_path / "flaky_guess.py").write_text(textwrap.dedent(FLAKY_SERVER))
-    from loongsage_agents.environments.openenv_server import _free_port
+    from loongsage_agents.environments.server_process import free_port
 
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "flaky_guess:app", "--port", str(port),
                              "--log-level", "warning"], cwd=tmp_path)
     url = f"http://127.0.0.1:{port}"

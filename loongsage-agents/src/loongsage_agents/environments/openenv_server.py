@@ -18,20 +18,16 @@ the episode.
 from __future__ import annotations
 
 import asyncio
-import atexit
-import ctypes
 import importlib.metadata
 import importlib.util
 import json
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from loongsage_agents.environments.server_process import ServerProcess, free_port
 
 PREFIX = "openenv-"
 
@@ -75,17 +71,7 @@ def app_of(module: str) -> str:
     return f"{module}.{app}"
 
 
-def _die_with_parent() -> None:
-    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class LocalServer:
+class LocalServer(ServerProcess):
     """An installed OpenEnv environment served by uvicorn on loopback, stopped at exit.
 
     Started from the event loop's thread (``PR_SET_PDEATHSIG`` follows the thread that forked,
@@ -93,14 +79,10 @@ class LocalServer:
 
     def __init__(self, module: str) -> None:
         self.module = module
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tempfile.NamedTemporaryFile(prefix=f"openenv-{module}-", suffix=".log", delete=False)
-        argv = [sys.executable, "-m", "uvicorn", app_of(module), "--host", "127.0.0.1",
-                "--port", str(self.port), "--log-level", "warning"]
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
-                                     preexec_fn=_die_with_parent)
-        atexit.register(self.stop)
+        super().__init__([sys.executable, "-m", "uvicorn", app_of(module), "--host", "127.0.0.1",
+                          "--port", str(self.port), "--log-level", "warning"], f"openenv-{module}-")
 
     def wait_healthy(self, timeout: float) -> None:
         import httpx
@@ -121,22 +103,6 @@ class LocalServer:
         self.stop()
         raise RuntimeError(f"the OpenEnv server of {module!r} did not answer {self.url}/health within "
                            f"{timeout:g} s (server_start_timeout_s): {output[-2000:]}")
-
-    def output(self) -> str:
-        """What the server printed (its log, removed by ``stop``)."""
-        path = Path(self.log.name)
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        Path(self.log.name).unlink(missing_ok=True)
 
 
 def action_schema(base_url: str) -> dict[str, Any]:

@@ -15,36 +15,31 @@ the same environment config (a training source and its held-out twin) share one 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from loongsage_agents.environments.openenv_server import _die_with_parent, _free_port
+from loongsage_agents.environments.server_process import ServerProcess, free_port
 
 
-class EnvServerProcess:
+class EnvServerProcess(ServerProcess):
     """verifiers' env server for one environment config, on loopback, stopped at exit.
 
     Started from the event loop's thread (``PR_SET_PDEATHSIG`` follows the thread that forked)."""
 
     def __init__(self, config_data: dict[str, Any], name: str) -> None:
         self.name = name
-        self.address = f"tcp://127.0.0.1:{_free_port()}"
+        self.address = f"tcp://127.0.0.1:{free_port()}"
         self.healthy = False  # set once it answered its health check
-        self.log = tempfile.NamedTemporaryFile(prefix=f"verifiers-{name}-", suffix=".log", delete=False)
         bin_dir = str(Path(sys.executable).parent)
         env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-        argv = [sys.executable, "-m", __name__, self.address, json.dumps(config_data)]
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env,
-                                     preexec_fn=_die_with_parent)
-        atexit.register(self.stop)
+        # serve_env turns SIGTERM into its own orderly teardown
+        super().__init__([sys.executable, "-m", __name__, self.address, json.dumps(config_data)],
+                         f"verifiers-{name}-", env)
 
     async def wait_healthy(self, timeout: float) -> None:
         from verifiers.v1.serve import EnvClient
@@ -68,22 +63,6 @@ class EnvServerProcess:
         self.stop()
         raise RuntimeError(f"verifiers' env server of {self.name!r} did not answer at {self.address} within "
                            f"{timeout:g} s (server_start_timeout_s): {output[-2000:]}")
-
-    def output(self) -> str:
-        """What the server printed (its log, removed by ``stop``)."""
-        path = Path(self.log.name)
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()  # serve_env turns SIGTERM into its own orderly teardown
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        Path(self.log.name).unlink(missing_ok=True)
 
 
 _servers: dict[str, EnvServerProcess] = {}  # by environment config (JSON)
