@@ -34,3 +34,25 @@ def library_reward(task_data: dict, final_reply: str) -> float:
                      agent=vf.AgentInfo(config=vf.AgentConfig()), root_reply=final_reply)
     asyncio.run(task.score(trace))
     return trace.reward
+
+
+def flaky_plugin(name: str, environment: str, params: str, message: str) -> str:
+    """Source of a plugin module registering ``name``: the environment class ``environment``
+    ("module:Class" in ``loongsage_agents.environments``) whose every second episode raises
+    ``RuntimeError(message)`` once the library ran it, with the parameters class ``params``."""
+    env_module, env_class = f"loongsage_agents.environments.{environment}".split(":")
+    params_module, params_class = f"loongsage_agents.environments.{params}".split(":")
+    return (f"from loongsage.plugin import hookimpl\n"
+            f"from {env_module} import {env_class}\n"
+            f"from {params_module} import {params_class}\n\n\n"
+            f"class Flaky({env_class}):\n"
+            f"    calls = 0\n\n"
+            f"    async def run_episode(self, task, endpoint):\n"
+            f"        episode = await super().run_episode(task, endpoint)\n"
+            f"        Flaky.calls += 1\n"
+            f"        if Flaky.calls % 2 == 0:\n"
+            f"            raise RuntimeError({message!r})\n"
+            f"        return episode\n\n\n"
+            f"@hookimpl\n"
+            f"def loongsage_register_environments(register):\n"
+            f"    register({name!r}, Flaky, params={params_class})\n")

@@ -11,35 +11,13 @@ while the run goes on."""
 
 from __future__ import annotations
 
-import textwrap
 
 import pytest
 
+from tests.environment_sources import flaky_plugin
+
 pytestmark = pytest.mark.slow
 
-FLAKY = '''
-from loongsage.plugin import hookimpl
-from loongsage_agents.environments.openenv_env import OpenEnvEnvironment
-from loongsage_agents.environments.openenv_params import OpenEnvParams
-
-
-class FlakyOpenEnv(OpenEnvEnvironment):
-    """openenv whose every second episode raises once its turns are done."""
-
-    calls = 0
-
-    async def run_episode(self, task, endpoint):
-        episode = await super().run_episode(task, endpoint)
-        FlakyOpenEnv.calls += 1
-        if FlakyOpenEnv.calls % 2 == 0:
-            raise RuntimeError("flaky environment")
-        return episode
-
-
-@hookimpl
-def loongsage_register_environments(register):
-    register("flaky_openenv", FlakyOpenEnv, params=OpenEnvParams)
-'''
 
 STEPS, PROMPTS, SAMPLES, TURNS = 2, 2, 2, 2  # one prompt per source per step
 
@@ -86,7 +64,9 @@ def test_openenv_run_records_multi_turn_episodes_token_exactly_with_the_environm
         tmp_path, runs, monkeypatch, tiny_model_dir):
     from transformers import AutoTokenizer
 
-    (tmp_path / "flaky_openenv_plugin.py").write_text(textwrap.dedent(FLAKY))
+    plugin = flaky_plugin("flaky_openenv", "openenv_env:OpenEnvEnvironment",
+                          "openenv_params:OpenEnvParams", "flaky environment")
+    (tmp_path / "flaky_openenv_plugin.py").write_text(plugin)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     run_dir = tmp_path / "run"
     runs.train(run_dir, f"trainer.steps={STEPS}", f"rollout.prompts_per_step={PROMPTS}",

@@ -9,35 +9,13 @@ reward 0 while the run goes on."""
 
 from __future__ import annotations
 
-import textwrap
 
 import pytest
 
+from tests.environment_sources import flaky_plugin
+
 pytestmark = pytest.mark.slow
 
-FLAKY = '''
-from loongsage.plugin import hookimpl
-from loongsage_agents.environments.params import ReasoningGymParams
-from loongsage_agents.environments.reasoning_gym_env import ReasoningGymEnvironment
-
-
-class FlakyGym(ReasoningGymEnvironment):
-    """reasoning_gym whose every second episode raises once its reply is in."""
-
-    calls = 0
-
-    async def run_episode(self, task, endpoint):
-        episode = await super().run_episode(task, endpoint)
-        FlakyGym.calls += 1
-        if FlakyGym.calls % 2 == 0:
-            raise RuntimeError("flaky scorer")
-        return episode
-
-
-@hookimpl
-def loongsage_register_environments(register):
-    register("flaky_gym", FlakyGym, params=ReasoningGymParams)
-'''
 
 STEPS, PROMPTS, SAMPLES = 2, 2, 2  # one prompt per source per step
 TASKS = {"basic_arithmetic": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
@@ -61,7 +39,9 @@ def test_reasoning_gym_run_records_episodes_token_exactly_with_the_tasks_own_rew
     import reasoning_gym
     from transformers import AutoTokenizer
 
-    (tmp_path / "flaky_gym_plugin.py").write_text(textwrap.dedent(FLAKY))
+    plugin = flaky_plugin("flaky_gym", "reasoning_gym_env:ReasoningGymEnvironment",
+                          "params:ReasoningGymParams", "flaky scorer")
+    (tmp_path / "flaky_gym_plugin.py").write_text(plugin)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     run_dir = tmp_path / "run"
     result = runs.train(run_dir, f"trainer.steps={STEPS}", "trainer.sft.steps=4", "trainer.sft.batch_size=4",

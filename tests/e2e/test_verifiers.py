@@ -11,38 +11,14 @@ reward 0 while the run goes on."""
 
 from __future__ import annotations
 
-import textwrap
 
 import pytest
 
 from tests.e2e.test_openenv import sampled_runs
-from tests.environment_sources import library_reward
+from tests.environment_sources import flaky_plugin, library_reward
 
 pytestmark = pytest.mark.slow
 
-FLAKY = '''
-from loongsage.plugin import hookimpl
-from loongsage_agents.environments.verifiers_env import VerifiersEnvironment
-from loongsage_agents.environments.verifiers_params import VerifiersParams
-
-
-class FlakyVerifiers(VerifiersEnvironment):
-    """verifiers whose every second episode raises once verifiers returned it."""
-
-    calls = 0
-
-    async def run_episode(self, task, endpoint):
-        episode = await super().run_episode(task, endpoint)
-        FlakyVerifiers.calls += 1
-        if FlakyVerifiers.calls % 2 == 0:
-            raise RuntimeError("flaky environment")
-        return episode
-
-
-@hookimpl
-def loongsage_register_environments(register):
-    register("flaky_verifiers", FlakyVerifiers, params=VerifiersParams)
-'''
 
 STEPS, PROMPTS, SAMPLES, TURNS = 2, 2, 2, 2  # one prompt per source per step
 
@@ -51,7 +27,9 @@ def test_verifiers_run_records_episodes_token_exactly_with_the_environments_rewa
         tmp_path, runs, monkeypatch, tiny_model_dir):
     from transformers import AutoTokenizer
 
-    (tmp_path / "flaky_verifiers_plugin.py").write_text(textwrap.dedent(FLAKY))
+    plugin = flaky_plugin("flaky_verifiers", "verifiers_env:VerifiersEnvironment",
+                          "verifiers_params:VerifiersParams", "flaky environment")
+    (tmp_path / "flaky_verifiers_plugin.py").write_text(plugin)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     run_dir = tmp_path / "run"
     runs.train(run_dir, f"trainer.steps={STEPS}", f"rollout.prompts_per_step={PROMPTS}",
