@@ -49,3 +49,36 @@ def test_sigint_asks_like_sigterm_and_an_immediate_repeat_is_the_same_request(tm
     run_dir = RunDirectory(tmp_path)
     assert str(stop.stopped(run_dir, 3)) == (f"stopped by SIGINT after step 3, saved as checkpoint step_000003; "
                                              f"resume with trainer.resume=true trainer.run_dir={tmp_path}")
+
+
+class SignalsInItsFinalizer:
+    """Ctrl-C landing in a finalizer: Python prints the KeyboardInterrupt raised there and drops it."""
+
+    def __del__(self) -> None:
+        signal.raise_signal(signal.SIGINT)
+        sum(range(1000))  # the handler runs between bytecodes, still inside __del__
+
+
+def test_a_sigint_during_start_up_stops_at_once_even_when_a_finalizer_swallowed_it():
+    before = signal.getsignal(signal.SIGINT)
+    stop = StopRequest()
+    with stop.starting():
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)
+        SignalsInItsFinalizer()  # dropped at once; its interrupt is lost, start-up goes on
+        with pytest.raises(KeyboardInterrupt):
+            with stop:
+                pytest.fail("the run must not start after a Ctrl-C during its start-up")
+        assert not stop.requested
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_start_up_without_a_signal_enters_the_step_handler_and_puts_it_back_after():
+    stop = StopRequest()
+    with stop.starting():
+        start_up_handler = signal.getsignal(signal.SIGINT)
+        with stop:
+            os.kill(os.getpid(), signal.SIGINT)
+            assert stop.requested
+        assert signal.getsignal(signal.SIGINT) == start_up_handler

@@ -52,16 +52,16 @@ def run_training(spec: RunConfig) -> str:
     and left a checkpoint starts again from it, up to ``trainer.auto_resume`` times, unless it
     was sent SIGTERM or SIGINT (a scheduler stopping every process of the job kills the actors too)."""
     restarts = spec.cfg.trainer.auto_resume
-    stop = StopRequest()
-    while True:
-        try:
-            return _train(spec, stop)
-        except RunFailed as err:
-            if err.resume_dir is None or restarts <= 0 or stop.requested:
-                raise
-            restarts -= 1
-            log.warning(f"{err}\ntrainer.auto_resume: resuming ({restarts} more allowed)")
-            spec = resuming(spec, err.resume_dir)
+    with StopRequest().starting() as stop:
+        while True:
+            try:
+                return _train(spec, stop)
+            except RunFailed as err:
+                if err.resume_dir is None or restarts <= 0 or stop.requested:
+                    raise
+                restarts -= 1
+                log.warning(f"{err}\ntrainer.auto_resume: resuming ({restarts} more allowed)")
+                spec = resuming(spec, err.resume_dir)
 
 
 def resuming(spec: RunConfig, run_dir: Path) -> RunConfig:

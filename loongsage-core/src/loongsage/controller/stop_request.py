@@ -21,6 +21,12 @@ never restarted by ``trainer.auto_resume``. A scheduler that signals every proce
 itself (Slurm's ``scancel`` through its cgroup) kills the actors too; the step then fails as
 any actor death does (``failures.FailureGuard``). Outside the main thread, where Python
 cannot handle signals, nothing changes.
+
+Before that, during start-up (``starting``), a SIGINT stops at once: Python's usual
+``KeyboardInterrupt``, which the CLI reports in one line. Python drops an exception raised
+inside a ``__del__`` (it only prints "Exception ignored"), and start-up runs finalizers of
+its imports' objects, so a Ctrl-C landing in one would be lost and the run would go on to
+the end; the signal is therefore also remembered, and the run stops when start-up ends.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ import logging
 import signal
 import threading
 import time
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from loongsage.controller.failures import RunStopped, resume_command
 
@@ -46,12 +53,31 @@ class StopRequest:
         self.signal_name: str | None = None  # the first signal's, once one came
         self._first_at = 0.0
         self._previous: dict[int, Any] = {}
+        self._start_up_interrupted = False
+
+    @contextmanager
+    def starting(self) -> Iterator[StopRequest]:
+        """The span of the run (start-ups included) in which a SIGINT before ``__enter__`` stops at once."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = signal.signal(signal.SIGINT, self._on_start_up_signal)
+        try:
+            yield self
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+
+    def _on_start_up_signal(self, signum: int, frame: Any) -> None:
+        self._start_up_interrupted = True
+        raise KeyboardInterrupt
 
     @property
     def requested(self) -> bool:
         return self.signal_name is not None
 
     def __enter__(self) -> StopRequest:
+        if self._start_up_interrupted:  # its KeyboardInterrupt was lost in a finalizer
+            raise KeyboardInterrupt
         if threading.current_thread() is threading.main_thread():
             self._previous = {signum: signal.signal(signum, self._on_signal) for signum in STOP_SIGNALS}
         return self
