@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SOURCES := requirements-dev.txt constraints.txt $(wildcard */pyproject.toml)
 
-.PHONY: setup test test-fast train train-tiny train-tools wheels
+.PHONY: setup test test-fast train train-tiny train-tools wheels catalogue
 
 setup: $(STAMP)
 
@@ -56,3 +56,9 @@ wheels:
 	  $(addsuffix /README.md,$(DISTRIBUTIONS)) $(addsuffix /LICENSE,$(DISTRIBUTIONS)) $(addsuffix /src,$(DISTRIBUTIONS)) recipes \
 	  | tar -x -C "$$tmp" && \
 	$(WHEEL_PYTHON) -m pip wheel --quiet --no-deps -w dist $(addprefix "$$tmp"/,$(DISTRIBUTIONS))
+
+# Core's hints for plugins of a sibling that is not installed ("'NAME' (kind) comes with loongsage-X")
+# read loongsage/sibling_plugins.json: what the installed siblings register, generated here, never
+# edited. tests/plugins/test_catalogue.py fails until this is run after a sibling registers a new name.
+catalogue: setup
+	$(BIN)/python tests/sibling_catalogue.py

@@ -1,7 +1,8 @@
 """The wheels work alone: every runtime import is a declared dependency, and each built wheel
 carries its README, the Apache-2.0 LICENSE, ``py.typed``, classifiers, project URLs and (core)
-the recipes; siblings pin a compatible loongsage-core range. ``.ci/wheels`` then installs the
-wheels into a clean venv outside the repository and trains from them."""
+the recipes and the install hints' catalogue; siblings pin a compatible loongsage-core range.
+``.ci/wheels`` then installs the wheels into a clean venv outside the repository and trains
+from them."""
 
 from __future__ import annotations
 
@@ -128,6 +129,12 @@ def test_core_wheel_ships_every_recipe(wheels):
     recipes = {n.removeprefix("loongsage/recipes/").removesuffix(".yaml")
                for n in names if n.startswith("loongsage/recipes/")}
     assert recipes == set(list_recipes()) and {"tiny/grpo", "smollm2/grpo", "production/qwen3_4b_dapo"} <= recipes
+
+
+def test_core_wheel_ships_the_install_hints_catalogue(wheels):
+    """The hints for a sibling that is not installed read loongsage/sibling_plugins.json (package data)."""
+    shipped = wheels["loongsage-core"].read("loongsage/sibling_plugins.json")
+    assert shipped == (REPO / "loongsage-core" / "src" / "loongsage" / "sibling_plugins.json").read_bytes()
 
 
 def test_transformers_floor_is_one_the_engines_run_on():

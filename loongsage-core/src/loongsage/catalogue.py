@@ -1,58 +1,42 @@
 """Which sibling distribution provides which plugin names, for the hint of an unknown name.
 
-Core never imports its siblings, so when a config names a plugin that no loaded
-distribution registered (``m2po`` without loongsage-algos), this table is the only way the
-error can say which ``pip install`` brings it. ``tests/plugins/test_catalogue.py`` compares it
-with what the installed siblings really register, so it cannot drift from them.
+When a config names a plugin that no loaded distribution registered, the error says which
+distribution brings it and how to install it. That hint matters exactly when the distribution
+is *not* installed, so neither its metadata nor its entry points can be read then: what each
+sibling registers has to ship with core, as data (``sibling_plugins.json``, package data).
+
+Core's code names none of those plugins, and only reads the file. It is generated in a
+clone, never edited: ``make catalogue`` (``tests/sibling_catalogue.py``) loads the plugins of
+the installed siblings and writes down what each one registers, kind by kind. The siblings'
+own hook implementations are thus the one declaration of their names (no second list in
+their metadata to drift from them), and ``tests/plugins/test_catalogue.py`` regenerates the
+file and fails when it differs, so a sibling that registers a new name fails the tests
+until ``make catalogue`` is run.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
-from importlib import metadata
+from importlib import metadata, resources
 
 from loongsage.install_hints import distribution_command
 
-# distribution -> kind -> names it registers
-SIBLING_PLUGINS: dict[str, dict[str, tuple[str, ...]]] = {
-    "loongsage-agents": {
-        "agent": (
-            "chat",
-            "claude_code",
-            "codex",
-            "command",
-            "environment",
-            "mini_swe_agent",
-            "opencode",
-            "single_turn",
-            "tool_loop",
-        ),
-        "dataset": ("code_repair", "huggingface", "jsonl", "parquet", "synthetic_math"),
-        "environment": ("openenv", "reasoning_gym", "verifiers"),
-        "reward": ("code_exec", "math"),
-        "tool_parser": ("hermes", "qwen3_xml"),
-    },
-    "loongsage-algos": {
-        "advantage": ("dr_grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"),
-        "data_filter": ("dynamic_sampling", "length", "overlong", "overlong_reward_shaping"),
-        "is_correction": ("geometric", "icepop", "opsm", "sequence", "token"),
-        "policy_loss": ("cispo", "gspo", "gspo_token", "m2po", "reinforce", "sao"),
-    },
-    "loongsage-distill": {
-        "step_term": ("opd",),
-        "engine": ("embedded_teacher",),
-        "kl_policy": ("full_jsd", "full_kl", "topk_jsd", "topk_kl"),
-    },
-    "loongsage-sandbox": {
-        "command": ("sandbox",),
-        "sandbox": ("bwrap", "docker", "process", "remote"),
-    },
-}
+CATALOGUE_FILE = "sibling_plugins.json"  # next to this module, in the core wheel (package data)
+Providers = dict[str, dict[str, list[str]]]  # distribution -> kind -> names it registers
+
+
+@functools.cache
+def shipped() -> Providers:
+    """The providers of the ``sibling_plugins.json`` this installation of core ships."""
+    text = resources.files("loongsage").joinpath(CATALOGUE_FILE).read_text(encoding="utf-8")
+    return json.loads(text)["providers"]
 
 
 def provider(kind: str, name: str) -> str | None:
     """The sibling distribution that registers ``name`` as a ``kind``, if any."""
-    for distribution, kinds in SIBLING_PLUGINS.items():
+    for distribution, kinds in shipped().items():
         if name in kinds.get(kind, ()):
             return distribution
     return None
@@ -77,7 +61,7 @@ def _why_not_loaded() -> str:
 def install_hint(kind: str, name: str) -> str:
     """Where ``name`` comes from and how to get it, or "" when no sibling provides it.
 
-    For example ``'m2po' (policy_loss) comes with loongsage-algos, which is not installed; in a
+    For example ``'NAME' (policy_loss) comes with loongsage-algos, which is not installed; in a
     clone of LoongSage: make wheels && pip install dist/loongsage_algos-*.whl`` (the command last,
     so it can be copied as it stands).
     """

@@ -4,8 +4,9 @@ Each ``KindSpec`` is one plugin kind: its registry name, its registration hook (
 hook's one-line description), the config fields that name a plugin of the kind, the config
 key an error names by default, and its contract type (a name of ``loongsage.plugin``).
 ``hookspecs`` builds one hook per entry, ``registry.KINDS`` is this table by name,
-``config.store.PLUGIN_GROUPS`` has one Hydra config group per field, and
-``loongsage.plugin.KIND_CONTRACTS`` maps each kind to its contract. Adding a kind is one
+``config.store.PLUGIN_GROUPS`` has one Hydra config group per field,
+``loongsage.plugin.KIND_CONTRACTS`` maps each kind to its contract, and config validation
+resolves each field under its ``KindSpec.key`` and ``name_field``. Adding a kind is one
 entry here plus its contract type and its check (docs/plugins.md shows the diff).
 
 A field's config group is its path with ``[*]`` dropped and dots as slashes
@@ -19,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 LISTING_ROOT = "plugin_options"  # where the ConfigStore keeps the options of unselectable groups
+SOURCE_FIELD = "data_sources[*]."  # the prefix of a field that each data source sets
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,28 @@ class KindSpec:
     config_field: str  # the key an unknown name's error names when the caller gives none
     fields: tuple[tuple[str, str], ...] = ()  # (config path, name field: "" for a bare name)
     named_by: str = ""  # what picks a plugin of a kind that no config field names
+
+    @property
+    def name_field(self) -> str:
+        """The key of a node of this kind that names its plugin: ``name`` unless the kind's fields
+        say otherwise (``format`` for a dataset, ``type`` for a sandbox or an environment)."""
+        return next((name for _, name in self.fields if name), "name")
+
+    def key(self, source: int | None = None) -> str:
+        """The config key of this kind's field, as validation resolves it and its errors name it.
+
+        A data source's field takes the source's index (``dataset``, 2 -> ``data_sources[2].dataset``),
+        any other field none (``policy_loss`` -> ``algorithm.policy_loss``); a list field is named
+        without its ``[*]`` (``Registries.resolve_all`` numbers the entries). A kind with two fields
+        of the same sort (``engine``: ``train.backend`` and ``rollout.backend``) has no one key.
+        """
+        per_source = source is not None
+        paths = [path for path, _ in self.fields if path.startswith(SOURCE_FIELD) == per_source]
+        if len(paths) != 1:
+            where = "per-source" if per_source else "run-wide"
+            raise ValueError(f"kind {self.name!r} has {len(paths)} {where} fields ({paths}); name the key")
+        path = paths[0].removesuffix("[*]")
+        return path.replace(SOURCE_FIELD, f"data_sources[{source}].", 1) if per_source else path
 
     def groups(self) -> tuple[PluginGroup, ...]:
         """One config group per field (module docstring)."""

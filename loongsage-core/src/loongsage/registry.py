@@ -166,8 +166,10 @@ class PluginRef:
         what a plugin declares about itself for validation, never a config key."""
         return getattr(self.entry.params, attribute, default)
 
-    def as_node(self, name_field: str = "name") -> dict[str, Any]:
-        """The reference as a plain config node, every parameter (defaults included) spelled out."""
+    def as_node(self, name_field: str | None = None) -> dict[str, Any]:
+        """The reference as a plain config node, every parameter (defaults included) spelled out,
+        its name under ``name_field`` (default: its kind's, ``KindSpec.name_field``)."""
+        name_field = name_field or KINDS[self.kind].name_field
         generic = dataclasses.asdict(self.options) if dataclasses.is_dataclass(self.options) else {}
         values = dataclasses.asdict(self.params) if dataclasses.is_dataclass(self.params) else {}
         return {name_field: self.name, **generic, **values}
@@ -292,10 +294,13 @@ class Registries:
         return copy
 
     def resolve(
-        self, kind: str, node: Any, key: str, name_field: str = "name", options: Any = None
+        self, kind: str, node: Any, key: str | None = None, name_field: str | None = None,
+        options: Any = None, *, source: int | None = None,
     ) -> PluginRef:
         """Resolve one config node naming a ``kind`` plugin; errors name ``key``.
 
+        ``key`` and ``name_field`` default to the kind's in the table of kinds (``KindSpec.key``,
+        of data source ``source`` for a data source's field, and ``KindSpec.name_field``).
         ``node`` is the plugin's name or a mapping with ``name_field`` and its parameters,
         validated by the plugin's parameter dataclass. ``options`` (a dataclass instance) holds
         the generic keys every node of this kind may set next to the plugin's own parameters,
@@ -304,6 +309,8 @@ class Registries:
         dataclass, and returned as ``PluginRef.options``. A plugin may not declare a parameter
         of the same name, which it could never receive.
         """
+        key = key or KINDS[kind].key(source)
+        name_field = name_field or KINDS[kind].name_field
         node = _plain(node)
         name_key = key if isinstance(node, str) else f"{key}.{name_field}"
         if isinstance(node, str):
@@ -326,14 +333,16 @@ class Registries:
             raise ConfigError(key, f"invalid parameters for {kind} '{name}': {err}") from None
         return PluginRef(entry, params, key, options)
 
-    def resolve_all(self, kind: str, nodes: Any, key: str, name_field: str = "name") -> tuple[PluginRef, ...]:
+    def resolve_all(self, kind: str, nodes: Any, key: str | None = None, *,
+                    source: int | None = None) -> tuple[PluginRef, ...]:
         """``resolve`` each node of a list (``None`` is an empty list); keys get ``[i]``."""
+        key = key or KINDS[kind].key(source)
         nodes = _plain(nodes)
         if nodes is None:
             return ()
         if not isinstance(nodes, list):
             raise ConfigError(key, f"expected a list of {kind} references, got {nodes!r}")
-        return tuple(self.resolve(kind, n, f"{key}[{i}]", name_field) for i, n in enumerate(nodes))
+        return tuple(self.resolve(kind, n, f"{key}[{i}]") for i, n in enumerate(nodes))
 
     def register_callable(self, kind: str, distribution: str) -> Callable[..., None]:
         """The ``register`` callable handed to one plugin's hook implementation."""

@@ -99,10 +99,10 @@ class AlgorithmSpec:
 def _corrections(registries: Registries, node: Any) -> tuple[PluginRef, ...]:
     """``algorithm.is_correction``: null, one plugin node, or a list of them."""
     if isinstance(node, (list, ListConfig)):
-        return registries.resolve_all("is_correction", node, "algorithm.is_correction")
+        return registries.resolve_all("is_correction", node)
     if node is None:
         return ()
-    return (registries.resolve("is_correction", node, "algorithm.is_correction"),)
+    return (registries.resolve("is_correction", node),)
 
 
 def _check_rollout_ratio(policy_loss: PluginRef, corrections: tuple[PluginRef, ...]) -> None:
@@ -154,13 +154,11 @@ def validate_algorithm(algorithm_cfg: Any, registries: Registries) -> AlgorithmS
     if not isinstance(cfg, Mapping):
         raise ConfigError("algorithm", f"expected a mapping, got {type(cfg).__name__}")
 
-    advantage = registries.resolve("advantage", cfg.get("advantage_estimator", "grpo"),
-                                   "algorithm.advantage_estimator")
-    policy_loss = registries.resolve("policy_loss", cfg.get("policy_loss", "ppo_clip"),
-                                     "algorithm.policy_loss")
+    advantage = registries.resolve("advantage", cfg.get("advantage_estimator", "grpo"))
+    policy_loss = registries.resolve("policy_loss", cfg.get("policy_loss", "ppo_clip"))
     corrections = _corrections(registries, cfg.get("is_correction"))
     _check_rollout_ratio(policy_loss, corrections)
-    filters = registries.resolve_all("data_filter", cfg.get("filters"), "algorithm.filters")
+    filters = registries.resolve_all("data_filter", cfg.get("filters"))
 
     mode = cfg.get("loss_agg_mode", "token_mean")
     if mode not in AGG_MODES:
@@ -170,7 +168,7 @@ def validate_algorithm(algorithm_cfg: Any, registries: Registries) -> AlgorithmS
         raise ConfigError("algorithm.loss_agg_norm_len", f"must be > 0 (or null), got {norm_len!r}")
 
     kl = cfg.get("kl") or {}
-    method = registries.resolve("kl_policy", kl.get("method", "k3"), "algorithm.kl.method")
+    method = registries.resolve("kl_policy", kl.get("method", "k3"))
     coef = float(kl.get("coef", 0.0))
     if coef < 0:
         raise ConfigError("algorithm.kl.coef", f"must be >= 0, got {coef}")

@@ -34,6 +34,7 @@ from loongsage.data.sources import SourceSpec
 from loongsage.deadline.budget import Budget
 from loongsage.errors import ConfigError
 from loongsage.hints import closest, first_leaf_key, omegaconf_error, unknown_key_error
+from loongsage.kind_table import KINDS
 from loongsage.registry import PluginRef, Registries
 from loongsage.schema import RewardOptions
 
@@ -181,7 +182,7 @@ def _check_modes(cfg: DictConfig) -> None:
     filtered = bool(cfg.algorithm.filters) or any(s.get("filters") for s in cfg.data_sources)
     if filtered and (asynchronous or cfg.rollout.partial or cfg.rollout.oversample_groups):
         raise ConfigError(
-            "algorithm.filters",
+            KINDS["data_filter"].key(),
             "data filters run in the synchronous scheduler only; the pipeline scheduler that "
             "async.enable, rollout.partial and rollout.oversample_groups use does not apply them "
             "yet (for DAPO-style dynamic sampling use a filter's max_rounds instead of oversampling)",
@@ -276,16 +277,15 @@ def _triple(i: int, node: DictConfig, cfg: DictConfig, registries: Registries) -
                 raise ConfigError(f"{key}.{name}", "required value missing: a source names a dataset, "
                                   "an agent (default single_turn) and a reward, or an environment instead")
         agent = node.agent if node.agent is not None else "single_turn"
-        return {"dataset": registries.resolve("dataset", node.dataset, f"{key}.dataset", "format"),
-                "agent": registries.resolve("agent", agent, f"{key}.agent"),
-                "reward": _reward(node.reward, f"{key}.reward", cfg, registries), "environment": None}
+        return {"dataset": registries.resolve("dataset", node.dataset, source=i),
+                "agent": registries.resolve("agent", agent, source=i),
+                "reward": _reward(node.reward, KINDS["reward"].key(i), cfg, registries), "environment": None}
     given = [name for name in TRIPLE if node[name] is not None]
     if given:
         raise ConfigError(f"{key}.{given[0]}", f"the source names both an environment ({key}.environment) "
                           f"and {', '.join(f'{key}.{g}' for g in given)}: an environment supplies its own tasks, "
                           "episodes and rewards; name either the environment or the dataset/agent/reward triple")
-    env = registries.resolve("environment", node.environment, f"{key}.environment", "type",
-                             options=EnvironmentOptions())
+    env = registries.resolve("environment", node.environment, options=EnvironmentOptions(), source=i)
     check_environment_library(env)
     reward_options = RewardOptions(timeout_s=cfg.reward.timeout_s, on_error=cfg.reward.on_error)
     dataset, agent, reward = bind_environment(env, registries, bool(node.eval_only), reward_options)
@@ -293,15 +293,14 @@ def _triple(i: int, node: DictConfig, cfg: DictConfig, registries: Registries) -
 
 
 def _source_spec(i: int, node: DictConfig, cfg: DictConfig, registries: Registries) -> SourceSpec:
-    key = f"data_sources[{i}]"
     sandbox = node.sandbox
     return SourceSpec(
         index=i,
         name=str(node.name),
         weight=float(node.weight),
         **_triple(i, node, cfg, registries),
-        sandbox=registries.resolve("sandbox", sandbox, f"{key}.sandbox", "type") if sandbox is not None else None,
-        filters=registries.resolve_all("data_filter", node.filters, f"{key}.filters"),
+        sandbox=registries.resolve("sandbox", sandbox, source=i) if sandbox is not None else None,
+        filters=registries.resolve_all("data_filter", node.filters, source=i),
         sampling=as_container(node.sampling),
         system_prompt=node.system_prompt,
         eval_only=bool(node.eval_only),
@@ -325,13 +324,13 @@ def _write_back(cfg: DictConfig, run: RunConfig) -> None:
     cfg.logging.trackers = [t.as_node() for t in run.trackers]
     for node, source in zip(cfg.data_sources, run.sources):
         if source.environment is not None:
-            node.environment = source.environment.as_node("type")
+            node.environment = source.environment.as_node()
         else:
-            node.dataset = source.dataset.as_node("format")
+            node.dataset = source.dataset.as_node()
             node.agent = source.agent.as_node()
             node.reward = source.reward.as_node()
         if source.sandbox is not None:
-            node.sandbox = source.sandbox.as_node("type")
+            node.sandbox = source.sandbox.as_node()
         node.filters = [f.as_node() for f in source.filters]
 
 
@@ -342,11 +341,11 @@ def _resolve_plugins(cfg: DictConfig, registries: Registries) -> RunConfig:
         registries=registries,
         algorithm=validate_algorithm(cfg.algorithm, registries),
         sources=tuple(_source_spec(i, node, cfg, registries) for i, node in enumerate(cfg.data_sources)),
-        window_policy=resolve("window_policy", cfg["async"].window_policy, "async.window_policy"),
-        trackers=registries.resolve_all("tracker", cfg.logging.trackers, "logging.trackers"),
-        middlewares=registries.resolve_all("router_middleware", cfg.agentflow.middlewares, "agentflow.middlewares"),
-        tool_parser=resolve("tool_parser", cfg.agentflow.tool_parser, "agentflow.tool_parser"),
-        train_engine=resolve("engine", cfg.train.backend, "train.backend"),
+        window_policy=resolve("window_policy", cfg["async"].window_policy),
+        trackers=registries.resolve_all("tracker", cfg.logging.trackers),
+        middlewares=registries.resolve_all("router_middleware", cfg.agentflow.middlewares),
+        tool_parser=resolve("tool_parser", cfg.agentflow.tool_parser),
+        train_engine=resolve("engine", cfg.train.backend, "train.backend"),  # two fields: no one key
         rollout_engine=resolve("engine", cfg.rollout.backend, "rollout.backend"),
         step_term=validate_step_terms(cfg, registries),
     )
