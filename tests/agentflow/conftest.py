@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from loongsage.engines.client import GenerateOutput, StreamChunk
+from loongsage.engines.replies import GenerateOutput, StreamChunk
 
 from loongsage.agentflow.server import Router
 from loongsage.plugins import get_registries

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import torch
 
-from loongsage.engines.client import GenerateOutput, StreamChunk
+from loongsage.engines.replies import GenerateOutput, StreamChunk
 
 LONG_CONTEXT = 32768
 

@@ -9,7 +9,7 @@ import pickle
 
 import pytest
 
-from loongsage.engines.client import EngineError
+from loongsage.engines.replies import EngineError
 from loongsage.errors import ConfigError
 from loongsage.transfer import WeightSyncError
 from loongsage_sandbox.errors import SandboxCrashedError

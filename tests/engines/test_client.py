@@ -17,7 +17,8 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 
-from loongsage.engines.client import EngineClient, EngineError
+from loongsage.engines.client import EngineClient
+from loongsage.engines.replies import EngineError
 
 PROMPT = [11, 22, 33, 44]
 GREEDY = {"max_new_tokens": 12, "temperature": 0, "ignore_eos": True}

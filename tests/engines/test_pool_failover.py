@@ -15,7 +15,8 @@ import threading
 import httpx
 import pytest
 
-from loongsage.engines.client import EngineClient, EngineError
+from loongsage.engines.client import EngineClient
+from loongsage.engines.replies import EngineError
 from loongsage.engines.pool import EnginePool
 
 SAMPLING = {"max_new_tokens": 4, "temperature": 0.0}

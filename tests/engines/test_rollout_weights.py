@@ -13,7 +13,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from loongsage.engines.client import EngineClient, EngineError
+from loongsage.engines.client import EngineClient
+from loongsage.engines.replies import EngineError
 
 PROMPT = [5, 17, 42, 99, 7, 300]
 

@@ -18,7 +18,8 @@ from loongsage.agentflow.tito import ChatRenderer, plan_turn, record_generation
 from loongsage.controller.batching import groups_to_batch
 from loongsage.data.types import Group, Prompt
 from loongsage.engines.batch import TrainBatch
-from loongsage.engines.client import EngineClient, EngineError
+from loongsage.engines.client import EngineClient
+from loongsage.engines.replies import EngineError
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
 from loongsage.engines.routing import MoeRouters
 from loongsage.errors import ConfigError

@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from loongsage.engines.client import EngineClient, EngineError
+from loongsage.engines.client import EngineClient
+from loongsage.engines.replies import EngineError
 from loongsage.engines.embedded_rollout import EmbeddedRolloutEngine
 from loongsage.engines.pool import EnginePool
 from loongsage.engines.sampling_seed import derive_seed, sample_seed, token_uniform

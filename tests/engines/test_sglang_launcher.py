@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from loongsage.engines.client import EngineError
+from loongsage.engines.replies import EngineError
 from loongsage.engines.embedded_rollout.sglang_compat import parse_args
 from loongsage.engines.sglang.engine import SGLangServerEngine
 

@@ -43,7 +43,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
-from loongsage.engines.client import EngineError as EngineCallError
+from loongsage.engines.replies import EngineError as EngineCallError
 from loongsage.engines.pool import EnginePool, ReplicaDown
 from loongsage.agentflow.errors import EngineError
 from loongsage.agentflow.generation import (

@@ -39,128 +39,18 @@ pool small; the shards share one SSL context (building one costs ~0.1 s).
 from __future__ import annotations
 
 import asyncio
-import base64
 import itertools
 import json
 import threading
 import time
 import uuid
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Iterable, Sequence
 
 import httpx
-import numpy as np
 
-from loongsage.errors import LoongSageError
-
-
-class EngineError(LoongSageError):
-    """An engine answered with an error (``status``) or could not be reached (``status`` None)."""
-
-    def __init__(self, endpoint: str, message: str, status: int | None = None,
-                 field: str | None = None):
-        self.endpoint, self.status, self.field = endpoint, status, field
-        where = f"HTTP {status}" if status is not None else "unreachable"
-        super().__init__(f"{endpoint} ({where}): {message}")
-
-
-@dataclass
-class GenerateOutput:
-    """The result of one ``/generate`` call.
-
-    ``output_logprobs[i]`` is the engine's logprob of ``output_ids[i]`` (``None`` when
-    ``return_logprob`` was false). ``finish_reason`` is ``"stop"``, ``"length"`` or
-    ``"abort"``; ``matched_stop`` is the stop token/string that ended it, if any.
-    ``output_weight_versions`` (embedded engine only; ``None`` from SGLang) gives the weight
-    version that sampled each token, for partial rollouts spanning a weight update.
-    """
-
-    output_ids: list[int]
-    output_logprobs: list[float] | None
-    finish_reason: str | None
-    weight_version: int | str | None
-    prompt_tokens: int
-    rid: str
-    text: str = ""
-    matched_stop: int | str | None = None
-    output_weight_versions: list[int] | None = None
-    meta_info: dict[str, Any] = field(default_factory=dict, repr=False)
-    routed_experts: np.ndarray | None = field(default=None, repr=False)  # [prompt + output, layers, k]
-
-    @property
-    def completion_tokens(self) -> int:
-        return len(self.output_ids)
-
-
-@dataclass
-class StreamChunk:
-    """New tokens since the previous chunk of a streaming generation."""
-
-    output_ids: list[int]
-    output_logprobs: list[float] | None
-    text: str  # text added since the previous chunk
-    finished: bool
-    finish_reason: str | None
-    weight_version: int | str | None
-    rid: str
-    routed_experts: np.ndarray | None = None  # on the final chunk, when asked (GenerateOutput's)
-    output_weight_versions: list[int] | None = None  # per new token (embedded engine only)
-
-
-def _version(value: Any) -> int | str | None:
-    if isinstance(value, str) and value.lstrip("-").isdigit():
-        return int(value)
-    return value
-
-
-def _finish(meta: dict[str, Any]) -> tuple[str | None, int | str | None]:
-    reason = meta.get("finish_reason")
-    if isinstance(reason, dict):
-        return reason.get("type"), reason.get("matched")
-    return reason, None
-
-
-def _tokens(out: dict[str, Any], endpoint: str) -> tuple[list[int], list[float] | None]:
-    meta = out.get("meta_info", {})
-    pairs = meta.get("output_token_logprobs")
-    ids = out.get("output_ids")
-    if ids is None and pairs is None:
-        raise EngineError(endpoint, "response has neither output_ids nor "
-                          "meta_info.output_token_logprobs; request return_logprob=True")
-    if ids is None:
-        ids = [int(p[1]) for p in pairs]
-    logprobs = [float(p[0]) for p in pairs] if pairs is not None else None
-    return list(ids), logprobs
-
-
-def _routes(meta: dict[str, Any], tokens: int) -> np.ndarray | None:
-    """``meta_info.routed_experts`` as ``[tokens, layers, top_k]`` int16, -1 past the record."""
-    raw, shape = meta.get("routed_experts"), meta.get("routed_experts_shape")
-    if raw is None:
-        return None
-    if not shape or len(shape) != 2:
-        raise EngineError("/generate", "meta_info.routed_experts came without routed_experts_shape "
-                          "[layers, top_k]; the engine's route format is not the embedded one")
-    fed = np.frombuffer(base64.b64decode(raw), dtype="<i4").reshape(-1, *shape)
-    routes = np.full((tokens, *shape), -1, dtype=np.int16)
-    routes[:min(len(fed), tokens)] = fed[:tokens]
-    return routes
-
-
-def _output(out: dict[str, Any], rid: str) -> GenerateOutput:
-    meta = out.get("meta_info", {})
-    ids, logprobs = _tokens(out, "/generate")
-    reason, matched = _finish(meta)
-    routes = _routes(meta, int(meta.get("prompt_tokens", 0)) + len(ids))
-    return GenerateOutput(
-        output_ids=ids, output_logprobs=logprobs, finish_reason=reason,
-        weight_version=_version(meta.get("weight_version")),
-        prompt_tokens=int(meta.get("prompt_tokens", 0)), rid=str(meta.get("id") or rid),
-        text=out.get("text") or "", matched_stop=matched,
-        output_weight_versions=meta.get("output_token_weight_versions"), meta_info=meta,
-        routed_experts=routes,
-    )
+from loongsage.engines.replies import (EngineError, GenerateOutput, StreamChunk, finish_of, generate_output,
+                                        raise_for_error, routes_of, tokens_of, weight_version_of)
 
 
 # One dict for every prompt of a request, or (a batch) a list of one dict per prompt.
@@ -178,22 +68,6 @@ def batch_rids(prompts: Sequence[Sequence[int]], rids: Sequence[str] | None) -> 
     if len(rids) != len(prompts):
         raise ValueError(f"agenerate_batch: {len(prompts)} prompts but {len(rids)} rids")
     return rids
-
-
-def _raise_for(resp: httpx.Response, endpoint: str) -> None:
-    if resp.is_success:
-        return
-    message, fld = resp.text, None
-    try:
-        body = resp.json()
-        err = body.get("error") if isinstance(body, dict) else None
-        if isinstance(err, dict):
-            message, fld = err.get("message", message), err.get("field")
-        elif isinstance(body, dict) and "message" in body:
-            message = body["message"]
-    except ValueError:
-        pass
-    raise EngineError(endpoint, message, resp.status_code, fld)
 
 
 # Idle connections are dropped after this many seconds, well before a server closes them
@@ -268,7 +142,7 @@ class EngineClient:
             resp = self._client.request(method, path, json=body)
         except httpx.TransportError as exc:
             raise EngineError(path, f"{self.base_url}: {exc!r}") from exc
-        _raise_for(resp, path)
+        raise_for_error(resp, path)
         return resp.json() if resp.content else None
 
     async def _acall(self, method: str, path: str, body: dict | None = None) -> Any:
@@ -276,7 +150,7 @@ class EngineClient:
             resp = await self._aclient().request(method, path, json=body)
         except httpx.TransportError as exc:
             raise EngineError(path, f"{self.base_url}: {exc!r}") from exc
-        _raise_for(resp, path)
+        raise_for_error(resp, path)
         return resp.json() if resp.content else None
 
     def close(self) -> None:
@@ -320,14 +194,14 @@ class EngineClient:
         """Generate from token ids (no chat template is applied). Always set
         ``sampling_params["max_new_tokens"]``: SGLang's default is 16."""
         body = self._generate_body(input_ids, sampling_params, return_logprob, rid, False)
-        return self.usage.counted(_output(self._call("POST", "/generate", body), body["rid"]))
+        return self.usage.counted(generate_output(self._call("POST", "/generate", body), body["rid"]))
 
     async def agenerate(self, input_ids: Sequence[int],
                         sampling_params: dict[str, Any] | None = None, *,
                         return_logprob: bool = True, rid: str | None = None) -> GenerateOutput:
         """Asyncio form of :meth:`generate`."""
         body = self._generate_body(input_ids, sampling_params, return_logprob, rid, False)
-        return self.usage.counted(_output(await self._acall("POST", "/generate", body), body["rid"]))
+        return self.usage.counted(generate_output(await self._acall("POST", "/generate", body), body["rid"]))
 
     async def agenerate_batch(self, prompts: Sequence[Sequence[int]],
                               sampling_params: SamplingParams = None, *,
@@ -344,7 +218,7 @@ class EngineClient:
         if not isinstance(outs, list) or len(outs) != len(prompts):
             raise EngineError("/generate", f"a batch of {len(prompts)} prompts came back as "
                               f"{type(outs).__name__} of {len(outs) if isinstance(outs, list) else 1}", 200)
-        return [self.usage.counted(_output(out, rid)) for out, rid in zip(outs, rids)]
+        return [self.usage.counted(generate_output(out, rid)) for out, rid in zip(outs, rids)]
 
     async def astream_generate(self, input_ids: Sequence[int],
                                sampling_params: dict[str, Any] | None = None, *,
@@ -360,7 +234,7 @@ class EngineClient:
             async with self._aclient().stream("POST", "/generate", json=body) as resp:
                 if not resp.is_success:
                     await resp.aread()
-                    _raise_for(resp, "/generate")
+                    raise_for_error(resp, "/generate")
                 async for line in resp.aiter_lines():
                     if not line.startswith("data:"):
                         continue
@@ -373,7 +247,7 @@ class EngineClient:
                         raise EngineError("/generate", err.get("message", str(err))
                                           if isinstance(err, dict) else str(err))
                     meta = out.get("meta_info", {})
-                    ids, logprobs = _tokens(out, "/generate")
+                    ids, logprobs = tokens_of(out, "/generate")
                     versions = meta.get("output_token_weight_versions")
                     total = int(meta.get("completion_tokens", len(ids)))
                     text = out.get("text") or ""
@@ -385,12 +259,12 @@ class EngineClient:
                     else:  # incremental chunk (--stream-output)
                         delta, seen_text = text, seen_text + text
                     seen_tokens = total
-                    reason, _ = _finish(meta)
-                    routes = _routes(meta, int(meta.get("prompt_tokens", 0)) + total)
+                    reason, _ = finish_of(meta)
+                    routes = routes_of(meta, int(meta.get("prompt_tokens", 0)) + total)
                     if reason is not None:
                         self.usage.note(meta)
                     yield StreamChunk(ids, logprobs, delta, reason is not None, reason,
-                                      _version(meta.get("weight_version")), body["rid"], routes,
+                                      weight_version_of(meta.get("weight_version")), body["rid"], routes,
                                       versions)
         except httpx.TransportError as exc:
             raise EngineError("/generate", f"{self.base_url}: {exc!r}") from exc
@@ -472,10 +346,10 @@ class EngineClient:
         return await self._acall("GET", "/get_model_info")
 
     def get_weight_version(self) -> int | str | None:
-        return _version(self._call("GET", "/get_weight_version").get("weight_version"))
+        return weight_version_of(self._call("GET", "/get_weight_version").get("weight_version"))
 
     async def aget_weight_version(self) -> int | str | None:
-        return _version((await self._acall("GET", "/get_weight_version")).get("weight_version"))
+        return weight_version_of((await self._acall("GET", "/get_weight_version")).get("weight_version"))
 
     # ---- weights -------------------------------------------------------------------------
     @staticmethod

@@ -58,7 +58,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, AsyncGenerator, AsyncIterator, Hashable, Sequence
 
-from loongsage.engines.client import EngineError, GenerateOutput, SamplingParams, batch_rids, per_prompt
+from loongsage.engines.client import SamplingParams, batch_rids, per_prompt
+from loongsage.engines.replies import EngineError, GenerateOutput
 from loongsage.engines.prefix_index import PrefixIndex
 
 DOWN_POLL_S = 0.2  # how often a waiting request looks whether its replica went down

@@ -65,7 +65,7 @@ PUBLIC: dict[str, tuple[str, str]] = {
     "EnvironmentContext": ("loongsage.data.environments", "what an environment is built with: source, seed, sandbox"),
     "Endpoint": ("loongsage.data.environments", "where an episode calls the policy: router URLs, key, model"),
     "Episode": ("loongsage.data.environments", "what an environment's run_episode returns: reward, metrics"),
-    "GenerateOutput": ("loongsage.engines.client", "what GenerationClient.agenerate returns"),
+    "GenerateOutput": ("loongsage.engines.replies", "what GenerationClient.agenerate returns"),
     "ToolCall": ("loongsage.agentflow.tool_calls", "what a tool parser parses and renders"),
     "ParsedOutput": ("loongsage.agentflow.tool_calls", "what a tool parser's parse returns"),
     "TurnContext": ("loongsage.agentflow.middleware", "one router request, as a middleware sees it"),
@@ -90,7 +90,7 @@ PUBLIC: dict[str, tuple[str, str]] = {
     "UnknownPluginError": ("loongsage.errors", "a config names a plugin nobody registered"),
     "PluginImportError": ("loongsage.errors", "a lazy 'module:attribute' target failed to import"),
     "RegistryFrozenError": ("loongsage.errors", "a registration after loading ended"),
-    "EngineError": ("loongsage.engines.client", "a GenerationClient call the engine refused or failed"),
+    "EngineError": ("loongsage.engines.replies", "a GenerationClient call the engine refused or failed"),
     # ---- helpers for algorithm plugins ----------------------------------------------------
     "group_stats": ("loongsage.algorithms.advantages", "per-group mean and std, as the grpo estimator computes them"),
     "broadcast": ("loongsage.algorithms.advantages", "a per-row value over its loss-masked tokens"),
@@ -158,7 +158,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time the names load o
     from loongsage.data.sources import SandboxFactory, SourceContext
     from loongsage.data.types import Group, Prompt, Sample
     from loongsage.engines.batch import LogitTerm, LossContext, TrainBatch
-    from loongsage.engines.client import EngineError, GenerateOutput
+    from loongsage.engines.replies import EngineError, GenerateOutput
     from loongsage.engines.distributed import SingleProcess
     from loongsage.engines.embedded_train import load_causal_lm
     from loongsage.engines.logprobs import final_hidden, head_scores, scatter_positions, token_scores

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the records are imported only for the annotations
     from loongsage.algorithms.types import AdvantageInputs, Correction, PolicyLossInputs, PolicyLossOutput
     from loongsage.data.environments import Endpoint, Episode
     from loongsage.data.types import Group, Prompt, Sample
-    from loongsage.engines.client import GenerateOutput
+    from loongsage.engines.replies import GenerateOutput
     from loongsage.registry import Registries
 
 

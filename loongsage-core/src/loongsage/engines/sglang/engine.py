@@ -43,7 +43,8 @@ from typing import Any
 
 import httpx
 
-from loongsage.engines.client import EngineClient, EngineError
+from loongsage.engines.client import EngineClient
+from loongsage.engines.replies import EngineError
 from loongsage.engines.weight_sync import TrainRanks, WeightSync
 from loongsage.transfer import TransferConfig
 
