@@ -17,7 +17,6 @@ from loongsage.agentflow.settings import RouterSettings
 from loongsage.controller.agent_routers import AgentRouters
 from loongsage.data.types import Prompt
 from loongsage.engines.pool import EnginePool
-from loongsage.plugins import get_registries
 
 from loongsage_agents.agents.chat import ChatAgent
 from loongsage_agents.agents.router_params import ChatParams
@@ -47,8 +46,7 @@ def test_each_router_agent_gets_a_router_that_persists_its_trajectories(scripted
     agent = ChatAgent(ChatParams(), agent_context())
     sources = {"chat_src": SimpleNamespace(agent=agent),
                "plain_src": SimpleNamespace(agent=SingleTurnAgent(None, agent_context()))}
-    routers = AgentRouters(sources, EnginePool(engines), tokenizer, get_registries(), RouterSettings(),
-                           tmp_path)
+    routers = AgentRouters(sources, EnginePool(engines), tokenizer, RouterSettings(), tmp_path)
     try:
         assert list(routers.urls()) == ["chat_src"]  # single_turn talks to the engine itself
         url = routers.urls()["chat_src"]
@@ -79,3 +77,4 @@ def test_each_router_agent_gets_a_router_that_persists_its_trajectories(scripted
     assert sorted((r["trajectory_id"], r["reward"], r["info"]["correct"]) for r in rewards) == \
         sorted((s.reward_info["trajectory_id"], s.reward, True) for s in samples)
     assert all("messages" not in r["info"] for r in rewards)  # numeric fields only
+
