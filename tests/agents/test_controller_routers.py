@@ -78,3 +78,26 @@ def test_each_router_agent_gets_a_router_that_persists_its_trajectories(scripted
         sorted((s.reward_info["trajectory_id"], s.reward, True) for s in samples)
     assert all("messages" not in r["info"] for r in rewards)  # numeric fields only
 
+
+def test_an_agent_adds_its_own_middlewares_resolved_after_the_runs(agent_context):
+    """``router_settings(base)``: the run's resolved chain and tool parser, then the agent's own
+    middlewares, which the agent resolves (the router looks nothing up); OpenCode's override
+    takes the run's settings too and adds its title model."""
+    from loongsage.config.router_plugins import resolve_router_plugins
+    from loongsage.errors import UnknownPluginError
+    from loongsage.plugins import get_registries
+
+    from loongsage_agents.agents.router_params import OpenCodeParams
+    from loongsage_agents.launchers.opencode import OpenCodeAgent
+
+    base = RouterSettings().with_plugins(resolve_router_plugins(get_registries(), "qwen3_xml", ["tool_call_parser"]))
+    for agent in (ChatAgent(ChatParams(), agent_context()), OpenCodeAgent(OpenCodeParams(), agent_context())):
+        settings = agent.router_settings(base)
+        assert [m.name for m in settings.middlewares] == ["tool_call_parser", "agent_sessions"]
+        assert settings.tool_parser.name == "qwen3_xml"
+    assert settings.untrained_models == ["policy-title"]
+    private = ChatAgent(ChatParams(), agent_context()).router_settings()  # no run: the config's defaults
+    assert ([m.name for m in private.middlewares], private.tool_parser.name) == (["agent_sessions"], "hermes")
+    with pytest.raises(UnknownPluginError, match=r"data_sources\[0\].agent.middlewares\[0\]: unknown router_middleware "
+                                                 r"'agent_sesions'"):
+        ChatAgent(ChatParams(middlewares=["agent_sesions"]), agent_context()).router_settings(base)
