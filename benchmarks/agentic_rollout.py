@@ -91,8 +91,8 @@ def one_side(args: argparse.Namespace) -> dict[str, Any]:
     pool = EnginePool([EngineClient(engine.url, timeout=None)])
     loop = EventLoopThread()
     with tempfile.TemporaryDirectory() as run_dir:
-        routers = AgentRouters(sources, pool, tokenizer, spec.registries,
-                               RouterSettings.from_config(cfg.agentflow), Path(run_dir))
+        routers = AgentRouters(sources, pool, tokenizer, RouterSettings.from_config(cfg.agentflow, spec.router),
+                               Path(run_dir))
         try:
             params = {**sampling_params(cfg, tokenizer), **source.sampling}
             prompts = [source.get(i) for i in range(args.prompts)]

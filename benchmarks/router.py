@@ -117,10 +117,11 @@ import sys, threading
 from transformers import AutoTokenizer
 from loongsage.agentflow.server import Router
 from loongsage.agentflow.settings import RouterSettings
+from loongsage.config.router_plugins import resolve_router_plugins
 from loongsage.engines.client import EngineClient
 from loongsage.plugins import load_plugins
-router = Router([EngineClient(sys.argv[2])], AutoTokenizer.from_pretrained(sys.argv[1]), load_plugins(),
-                RouterSettings(auto_create_trajectories=True))
+settings = RouterSettings(auto_create_trajectories=True).with_plugins(resolve_router_plugins(load_plugins()))
+router = Router([EngineClient(sys.argv[2])], AutoTokenizer.from_pretrained(sys.argv[1]), settings)
 print(router.start(), flush=True)
 threading.Event().wait()
 """

@@ -28,6 +28,7 @@ import pytest
 from loongsage.engines.replies import GenerateOutput, StreamChunk
 
 from loongsage.agentflow.server import Router
+from loongsage.config.router_plugins import DEFAULT_TOOL_PARSER, resolve_router_plugins
 from loongsage.plugins import get_registries
 from loongsage.agentflow.settings import RouterSettings
 
@@ -50,9 +51,11 @@ def make_router(tokenizer):
     """Start routers over the given engines; every router is stopped after the test."""
     started: list[Router] = []
 
-    def make(engines, registries=None, **settings) -> Router:
+    def make(engines, registries=None, tool_parser=DEFAULT_TOOL_PARSER, middlewares=None, **settings) -> Router:
+        """``tool_parser`` and ``middlewares`` are resolved first, as config validation does."""
         registries = registries if registries is not None else get_registries()
-        router = Router(engines, tokenizer, registries, RouterSettings(**settings))
+        plugins = resolve_router_plugins(registries, tool_parser, middlewares)
+        router = Router(engines, tokenizer, RouterSettings(**settings).with_plugins(plugins))
         router.start()
         started.append(router)
         return router

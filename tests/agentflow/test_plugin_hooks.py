@@ -73,7 +73,7 @@ class Probe:
         turns = self.turns
 
         class Tagging(RouterMiddleware):
-            def __init__(self, settings, params: TagParams, registries):
+            def __init__(self, settings, params: TagParams):
                 self.tag = params.tag
 
             def on_result(self, ctx, result) -> None:

@@ -17,15 +17,14 @@ CHAT = {"model": "policy", "messages": [{"role": "user", "content": "1+1?"}], "m
 def test_a_non_loopback_bind_needs_an_api_key(tokenizer, engine_url, monkeypatch):
     from loongsage.agentflow.server import Router
     from loongsage.agentflow.settings import RouterSettings
-    from loongsage.plugins import get_registries
 
     monkeypatch.delenv(API_KEY_ENV, raising=False)
     with pytest.raises(ConfigError, match=r"^agentflow.api_key: the router binds '0.0.0.0'"):
-        Router([EngineClient(engine_url)], tokenizer, get_registries(), RouterSettings(host="0.0.0.0"))
+        Router([EngineClient(engine_url)], tokenizer, RouterSettings(host="0.0.0.0"))
     monkeypatch.setenv(API_KEY_ENV, "from-env")
-    router = Router([EngineClient(engine_url)], tokenizer, get_registries(), RouterSettings(host="0.0.0.0"))
+    router = Router([EngineClient(engine_url)], tokenizer, RouterSettings(host="0.0.0.0"))
     assert router.tokens.api_key == "from-env"
-    Router([EngineClient(engine_url)], tokenizer, get_registries(), RouterSettings(host="::1"))
+    Router([EngineClient(engine_url)], tokenizer, RouterSettings(host="::1"))
 
 
 def test_with_a_key_trajectories_are_reached_by_their_token_only(make_router, engine_url):

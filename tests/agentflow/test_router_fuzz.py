@@ -80,10 +80,12 @@ def in_wire_format(api: str, payload: dict) -> bool:
 def fuzz_router(tokenizer, engine_url):
     from loongsage.agentflow.server import Router
     from loongsage.agentflow.settings import RouterSettings
+    from loongsage.config.router_plugins import resolve_router_plugins
     from loongsage.plugins import get_registries
 
-    router = Router([EngineClient(engine_url)], tokenizer, get_registries(),
-                    RouterSettings(auto_create_trajectories=True, default_max_tokens=4))
+    settings = RouterSettings(auto_create_trajectories=True, default_max_tokens=4)
+    settings = settings.with_plugins(resolve_router_plugins(get_registries()))
+    router = Router([EngineClient(engine_url)], tokenizer, settings)
     router.start()
     yield router
     router.stop()

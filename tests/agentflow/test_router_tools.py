@@ -173,14 +173,13 @@ def test_subagent_header_opens_a_child_segment(make_router, scripted_engine):
     assert [s.reward_info["origin"] for s in samples] == ["root", "subagent"]
 
 
-def test_unknown_middleware_names_the_config_key(tokenizer, scripted_engine):
-    from loongsage.agentflow.server import Router
-    from loongsage.agentflow.settings import RouterSettings
+def test_unknown_middleware_names_the_config_key():
+    from loongsage.config.router_plugins import resolve_router_plugins
     from loongsage.errors import UnknownPluginError
     from loongsage.plugins import get_registries
 
     with pytest.raises(UnknownPluginError, match=r"agentflow.middlewares\[0\]: unknown router_middleware 'agent_sesions'.*'agent_sessions'"):
-        Router([scripted_engine([])], tokenizer, get_registries(), RouterSettings(middlewares=["agent_sesions"]))
+        resolve_router_plugins(get_registries(), middlewares=["agent_sesions"])
 
 
 def test_untrained_model_calls_never_become_samples_or_the_mainline(make_router, scripted_engine):

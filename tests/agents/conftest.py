@@ -149,7 +149,7 @@ class Recorder:
     def __init__(self) -> None:
         self.turns: list[dict[str, Any]] = []
 
-    def factory(self, settings: Any, params: Any, registries: Any) -> Any:
+    def factory(self, settings: Any, params: Any) -> Any:
         from loongsage.agentflow.middleware import RouterMiddleware
 
         turns = self.turns
@@ -172,6 +172,7 @@ def recording_router(request, tokenizer):
     agent (``use_router``, the controller's path)."""
     from loongsage import hookimpl
     from loongsage.agentflow.server import Router
+    from loongsage.config.router_plugins import resolve_router_plugins
     from loongsage.engines.client import EngineClient
     from loongsage.plugins import load_plugins
 
@@ -186,12 +187,12 @@ def recording_router(request, tokenizer):
                 register("test_recorder", recorder.factory, doc="Test: record turns.")
 
         registries = load_plugins(extra=[(Plugin(), "agents-test-recorder")])
-        settings = agent.router_settings()
-        settings.middlewares = list(settings.middlewares) + ["test_recorder"]
+        recording = resolve_router_plugins(registries, None, ["test_recorder"])
+        settings = agent.router_settings().with_plugins(recording)
         settings.run_dir = str(run_dir) if run_dir is not None else None
         if engine is None:
             engine = EngineClient(request.getfixturevalue("engine_url"))
-        router = Router([engine], tokenizer, registries, settings)
+        router = Router([engine], tokenizer, settings)
         router.start()
         started.append(router)
         agent.use_router(router)

@@ -79,7 +79,7 @@ def test_timeout_kills_the_whole_process_group(tmp_path, agent_context):
 def _started_router(agent, engine):
     from loongsage.agentflow.server import Router
 
-    router = Router([engine], agent.tokenizer, agent.context.registries, agent.router_settings())
+    router = Router([engine], agent.tokenizer, agent.router_settings())
     router.start()
     return router
 

@@ -17,7 +17,6 @@ from loongsage.agentflow.settings import RouterSettings
 from loongsage.controller.agent_routers import AgentRouters
 from loongsage.data.types import Prompt
 from loongsage.engines.pool import EnginePool
-from loongsage.plugins import get_registries
 
 from loongsage_agents.agents.chat import ChatAgent
 from loongsage_agents.agents.router_params import ChatParams
@@ -47,8 +46,7 @@ def test_each_router_agent_gets_a_router_that_persists_its_trajectories(scripted
     agent = ChatAgent(ChatParams(), agent_context())
     sources = {"chat_src": SimpleNamespace(agent=agent),
                "plain_src": SimpleNamespace(agent=SingleTurnAgent(None, agent_context()))}
-    routers = AgentRouters(sources, EnginePool(engines), tokenizer, get_registries(), RouterSettings(),
-                           tmp_path)
+    routers = AgentRouters(sources, EnginePool(engines), tokenizer, RouterSettings(), tmp_path)
     try:
         assert list(routers.urls()) == ["chat_src"]  # single_turn talks to the engine itself
         url = routers.urls()["chat_src"]
@@ -79,3 +77,27 @@ def test_each_router_agent_gets_a_router_that_persists_its_trajectories(scripted
     assert sorted((r["trajectory_id"], r["reward"], r["info"]["correct"]) for r in rewards) == \
         sorted((s.reward_info["trajectory_id"], s.reward, True) for s in samples)
     assert all("messages" not in r["info"] for r in rewards)  # numeric fields only
+
+
+def test_an_agent_adds_its_own_middlewares_resolved_after_the_runs(agent_context):
+    """``router_settings(base)``: the run's resolved chain and tool parser, then the agent's own
+    middlewares, which the agent resolves (the router looks nothing up); OpenCode's override
+    takes the run's settings too and adds its title model."""
+    from loongsage.config.router_plugins import resolve_router_plugins
+    from loongsage.errors import UnknownPluginError
+    from loongsage.plugins import get_registries
+
+    from loongsage_agents.agents.router_params import OpenCodeParams
+    from loongsage_agents.launchers.opencode import OpenCodeAgent
+
+    base = RouterSettings().with_plugins(resolve_router_plugins(get_registries(), "qwen3_xml", ["tool_call_parser"]))
+    for agent in (ChatAgent(ChatParams(), agent_context()), OpenCodeAgent(OpenCodeParams(), agent_context())):
+        settings = agent.router_settings(base)
+        assert [m.name for m in settings.middlewares] == ["tool_call_parser", "agent_sessions"]
+        assert settings.tool_parser.name == "qwen3_xml"
+    assert settings.untrained_models == ["policy-title"]
+    private = ChatAgent(ChatParams(), agent_context()).router_settings()  # no run: the config's defaults
+    assert ([m.name for m in private.middlewares], private.tool_parser.name) == (["agent_sessions"], "hermes")
+    with pytest.raises(UnknownPluginError, match=r"data_sources\[0\].agent.middlewares\[0\]: unknown router_middleware "
+                                                 r"'agent_sesions'"):
+        ChatAgent(ChatParams(middlewares=["agent_sesions"]), agent_context()).router_settings(base)

@@ -105,8 +105,8 @@ def test_512_sessions_through_an_engine_restart(spec):
 
     with build_run(spec) as run:
         pool, monitor, tokenizer = run.rollout.pool, run.engine_monitor, run.tokenizer
-        router = Router(pool, tokenizer, run.spec.registries, RouterSettings.from_config(
-            run.cfg.agentflow, run_dir=str(run.run_dir.path / "trajectories")))
+        router = Router(pool, tokenizer, RouterSettings.from_config(
+            run.cfg.agentflow, run.spec.router, run_dir=str(run.run_dir.path / "trajectories")))
         router.start()
         pids = actor_pids(run)
         victim = monitor.pids[0]

@@ -77,7 +77,7 @@ def test_the_tool_parser_and_the_middleware():
     assert (parsed.content, parsed.tool_calls[0].name, parsed.tool_calls[0].args_object()) == \
         ("Adding.", "calculator", {"expression": "2 + 3"})
     ctx = TurnContext(request=None, headers={"x-task-tag": "arm-b"}, trajectory=SimpleNamespace(metadata={}))
-    asyncio.run(HeaderTag(None, p.HeaderTagParams(), None).on_request(ctx))
+    asyncio.run(HeaderTag(None, p.HeaderTagParams()).on_request(ctx))
     assert ctx.trajectory.metadata == {"task_tag": "arm-b"}
 
 

@@ -274,6 +274,9 @@ class DataSourceConfig:
     eval_only: bool = False
 
 
+PARSER_MIDDLEWARE = "tool_call_parser"  # the built-in router middleware every chain has, last unless listed
+
+
 @dataclass
 class AgentFlowConfig:
     """The AgentFlow router."""

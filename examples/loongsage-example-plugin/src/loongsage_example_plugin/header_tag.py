@@ -5,7 +5,7 @@ from loongsage.plugin import RouterMiddleware
 
 
 class HeaderTag(RouterMiddleware):
-    def __init__(self, settings, params, registries):
+    def __init__(self, settings, params):
         self.params = params
 
     async def on_request(self, ctx):

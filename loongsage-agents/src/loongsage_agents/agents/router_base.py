@@ -173,19 +173,22 @@ class RouterAgentBase:
         self._shared_router = router
 
     def router_settings(self, base: Any = None) -> Any:
-        """``base`` (the run's ``agentflow`` settings; defaults when None) with what this agent
-        needs: its served and untrained model names, its middlewares after the run's, its context."""
+        """``base`` (the run's ``agentflow`` settings, plugins resolved; when None, the config's
+        defaults) with what this agent needs: its served and untrained model names, its
+        middlewares after the run's (resolved here, from the registries its context lends it:
+        they are this agent's parameters, which the router never looks up), its context."""
         import dataclasses
 
-        from loongsage.plugin import RouterSettings
+        from loongsage.plugin import RouterSettings, resolve_router_plugins
 
-        p = self.params
-        base = base if base is not None else RouterSettings()
+        p, registries = self.params, self.context.registries
+        if base is None:
+            base = RouterSettings().with_plugins(resolve_router_plugins(registries))
+        own = resolve_router_plugins(registries, None, p.middlewares, f"{self.context.key}.agent.middlewares")
         return dataclasses.replace(
-            base, served_model_names=list(p.served_model_names), accept_any_model=p.accept_any_model,
-            untrained_models=list(p.untrained_models),
-            middlewares=[*base.middlewares, *p.middlewares], max_context=p.max_context,
-            default_max_tokens=p.default_max_tokens)
+            base.with_plugins(own), served_model_names=list(p.served_model_names),
+            accept_any_model=p.accept_any_model, untrained_models=list(p.untrained_models),
+            max_context=p.max_context, default_max_tokens=p.default_max_tokens)
 
     def router_for(self, client: Any) -> Any:
         """The shared router, else this agent's private router over ``client`` (started)."""
@@ -198,7 +201,7 @@ class RouterAgentBase:
             # the run's pool as it is: wrapped in a pool of its own, its update aborts would not
             # be seen and router turns would end at a weight update instead of continuing
             engines = client if isinstance(client, EnginePool) else [client]
-            router = Router(engines, self.tokenizer, self.context.registries, self.router_settings())
+            router = Router(engines, self.tokenizer, self.router_settings())
             router.start()
             self._routers[id(client)] = router
         return router

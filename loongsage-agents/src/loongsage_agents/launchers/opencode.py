@@ -31,8 +31,8 @@ def title_model(model: str) -> str:
 class OpenCodeAgent(CommandAgent):
     params_type = OpenCodeParams
 
-    def router_settings(self) -> Any:
-        settings = super().router_settings()
+    def router_settings(self, base: Any = None) -> Any:
+        settings = super().router_settings(base)
         settings.untrained_models = list(settings.untrained_models) + [title_model(self.params.model)]
         return settings
 

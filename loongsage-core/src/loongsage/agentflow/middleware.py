@@ -1,9 +1,10 @@
 """Router middlewares (plugin kind ``router_middleware``) and the two built-in ones.
 
-A middleware is registered as a factory ``factory(settings: RouterSettings, params,
-registries) -> middleware`` (``registries``: the run's plugin registries); the router builds
-the chain named in ``agentflow.middlewares`` (the built-in
-``tool_call_parser`` is always present, appended last unless listed). Per request the router
+A middleware is registered as a factory ``factory(settings: RouterSettings, params) ->
+middleware`` (``settings.make_parser()`` gives the router's tool parser); the router builds the
+chain config validation resolved from ``agentflow.middlewares`` (``settings.middlewares``; the
+built-in ``tool_call_parser`` is always present, appended last unless listed) and looks no
+plugin name up. Per request the router
 calls, in chain order, ``await on_request(ctx)`` before the turn is planned (a middleware may
 set ``ctx.subagent``, choose ``ctx.parser``, annotate ``ctx.trajectory.metadata`` or raise
 ``RequestError`` to refuse the call) and ``on_result(ctx, result)`` after the turn's tool
@@ -21,6 +22,7 @@ from loongsage.agentflow.middleware_params import ToolCallParserParams
 from loongsage.agentflow.protocols.base import TurnResult
 from loongsage.agentflow.store import Trajectory
 from loongsage.agentflow.tool_calls import PlainParser, ToolParser
+from loongsage.schema import PARSER_MIDDLEWARE
 
 
 @dataclass
@@ -49,11 +51,13 @@ class RouterMiddleware:
 class ToolCallParserMiddleware(RouterMiddleware):
     """Parse tool calls from generated text with a registered tool parser."""
 
-    def __init__(self, settings: Any, params: ToolCallParserParams | None, registries: Any) -> None:
-        name = (params.parser if params and params.parser else "") or settings.tool_parser
-        key = ("agentflow.middlewares.tool_call_parser.parser" if params and params.parser
-               else "agentflow.tool_parser")
-        self.parser: ToolParser = registries.resolve("tool_parser", name, key).obj()
+    def __init__(self, settings: Any, params: ToolCallParserParams | None) -> None:
+        named = params.parser if params is not None else ""
+        given = settings.tool_parser.name if settings.tool_parser is not None else None
+        if named and named != given:  # the override is resolved with the chain, never here
+            raise ValueError(f"{PARSER_MIDDLEWARE} names parser {named!r} but the router's tool parser is "
+                             f"{given!r}: resolve the router's plugins with resolve_router_plugins")
+        self.parser: ToolParser = settings.make_parser()
 
     async def on_request(self, ctx: TurnContext) -> None:
         choice = ctx.request.raw.get("tool_choice")
@@ -78,7 +82,7 @@ class AgentSessionsMiddleware(RouterMiddleware):
     SESSION_HEADERS = ("session-id", "thread-id", "x-claude-code-session-id", "x-session-id",
                        "x-session-affinity", "x-openai-subagent")
 
-    def __init__(self, settings: Any, params: None, registries: Any) -> None:
+    def __init__(self, settings: Any, params: None) -> None:
         self.settings = settings
 
     async def on_request(self, ctx: TurnContext) -> None:

@@ -9,4 +9,6 @@ from dataclasses import dataclass
 class ToolCallParserParams:
     """Parse tool calls from generated text with a registered tool parser."""
 
-    parser: str = ""  # empty = the router's agentflow.tool_parser
+    # empty = the router's agentflow.tool_parser; a name is resolved by config validation
+    # (config.router_plugins) and handed to the router as RouterSettings.tool_parser
+    parser: str = ""

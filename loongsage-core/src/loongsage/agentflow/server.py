@@ -32,7 +32,8 @@ from starlette.background import BackgroundTask
 
 from loongsage.agentflow.access import TrajectoryTokens, capped_body, router_api_key
 from loongsage.agentflow.errors import EngineError, RequestError
-from loongsage.agentflow.middleware import RouterMiddleware, TurnContext
+from loongsage.agentflow.middleware import RouterMiddleware, ToolCallParserMiddleware, TurnContext
+from loongsage.agentflow.middleware_params import ToolCallParserParams
 from loongsage.agentflow.protocols import ADAPTERS
 from loongsage.agentflow.protocols.base import WireAdapter, sse
 from loongsage.agentflow.protocols.token_generate import ROUTE as TOKEN_ROUTE, TokenGenerateAdapter
@@ -42,33 +43,30 @@ from loongsage.agentflow.tito import ChatRenderer
 from loongsage.agentflow.turns import TurnRunner
 from loongsage.data.types import Sample
 from loongsage.engines.pool import EnginePool
-from loongsage.registry import Registries
+from loongsage.schema import PARSER_MIDDLEWARE
 
-BUILTIN_PARSER_MIDDLEWARE = "tool_call_parser"
 TOKEN_ADAPTER = TokenGenerateAdapter()
 SESSION_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")  # what a session header may name
 
 
-def build_middlewares(settings: RouterSettings, registries: Registries) -> list[RouterMiddleware]:
-    """Build ``settings.middlewares`` from ``registries`` (the parser middleware is last unless
-    listed); each is built as ``factory(settings, params, registries)``."""
-    specs = list(settings.middlewares)
-    named = [s if isinstance(s, str) else s.get("name") for s in specs]
-    if BUILTIN_PARSER_MIDDLEWARE not in named:
-        specs.append(BUILTIN_PARSER_MIDDLEWARE)
-    refs = registries.resolve_all("router_middleware", specs, "agentflow.middlewares")
-    return [ref.obj(settings, ref.params, registries) for ref in refs]
+def build_middlewares(settings: RouterSettings) -> list[RouterMiddleware]:
+    """The chain of ``settings.middlewares`` (resolved by config validation), each built as
+    ``factory(settings, params)``, with the parser middleware last unless listed."""
+    chain = [ref.obj(settings, ref.params) for ref in settings.middlewares]
+    if all(ref.name != PARSER_MIDDLEWARE for ref in settings.middlewares):
+        chain.append(ToolCallParserMiddleware(settings, ToolCallParserParams()))
+    return chain
 
 
 class Router:
     """Router state (store, engines, renderer) and its FastAPI app; ``start()`` serves it.
 
     ``engines`` is a list of engine clients or the run's ``EnginePool`` (shared with the
-    rollout manager, so the run balances its engines in one place); ``registries`` are the
-    run's, from which the middlewares and the tool parser are built.
+    rollout manager, so the run balances its engines in one place); ``settings`` carry the
+    middlewares and the tool parser as config validation resolved them.
     """
 
-    def __init__(self, engines: EnginePool | list[Any], tokenizer: Any, registries: Registries,
+    def __init__(self, engines: EnginePool | list[Any], tokenizer: Any,
                  settings: RouterSettings | None = None) -> None:
         self.settings = settings or RouterSettings()
         self.tokens = TrajectoryTokens(router_api_key(self.settings.api_key, self.settings.host))
@@ -81,7 +79,7 @@ class Router:
         if max_context is None:
             limit = getattr(tokenizer, "model_max_length", None)
             max_context = int(limit) if isinstance(limit, int) and limit < 10**8 else None
-        self.runner = TurnRunner(self.renderer, self.pool, build_middlewares(self.settings, registries),
+        self.runner = TurnRunner(self.renderer, self.pool, build_middlewares(self.settings),
                                  self.settings.default_max_tokens, max_context,
                                  self.settings.clamp_max_tokens)
         self.app = self._build_app()

@@ -27,6 +27,7 @@ from loongsage.algorithms.lr_schedule import LR_DECAYS
 from loongsage.algorithms.validate import AlgorithmSpec, validate_algorithm
 from loongsage.config.backend_support import (check_backend_keys, check_environment_library,
                                               check_optional_packages)
+from loongsage.config.router_plugins import RouterPlugins, router_plugins
 from loongsage.config.step_terms import ActiveTerm, validate_step_terms
 from loongsage.config.store import data_source_schema, root_schema
 from loongsage.data.environments import EnvironmentOptions, bind_environment
@@ -248,6 +249,7 @@ class RunConfig:
     trackers: tuple[PluginRef, ...]
     middlewares: tuple[PluginRef, ...]
     tool_parser: PluginRef
+    router: RouterPlugins  # what the router is handed: the middlewares, its (overridable) tool parser
     train_engine: PluginRef
     rollout_engine: PluginRef
     step_term: ActiveTerm | None = None  # the step term extending the training step (config.step_terms)
@@ -343,8 +345,9 @@ def _resolve_plugins(cfg: DictConfig, registries: Registries) -> RunConfig:
         sources=tuple(_source_spec(i, node, cfg, registries) for i, node in enumerate(cfg.data_sources)),
         window_policy=resolve("window_policy", cfg["async"].window_policy),
         trackers=registries.resolve_all("tracker", cfg.logging.trackers),
-        middlewares=registries.resolve_all("router_middleware", cfg.agentflow.middlewares),
-        tool_parser=resolve("tool_parser", cfg.agentflow.tool_parser),
+        middlewares=(middlewares := registries.resolve_all("router_middleware", cfg.agentflow.middlewares)),
+        tool_parser=(tool_parser := resolve("tool_parser", cfg.agentflow.tool_parser)),
+        router=router_plugins(registries, tool_parser, middlewares),  # the middleware's parser override
         train_engine=resolve("engine", cfg.train.backend, "train.backend"),  # two fields: no one key
         rollout_engine=resolve("engine", cfg.rollout.backend, "rollout.backend"),
         step_term=validate_step_terms(cfg, registries),

@@ -23,7 +23,6 @@ from loongsage.agentflow.server import Router
 from loongsage.agentflow.settings import RouterSettings
 from loongsage.data.types import Sample
 from loongsage.engines.pool import EnginePool
-from loongsage.registry import Registries
 
 
 def uses_router(agent: Any) -> bool:
@@ -34,7 +33,7 @@ class AgentRouters:
     """The started routers of a run's router-based agents; ``close()`` stops them all."""
 
     def __init__(self, sources: Mapping[str, Any], pool: EnginePool, tokenizer: Any,
-                 registries: Registries, base: RouterSettings, run_dir: Path) -> None:
+                 base: RouterSettings, run_dir: Path) -> None:
         self.routers: dict[str, Router] = {}
         self.agents: list[Any] = []
         try:
@@ -44,7 +43,7 @@ class AgentRouters:
                     continue
                 settings = agent.router_settings(base)
                 settings.run_dir = str(Path(run_dir) / "trajectories" / name)
-                router = Router(pool, tokenizer, registries, settings)
+                router = Router(pool, tokenizer, settings)
                 router.start()
                 self.routers[name] = router
                 agent.use_router(router)

@@ -192,8 +192,8 @@ def _start_rollout(run: Run, plain: dict) -> None:
     pool = EnginePool([EngineClient(url, return_routed_experts=routes) for url in urls],
                       max_attempts=health.max_attempts if run.monitors_engines else 1, wait_s=health.restart_timeout_s)
     run.loop = EventLoopThread()
-    base = RouterSettings.from_config(cfg.agentflow)
-    run.agent_routers = AgentRouters(run.sources, pool, run.tokenizer, spec.registries, base, run.run_dir.path)
+    base = RouterSettings.from_config(cfg.agentflow, spec.router)
+    run.agent_routers = AgentRouters(run.sources, pool, run.tokenizer, base, run.run_dir.path)
     for name, url in run.agent_routers.urls().items():
         log.info(f"agentflow router for data source {name!r}: {url}")
     run.reward_pool = DeadlinePool(cfg.reward.workers, preload=reward_modules(run.sources))

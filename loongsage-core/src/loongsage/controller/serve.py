@@ -56,8 +56,8 @@ def serve(run: RunConfig, engine_urls: list[str], *, block: bool = True, out: Te
     tokenizer = AutoTokenizer.from_pretrained(model.tokenizer_path or model.path,
                                               trust_remote_code=model.trust_remote_code)
     options = {"auto_create_trajectories": True, "accept_any_model": True, **settings}
-    router_settings = RouterSettings.from_config(run.cfg.agentflow, **options)
-    router = Router([EngineClient(u) for u in engine_urls], tokenizer, run.registries, router_settings)
+    router_settings = RouterSettings.from_config(run.cfg.agentflow, run.router, **options)
+    router = Router([EngineClient(u) for u in engine_urls], tokenizer, router_settings)
     router.start()
     print(describe(router), file=out, flush=True)
     if block:

@@ -78,7 +78,7 @@ PUBLIC: dict[str, tuple[str, str]] = {
     "TrainBatch": ("loongsage.engines.batch", "the batch a step term writes its inputs into"),
     "LossContext": ("loongsage.engines.batch", "one micro-batch, as a loss term (StepTerm.loss) sees it"),
     "LogitTerm": ("loongsage.engines.batch", "values a loss term computes inside the chunked LM head"),
-    "Registries": ("loongsage.registry", "the run's registries, handed to commands and middlewares"),
+    "Registries": ("loongsage.registry", "the run's registries, handed to commands and agents (SourceContext)"),
     "RegistryEntry": ("loongsage.registry", "one registered plugin, as the registries hold it"),
     "PluginRef": ("loongsage.registry", "a resolved config reference to a plugin, with typed params"),
     "StepContext": ("loongsage.config.step_terms", "what a step term's extension is built from"),
@@ -118,6 +118,9 @@ PUBLIC: dict[str, tuple[str, str]] = {
     "EnginePool": ("loongsage.engines.pool", "the run's GenerationClient, which a router-based agent wraps"),
     "Router": ("loongsage.agentflow.server", "the AgentFlow router a router-based agent runs its turns through"),
     "RouterSettings": ("loongsage.agentflow.settings", "the agentflow settings a router is started with"),
+    "RouterPlugins": ("loongsage.config.router_plugins", "a router's resolved middlewares and tool parser"),
+    "resolve_router_plugins": ("loongsage.config.router_plugins",
+                               "a router's middlewares and tool parser resolved once (an agent's own middlewares)"),
     "extra_command": ("loongsage.install_hints", "the pip command installing an extra, for a missing-package error"),
 }
 
@@ -145,6 +148,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time the names load o
     from loongsage.agentflow.middleware import RouterMiddleware, TurnContext
     from loongsage.agentflow.server import Router
     from loongsage.agentflow.settings import RouterSettings
+    from loongsage.config.router_plugins import RouterPlugins, resolve_router_plugins
     from loongsage.agentflow.tool_calls import ParsedOutput, ToolCall, ToolParser
     from loongsage.algorithms.advantages import broadcast, group_stats, masked_whiten
     from loongsage.algorithms.aggregation import aggregate

@@ -117,10 +117,17 @@ def check_tool_parser_contract(cls: type, params: Any) -> None:
 
 
 def check_router_middleware_contract(cls: type, params: Any) -> None:
-    """A subclass of ``RouterMiddleware``."""
+    """A subclass of ``RouterMiddleware`` built as ``cls(settings, params)``: the router hands
+    it its settings, with its plugins resolved, and nothing to look a plugin up with."""
     from loongsage.agentflow.middleware import RouterMiddleware
+    from loongsage.agentflow.settings import RouterSettings
 
     assert isinstance(cls, type) and issubclass(cls, RouterMiddleware), f"{cls} must subclass RouterMiddleware"
+    try:
+        middleware = cls(RouterSettings(), params)
+    except TypeError as err:
+        raise AssertionError(f"{cls}: a router middleware is built as cls(settings, params): {err}") from None
+    assert isinstance(middleware, RouterMiddleware), f"{cls}(settings, params) must be a RouterMiddleware"
 
 
 def check_window_policy_contract(cls: type, params: Any) -> None:
