@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from loongsage import catalogue
 from loongsage.config.compose import load_config
 from loongsage.errors import ConfigError
 from loongsage.plugins import clear_cache
@@ -69,18 +70,27 @@ def test_the_critic_section_is_typed_inside_algorithm():
     assert critic_of(load_config("tiny/ppo", ["algorithm.critic.value_clip=0.2"])).settings.value_clip == 0.2
 
 
-def test_an_estimator_reading_values_without_a_step_term_supplying_them_is_refused(monkeypatch):
-    """Without loongsage-algos (left unloaded by the allow-list) no step term supplies ``values``,
-    so ``gae`` is refused at load, naming the estimator and the install that brings its critic."""
+def test_without_loongsage_algos_gae_and_the_critic_section_are_refused_with_the_install(monkeypatch):
+    """Without loongsage-algos (left unloaded by the allow-list; the installed check is faked)
+    no step term supplies ``values``, so ``gae`` is refused at load naming the estimator and the
+    install that brings its critic, and a recipe setting ``algorithm.critic`` is refused naming
+    the section and the install, before Hydra's key error."""
     monkeypatch.setenv("LOONGSAGE_LOAD_PLUGINS", "loongsage_agents")
+    monkeypatch.setattr(catalogue, "is_installed", lambda distribution: distribution != "loongsage-algos")
     clear_cache()
     try:
         error = refused("algorithm/advantage_estimator=gae", recipe="tiny/grpo")
+        section = refused()
+        override = refused("algorithm.critic.lr=1e-4", recipe="tiny/grpo")
         run = load_config("tiny/grpo")
     finally:
         clear_cache()
     assert error.key == "algorithm.advantage_estimator"
     assert "'gae' reads per-token values" in str(error) and "pip install loongsage-algos" in str(error)
+    assert section.key == override.key == "algorithm.critic"
+    assert str(section).startswith("algorithm.critic: unknown section: it belongs to step term 'critic'.")
+    assert str(section).endswith("'critic' (step_term) comes with loongsage-algos, which is not installed; in a "
+                                 "clone of LoongSage: make wheels && pip install dist/loongsage_algos-*.whl")
     assert run.step_terms == () and "critic" not in run.cfg.algorithm
 
 
