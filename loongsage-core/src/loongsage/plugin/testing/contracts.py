@@ -155,7 +155,8 @@ def check_tracker_contract(cls: type, params: Any) -> None:
 
 def check_step_term_contract(obj: Any, params: Any) -> None:
     """A ``section`` name (a root section, or ``parent.name`` inside a core section), dataclass
-    ``schema`` (and ``source_schema``, a dataclass or None), and ``validate(cfg, registries)``,
+    ``schema`` (and ``source_schema``, a dataclass or None), optional ``has_train_term`` (a bool)
+    and ``supplies`` (a tuple of ``batch.extras`` keys), and ``validate(cfg, registries)``,
     ``memory(cfg, settings, batch_tokens)``, ``build(context)``."""
     section = getattr(obj, "section", None)
     parts = section.split(".") if isinstance(section, str) else []
@@ -164,6 +165,10 @@ def check_step_term_contract(obj: Any, params: Any) -> None:
     assert dataclasses.is_dataclass(getattr(obj, "schema", None)), f"{obj} needs a dataclass schema"
     source = getattr(obj, "source_schema", None)
     assert source is None or dataclasses.is_dataclass(source), f"{obj}: source_schema must be a dataclass or None"
+    assert isinstance(getattr(obj, "has_train_term", True), bool), f"{obj}: has_train_term must be a bool"
+    supplies = getattr(obj, "supplies", ())
+    assert isinstance(supplies, tuple) and all(isinstance(k, str) for k in supplies), \
+        f"{obj}: supplies must be a tuple of batch.extras keys, got {supplies!r}"
     for method, args in (("validate", (None, None)), ("memory", (None, None, 0)), ("build", (None,))):
         fn = getattr(obj, method, None)
         assert callable(fn), f"{obj} needs {method}"
