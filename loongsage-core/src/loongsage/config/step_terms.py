@@ -26,9 +26,10 @@ instance; ``validate`` is called on it) that declares:
 - ``memory(cfg, settings, batch_tokens) -> Sequence[MemoryShare]``: what its actors and its
   share of each train actor hold, for the start-up memory estimate
   (``controller.memory_budget``); ``batch_tokens`` counts the positions of a step's batch;
-- ``build(context) -> StepExtension`` (``StepContext``): started once per run, right after
-  the train ranks; it may start actors of its own through ``context.spawn`` (seated beside
-  train rank 0). The extension writes each training batch's inputs into ``TrainBatch.extras``
+- ``build(context) -> StepExtension`` (``StepContext``): started once per RL run (with
+  rollout engines or a recording; not for ``loongsage sft``), right after the train ranks;
+  it may start actors of its own through ``context.spawn`` (seated beside train rank 0).
+  The extension writes each training batch's inputs into ``TrainBatch.extras``
   (``before_train(batch, row_sources) -> metrics``), hands the train-side ``train_term``
   (``loongsage.algorithms.step_term.StepTerm``, or None) that rides in the objective into the
   train actor, lists the ``actors`` it started (role -> handle: memory reports, failures), and
