@@ -86,7 +86,7 @@ def test_estimator_whitens_and_returns_are_unwhitened():
 
 def test_values_are_required():
     mask = torch.ones(2, 3)
-    with pytest.raises(ValueError, match="needs the critic's values"):
+    with pytest.raises(ValueError, match="needs per-token values"):
         compute_advantages([1.0, 0.0], [0, 1], mask, _spec())
 
 

@@ -25,7 +25,7 @@ def mopd(*overrides):
 
 def distill_spec(*overrides):
     """The run's step term, which must be loongsage-distill's ``opd``, and its settings."""
-    term = mopd(*overrides).step_term
+    (term,) = mopd(*overrides).step_terms
     assert term.plugin.name == "opd" and term.plugin.distribution == "loongsage-distill"
     return term.settings
 
@@ -45,7 +45,7 @@ def test_the_mopd_recipe_resolves_into_a_distill_spec():
     assert (spec.pg_method, spec.gkd_method.name, spec.gkd_ratio) == (None, "full_kl", 1.0)
     assert spec.slots == 1 and not spec.resident
     assert distill_spec("opd.teacher_slots=0").slots == 2 and distill_spec("opd.teacher_slots=0").resident
-    assert load_config("tiny/grpo").step_term is None
+    assert load_config("tiny/grpo").step_terms == ()
 
 
 def test_the_distillation_keys_are_described_by_their_own_fields_comments():
@@ -139,4 +139,4 @@ def test_without_loongsage_distill_the_error_says_which_pip_install(monkeypatch,
                                    "installed; in a clone of LoongSage: make wheels && pip install "
                                    "dist/loongsage_distill-*.whl")
     assert capsys.readouterr().err.strip() == f"error: {err.value}"
-    assert grpo.step_term is None and "opd" not in grpo.cfg and "teacher" not in grpo.cfg.data_sources[0]
+    assert grpo.step_terms == () and "opd" not in grpo.cfg and "teacher" not in grpo.cfg.data_sources[0]

@@ -19,12 +19,13 @@ from loongsage.algorithms.advantages import advantage_inputs, compute_advantages
 from loongsage.algorithms.gae import gae_returns
 from loongsage.algorithms.validate import validate_algorithm
 from loongsage.controller.batching import attach_rows, groups_to_batch
-from loongsage.controller.critic import value_metrics
 from loongsage.data.types import Group, Prompt, Sample
 from loongsage.engines.batch import TrainBatch
-from loongsage.engines.embedded_critic import EmbeddedCriticEngine
 from loongsage.plugins import get_registries
-from loongsage.schema import CriticConfig, ModelConfig, TrainConfig
+from loongsage.schema import ModelConfig, TrainConfig
+from loongsage_algos.critic.config import CriticConfig
+from loongsage_algos.critic.engine import EmbeddedCriticEngine
+from loongsage_algos.critic.extension import value_metrics
 
 
 def gae_spec():

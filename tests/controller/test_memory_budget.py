@@ -168,7 +168,7 @@ def test_teacher_slots_count_their_weights_host_copies_and_prefetch_buffer(tiny_
 
     def estimate(*overrides):  # the distillation step term's share (loongsage-distill's memory)
         run = load_config("tiny/mopd", [*teachers, *overrides])
-        return run.cfg, estimate_run(run.cfg, shape, 100, step_term=run.step_term)
+        return run.cfg, estimate_run(run.cfg, shape, 100, step_terms=run.step_terms)
 
     cfg, shared = estimate()
     without = estimate_run(cfg, shape, 100)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from loongsage.schema import ModelConfig, SFTConfig, TrainConfig
+from loongsage.controller.step_extension import StepExtensions
 from loongsage.controller.sft import Demonstration, run_sft, sft_batch, sft_examples, train_sft
 from loongsage.data.types import Prompt
 from loongsage.engines.embedded_train import EmbeddedTrainEngine
@@ -227,7 +228,8 @@ def test_warm_start_reports_progress_while_the_train_actor_runs(tiny_model_dir, 
         run = types.SimpleNamespace(
             cfg=types.SimpleNamespace(trainer=types.SimpleNamespace(sft=sft, seed=0)),
             spec=types.SimpleNamespace(tool_parser=types.SimpleNamespace(obj=lambda: None)),
-            sources={}, trainers=TrainGroup([actor]), rollout_actors=[], memory=None, critic=None)
+            sources={}, trainers=TrainGroup([actor]), rollout_actors=[], memory=None,
+            extensions=StepExtensions())
         monkeypatch.setattr(lifecycle, "sft_examples", lambda *a, **k: examples())
         with caplog.at_level(logging.INFO, logger="loongsage"):
             lifecycle.warm_start(run)

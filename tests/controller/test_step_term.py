@@ -157,11 +157,12 @@ def test_a_step_term_owns_its_section_and_is_off_at_its_defaults(tmp_path, monke
         on = load_probe(tmp_path, monkeypatch, "probe.weight=0.5", "data_sources.0.probe_target=9")
     finally:
         clear_cache()
-    assert off.step_term is None and off.cfg.probe.weight == 0 and off.cfg.data_sources[0].probe_target is None
-    assert on.step_term.plugin.name == "probe"
-    assert on.step_term.settings == {"weight": 0.5, "targets": {"arithmetic": 9}}
+    assert off.step_terms == () and off.cfg.probe.weight == 0 and off.cfg.data_sources[0].probe_target is None
+    (term,) = on.step_terms
+    assert term.plugin.name == "probe"
+    assert term.settings == {"weight": 0.5, "targets": {"arithmetic": 9}}
     shape = ModelShape.from_folder(str(tiny_model_dir))
-    without, with_probe = estimate_run(on.cfg, shape, 100), estimate_run(on.cfg, shape, 100, step_term=on.step_term)
+    without, with_probe = estimate_run(on.cfg, shape, 100), estimate_run(on.cfg, shape, 100, step_terms=on.step_terms)
     rows = on.cfg.rollout.prompts_per_step * on.cfg.rollout.n_samples_per_prompt
     assert "probe targets" not in without.parts and with_probe.parts["probe targets"] == 1000
     assert with_probe.parts["train actor"] - without.parts["train actor"] == 8 * rows * 100
@@ -173,12 +174,12 @@ def test_a_plugin_step_term_trains_through_the_objective(tmp_path, monkeypatch, 
     try:
         spec = load_probe(tmp_path, monkeypatch, f"probe.weight={weight}", "data_sources.0.probe_target=7")
         probe = sys.modules["probe_step_plugin"]
-        extension = start_step_extension(spec.step_term, as_container(spec.cfg),
+        extension = start_step_extension(spec.step_terms[0], as_container(spec.cfg),
                                          Seat("train", 0, "", 0, 0, 0, threads=1))
     finally:
         clear_cache()
     (context,) = probe.BUILT
-    assert context.settings is spec.step_term.settings and context.config["probe"]["weight"] == weight
+    assert context.settings is spec.step_terms[0].settings and context.config["probe"]["weight"] == weight
     assert callable(context.spawn)
 
     b = batch()

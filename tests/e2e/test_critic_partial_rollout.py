@@ -33,8 +33,9 @@ import pytest
 import torch
 
 from loongsage.engines.batch import TrainBatch
-from loongsage.engines.embedded_critic import EmbeddedCriticEngine
-from loongsage.schema import CriticConfig, ModelConfig, TrainConfig
+from loongsage.schema import ModelConfig, TrainConfig
+from loongsage_algos.critic.config import CriticConfig
+from loongsage_algos.critic.engine import EmbeddedCriticEngine
 
 pytestmark = pytest.mark.slow
 

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from loongsage.engines.batch import TrainBatch
-from loongsage.engines.embedded_critic import EmbeddedCriticEngine, clipped_value_loss
 from loongsage.plugins import get_registries
-from loongsage.schema import CriticConfig, ModelConfig, TrainConfig
+from loongsage.schema import ModelConfig, TrainConfig
+from loongsage_algos.critic.config import CriticConfig
+from loongsage_algos.critic.engine import EmbeddedCriticEngine, clipped_value_loss
 
 
 def make_critic(path, **critic) -> EmbeddedCriticEngine:

@@ -34,7 +34,7 @@ def test_the_shipped_catalogue_is_what_the_installed_siblings_register(installed
     assert TARGET.read_text(encoding="utf-8") == generated, "sibling_plugins.json is stale: run make catalogue"
     assert catalogue.shipped() == json.loads(generated)["providers"]  # what the hints read
     counts = {d: sum(map(len, kinds.values())) for d, kinds in catalogue.shipped().items()}
-    assert counts == {"loongsage-agents": 21, "loongsage-algos": 19, "loongsage-distill": 6,
+    assert counts == {"loongsage-agents": 21, "loongsage-algos": 21, "loongsage-distill": 6,
                       "loongsage-sandbox": 5}
 
 
@@ -61,7 +61,7 @@ def test_core_code_spells_no_sibling_plugin_name_of_the_catalogue():
     tree = ast.parse(Path(catalogue.__file__).read_text(encoding="utf-8"))
     strings = {node.value for node in ast.walk(tree)
                if isinstance(node, ast.Constant) and isinstance(node.value, str)}
-    assert len(names) == 51 and not strings & names
+    assert len(names) == 53 and not strings & names
 
 
 def test_the_generator_refuses_a_partial_load_and_leaves_the_file_alone():

@@ -40,3 +40,27 @@ def test_entry_honours_its_kinds_contract(entry):
         optional_skip(f"{entry.kind} '{entry.name}' needs settings of its own (a file, a server); its own "
                       "tests configure it")
     CONTRACT_CHECKS[entry.kind](entry.obj, params)
+
+
+def test_the_step_term_contract_checks_nested_sections_and_supplies():
+    """A section one level inside a core section passes (loongsage-algos' ``algorithm.critic``);
+    a deeper one, or ``supplies`` given as one string instead of a tuple of keys, is caught."""
+    from dataclasses import make_dataclass
+
+    from loongsage.plugin.testing import check_step_term_contract
+
+    class Term:
+        section, schema, source_schema, supplies = "algorithm.critic", make_dataclass("S", []), None, ("values",)
+
+        def validate(self, cfg, registries): ...
+
+        def memory(self, cfg, settings, batch_tokens): ...
+
+        def build(self, context): ...
+
+    check_step_term_contract(Term(), None)
+    for attribute, value, message in [("section", "a.b.c", "section name"), ("supplies", "values", "tuple")]:
+        term = Term()
+        setattr(term, attribute, value)
+        with pytest.raises(AssertionError, match=message):
+            check_step_term_contract(term, None)

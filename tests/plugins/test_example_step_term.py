@@ -54,8 +54,8 @@ def _mean_entropy(engine, batch) -> float:
 
 
 def test_the_section_is_validated_and_off_at_its_default(example_on_path):
-    assert _load().step_term is None
-    assert _load("entropy_bonus.coef=0.5").step_term.settings == 0.5
+    assert _load().step_terms == ()
+    assert [term.settings for term in _load("entropy_bonus.coef=0.5").step_terms] == [0.5]
     with pytest.raises(ConfigError, match=r"^entropy_bonus.coef: must be >= 0"):
         _load("entropy_bonus.coef=-1")
 
@@ -63,7 +63,7 @@ def test_the_section_is_validated_and_off_at_its_default(example_on_path):
 def test_the_entropy_bonus_raises_the_policys_entropy_through_the_train_step(example_on_path, tiny_model_dir):
     spec = _load("entropy_bonus.coef=1.0")
     seat = Seat("train", 0, "", 0, 0, 0, threads=1)
-    extension = start_step_extension(spec.step_term, as_container(spec.cfg), seat)
+    extension = start_step_extension(spec.step_terms[0], as_container(spec.cfg), seat)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(3, 500, (4, 16), generator=g)
     mask = torch.zeros(4, 16)

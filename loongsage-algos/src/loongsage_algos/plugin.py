@@ -1,7 +1,9 @@
 """Registrations of loongsage-algos: only hook implementations, cheap to import (no torch).
 
-Core registers ``grpo``, ``ppo_clip`` and the KL policies; everything here is additional
-and never re-registers a core name.
+Core registers ``grpo``, ``ppo_clip``, ``gae`` and the KL policies; everything here is
+additional and never re-registers a core name. The step term ``critic`` (section
+``algorithm.critic``) supplies the per-token values a values-based estimator (``gae``) reads,
+from the value model engine ``embedded_critic`` (``critic/``).
 """
 
 from loongsage.plugin import hookimpl
@@ -51,3 +53,16 @@ def loongsage_register_data_filters(register):
     register("overlong", f"{flt}:overlong", params=p.OverlongParams)
     register("length", f"{flt}:length", params=p.LengthParams)
     register("overlong_reward_shaping", f"{flt}:overlong_reward_shaping", params=p.OverlongShapingParams)
+
+
+@hookimpl
+def loongsage_register_step_terms(register):
+    register("critic", f"{_PKG}.critic.step:STEP_TERM",
+             doc="Value model of a values-based estimator (gae): values before the step, trained after it "
+                 "(section algorithm.critic)")
+
+
+@hookimpl
+def loongsage_register_engines(register):
+    register("embedded_critic", f"{_PKG}.critic.engine:EmbeddedCriticEngine",
+             doc="Value model (HF decoder + scalar head) trained on the clipped value loss (algorithm.critic).")

@@ -154,19 +154,6 @@ class KLConfig:
     use_as: str = "loss"  # loss | reward
 
 
-@dataclass
-class CriticConfig:
-    """The value model of a critic-based estimator (``gae``): its own engine, actor and optimizer."""
-
-    backend: str = "embedded_critic"  # engine plugin hosting the value model
-    path: Optional[str] = None  # initial weights: null = the policy's model.path; a saved critic keeps its head
-    lr: float = 1e-5  # the critic's AdamW learning rate (its other optimizer settings are train's)
-    value_clip: float = 0.5  # ε_v of the clipped value loss; V moves at most this far from V_old per step
-    warmup_steps: int = 0  # first steps train only the critic (the policy waits)
-    updates_per_step: int = 1  # critic optimizer passes over each step's batch (SAO: 2)
-    freeze_attention: bool = False  # train only the MLPs, norms, embeddings and head (SAO)
-
-
 # how the per-token loss is reduced (loongsage.algorithms.aggregation); here so that validating a
 # config (and with it `loongsage --help` and `loongsage plugins`) needs no torch
 AGG_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm")
@@ -174,7 +161,8 @@ AGG_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mea
 
 @dataclass
 class AlgorithmConfig:
-    """Advantage, policy loss, KL, IS correction, filters."""
+    """Advantage, policy loss, KL, IS correction, filters (step terms may add a section here:
+    ``config.step_terms``)."""
 
     advantage_estimator: Any = field(default_factory=lambda: {"name": "grpo"})
     policy_loss: Any = field(default_factory=lambda: {"name": "ppo_clip"})
@@ -183,7 +171,6 @@ class AlgorithmConfig:
     kl: KLConfig = field(default_factory=KLConfig)
     is_correction: Any = None  # PluginRef, list of PluginRefs (e.g. [opsm, token]) or null
     filters: List[Any] = field(default_factory=list)  # PluginRefs
-    critic: CriticConfig = field(default_factory=CriticConfig)  # used when the estimator needs values
 
 
 @dataclass

@@ -119,7 +119,7 @@ def advantage_inputs(
     values: torch.Tensor | None = None,
 ) -> AdvantageInputs:
     """What the estimator of ``spec`` sees: the outcome reward on each row's last loss token, a
-    KL reward penalty per token when configured, the critic's values (``compute_advantages``)."""
+    KL reward penalty per token when configured, the per-token values (``compute_advantages``)."""
     mask = loss_mask.detach().float()
     rewards_t = _as_tensor(rewards, mask.dtype)
     groups_t = _as_tensor(group_ids, torch.long)
@@ -137,7 +137,7 @@ def advantage_inputs(
             )
         penalty = spec.kl_coef * spec.kl_fn(old_logprobs.detach().float(), ref_logprobs.detach().float())
     if spec.advantage.flag("needs_values") and values is None:
-        raise ValueError(f"compute_advantages: estimator '{spec.advantage.name}' needs the critic's "
+        raise ValueError(f"compute_advantages: estimator '{spec.advantage.name}' needs per-token "
                          "values [N, L]")
     inputs = build_inputs(rewards_t, groups_t, mask, penalty)
     inputs.values = None if values is None else values.detach().to(mask.dtype)
@@ -157,7 +157,7 @@ def compute_advantages(
     [N, L], ``spec`` the resolved ``algorithm`` section (the objective's). ``tensors`` are
     ``advantage_inputs``' keywords, each [N, L]: ``old_logprobs`` and ``ref_logprobs``,
     required only when ``algorithm.kl.use_as == "reward"`` with ``coef > 0``, and ``values``
-    (the critic's), required by an estimator with ``needs_values`` (``gae``).
+    (a per-token baseline), required by an estimator with ``needs_values`` (``gae``).
     """
     inputs = advantage_inputs(rewards, group_ids, loss_mask, spec, **tensors)
     advantages = spec.advantage.obj(inputs, spec.advantage.params)

@@ -1,8 +1,8 @@
-"""``gae``: Generalised Advantage Estimation from a critic's values (Schulman et al. 2016,
+"""``gae``: Generalised Advantage Estimation from per-token values (Schulman et al. 2016,
 arXiv 1506.02438), over the tokens the policy sampled.
 
 With r_t the token rewards (the outcome on the last loss token, −β·KL_t per token when the
-KL is a reward penalty) and V_t the critic's value of the state before token t:
+KL is a reward penalty) and V_t the value of the state before token t (a value model's, supplied by a step term):
 
     δ_t = r_t + γ·V_{t+1} − V_t          Â_t = Σ_l (γλ)^l · δ_{t+l}          R_t = Â_t + V_t
 
@@ -11,7 +11,7 @@ prompt, a tool's or environment's observation inside an agentic trajectory, padd
 an action: the recursion is carried across it unchanged, so it counts as no step and
 neither discounts nor adds (verl ``compute_gae_advantage_return`` with its response mask;
 SAO, Hou et al. 2026, skips observation tokens the same way). After the last loss token
-V = 0 (the episode ends). The returns R are the critic's targets (``gae_returns``); the
+V = 0 (the episode ends). The returns R are the values' targets (``gae_returns``); the
 advantages are whitened over every loss token of the batch by default (verl, OpenRLHF).
 Deviation from SAO: λ is a fixed parameter, not length-adaptive.
 """
@@ -45,7 +45,7 @@ def gae(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
 
 def _checked_values(inputs: AdvantageInputs) -> torch.Tensor:
     if inputs.values is None:
-        raise ValueError("advantage estimator 'gae' needs the critic's values [N, L] (algorithm.critic)")
+        raise ValueError("advantage estimator 'gae' needs per-token values [N, L] (a value model's)")
     if inputs.values.shape != inputs.mask.shape:
         raise ValueError(f"gae: values {tuple(inputs.values.shape)} must match the loss mask "
                          f"{tuple(inputs.mask.shape)}")
@@ -53,14 +53,14 @@ def _checked_values(inputs: AdvantageInputs) -> torch.Tensor:
 
 
 def gae_advantage(inputs: AdvantageInputs, params: GAEParams) -> torch.Tensor:
-    """GAE advantages from the critic's values, whitened over the batch when ``params.whiten``."""
+    """GAE advantages from the per-token values, whitened over the batch when ``params.whiten``."""
     advantages, _ = gae(inputs.token_rewards, _checked_values(inputs), inputs.mask, params.gamma, params.lam)
     return masked_whiten(advantages, inputs.mask) if params.whiten else advantages
 
 
 def gae_returns(inputs: AdvantageInputs, params: GAEParams) -> torch.Tensor:
-    """The critic's targets R_t = Â_t + V_t (before any whitening of Â)."""
+    """The value targets R_t = Â_t + V_t (before any whitening of Â)."""
     return gae(inputs.token_rewards, _checked_values(inputs), inputs.mask, params.gamma, params.lam)[1]
 
 
-gae_advantage.returns = gae_returns  # value targets of a critic-based estimator (types.py)
+gae_advantage.returns = gae_returns  # value targets of a values-based estimator (types.py)

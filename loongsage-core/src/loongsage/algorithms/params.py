@@ -61,13 +61,13 @@ class GRPOParams:
 
 @dataclass
 class GAEParams:
-    """GAE: advantages from a critic's values; needs ``algorithm.critic``."""
+    """GAE: advantages from per-token values (a step term supplies them: a value model)."""
 
     gamma: float = 1.0  # discount per sampled token
     lam: float = 1.0  # GAE λ: 1 = Monte-Carlo returns minus V, 0 = one-step TD
     whiten: bool = True  # whiten the advantages over every loss token of the batch
 
-    needs_values: ClassVar[bool] = True  # the estimator reads a critic's values
+    needs_values: ClassVar[bool] = True  # the estimator reads per-token values
 
     def __post_init__(self) -> None:
         if not 0 < self.gamma <= 1:

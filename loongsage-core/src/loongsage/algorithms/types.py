@@ -14,10 +14,10 @@ dict[str, Tensor]``: ``Objective.prepare(batch)`` calls it once on the full batc
 ``logprobs`` = ``old_logprobs``) and stores the [N, L] / [N] tensors in ``batch.extras``,
 which are sliced with the rows into micro-batches and reach the loss as ``inputs.extras``.
 
-An advantage estimator that reads a critic's values (``AdvantageInputs.values``, ``gae``)
-declares ``needs_values = True`` on its parameter class (the run then starts the critic of
-``algorithm.critic``) and sets ``fn.returns = targets`` with ``targets(inputs, params) ->
-Tensor [N, L]``: the critic's value targets, computed in the critic's actor.
+An advantage estimator that reads per-token values (``AdvantageInputs.values``, ``gae``)
+declares ``needs_values = True`` on its parameter class (a step term then supplies them,
+``config.step_terms``: a value model) and sets ``fn.returns = targets`` with
+``targets(inputs, params) -> Tensor [N, L]``: the value targets the values are trained towards.
 
 A group-relative estimator declares ``group_baseline`` (True on its parameter instance) when
 each sample is baselined by the other samples of its prompt group: validation refuses it with
@@ -42,14 +42,14 @@ class AdvantageInputs:
     ``token_rewards`` holds −β·KL_t on loss tokens when the KL is used as a reward
     penalty (else 0), plus the outcome reward at each row's last loss token;
     ``rewards`` is its row sum (the outcome reward, KL penalty included). ``values`` are the
-    critic's V of the state before each token, when the run has a critic.
+    per-token baseline V of the state before each token, when the estimator reads one.
     """
 
     rewards: torch.Tensor  # [N] float
     token_rewards: torch.Tensor  # [N, L] float
     group_ids: torch.Tensor  # [N] long: samples of one prompt share an id
     mask: torch.Tensor  # [N, L] float loss mask
-    values: torch.Tensor | None = None  # [N, L] float, the critic's (estimators with needs_values)
+    values: torch.Tensor | None = None  # [N, L] float (estimators with needs_values)
 
 
 @dataclass

@@ -13,10 +13,10 @@ Combination rules (each states its reason in the error):
   so combining them corrects one mismatch twice (baidu-baige/LoongSage forbids M2PO + IS
   correction). OPSM compares π_θ with π_old and combines with anything;
 - ``kl.use_as`` is ``loss`` or ``reward``; ``kl.coef`` ≥ 0;
-- ``loss_agg_mode`` is one of ``AGG_MODES``; ``loss_agg_norm_len`` > 0 when set;
-- an estimator with ``needs_values`` (``gae``) gets a ``CriticSpec`` from ``algorithm.critic``
-  (its engine resolved, its numbers in range); a KL reward penalty cannot be combined with
-  it, because the critic's value targets are computed without the penalty.
+- ``loss_agg_mode`` is one of ``AGG_MODES``; ``loss_agg_norm_len`` > 0 when set.
+
+An estimator with ``needs_values`` (``gae``) reads per-token values that a step term supplies
+(``config.step_terms``); that term validates its own section.
 
 ``is_correction`` is null, one plugin node, or a list of nodes (e.g. ``[opsm, token]``).
 A node is ``{name: ..., <params>}`` or just the name.
@@ -31,25 +31,9 @@ from omegaconf import ListConfig
 
 from loongsage.errors import ConfigError
 from loongsage.registry import PluginRef, Registries
-from loongsage.schema import AGG_MODES, CriticConfig
+from loongsage.schema import AGG_MODES
 
 KL_USES = ("loss", "reward")
-
-
-@dataclass(frozen=True)
-class CriticSpec:
-    """``algorithm.critic`` resolved: the value model's engine and its settings."""
-
-    engine: PluginRef
-    settings: CriticConfig
-
-
-CRITIC_RANGES = {
-    "lr": (lambda v: v > 0, "a positive learning rate"),
-    "value_clip": (lambda v: v > 0, "> 0"),
-    "warmup_steps": (lambda v: v >= 0, ">= 0"),
-    "updates_per_step": (lambda v: v >= 1, ">= 1"),
-}
 
 
 @dataclass(frozen=True)
@@ -65,7 +49,6 @@ class AlgorithmSpec:
     loss_agg_mode: str
     loss_agg_norm_len: float | None
     filters: tuple[PluginRef, ...] = field(default=())
-    critic: CriticSpec | None = None  # the value model, when the estimator needs values
 
     @property
     def kl_method(self) -> str:
@@ -124,30 +107,6 @@ def _check_rollout_ratio(policy_loss: PluginRef, corrections: tuple[PluginRef, .
         )
 
 
-def _critic(cfg: Mapping, advantage: PluginRef, registries: Registries, kl_as_reward: bool) -> CriticSpec | None:
-    """``algorithm.critic`` when ``advantage`` reads a critic's values, else None."""
-    if not advantage.flag("needs_values"):
-        return None
-    node = cfg.get("critic") or {}
-    values = dict(node.items()) if hasattr(node, "items") else {}
-    try:
-        settings = CriticConfig(**values)
-    except TypeError as err:
-        raise ConfigError("algorithm.critic", f"does not match CriticConfig: {err}") from None
-    for key, (ok, expected) in CRITIC_RANGES.items():
-        if not ok(getattr(settings, key)):
-            raise ConfigError(f"algorithm.critic.{key}", f"expected {expected}, got {getattr(settings, key)!r}")
-    if kl_as_reward:
-        raise ConfigError(
-            "algorithm.kl.use_as",
-            f"estimator '{advantage.name}' trains a critic on returns computed without the KL "
-            "penalty, so kl.use_as=reward would give the policy and the critic different rewards; "
-            "use kl.use_as=loss with a critic",
-        )
-    engine = registries.resolve("engine", settings.backend, "algorithm.critic.backend")
-    return CriticSpec(engine, settings)
-
-
 def validate_algorithm(algorithm_cfg: Any, registries: Registries) -> AlgorithmSpec:
     """Validate the ``algorithm`` section; return it resolved, or raise ``ConfigError``."""
     cfg = algorithm_cfg if algorithm_cfg is not None else {}
@@ -186,5 +145,4 @@ def validate_algorithm(algorithm_cfg: Any, registries: Registries) -> AlgorithmS
         loss_agg_mode=mode,
         loss_agg_norm_len=float(norm_len) if norm_len is not None else None,
         filters=filters,
-        critic=_critic(cfg, advantage, registries, use_as == "reward" and coef > 0),
     )

@@ -264,14 +264,22 @@ def _recipe_file(config_name: str, config_dir: str | None) -> Any:
 def _refuse_sections_of_missing_step_terms(config_name: str, overrides: Sequence[str], config_dir: str | None,
                                            registries: Registries) -> None:
     """A section that no installed step term owns but a sibling distribution's does (``opd``
-    without loongsage-distill) is refused with the ``pip install`` that brings it, before
-    Hydra fails on it with a key error further down (``catalogue.install_hint``)."""
-    given = set(_recipe_file(config_name, config_dir)) | {o.key_or_group.split(".")[0] for o in _parsed(overrides)}
-    known = set(root_schema(registries))
-    for section in sorted(given - known):
-        hint = install_hint("step_term", section)
+    without loongsage-distill; ``algorithm.critic``, nested in a core section, without
+    loongsage-algos) is refused with the ``pip install`` that brings it, before Hydra fails on
+    it with a key error further down (``catalogue.install_hint``; a step term is registered
+    under its section's name, the last part of a nested one)."""
+    recipe = _recipe_file(config_name, config_dir)
+    given = {(key,) for key in recipe}
+    given |= {(key, str(sub)) for key, node in recipe.items() if hasattr(node, "keys") for sub in node.keys()}
+    given |= {tuple(o.key_or_group.split(".")[:2]) for o in _parsed(overrides)}
+    known = root_schema(registries)
+    for path in sorted(given):
+        parent = known.get(path[0]) if len(path) == 2 else None
+        unknown = path[0] not in known if len(path) == 1 else hasattr(parent, "keys") and path[1] not in parent
+        hint = install_hint("step_term", path[-1]) if unknown else ""
         if hint:
-            raise ConfigError(section, f"unknown section: it belongs to step term {section!r}.{hint}")
+            section = ".".join(path)
+            raise ConfigError(section, f"unknown section: it belongs to step term {path[-1]!r}.{hint}")
 
 
 def declared_plugins(config_name: str, overrides: Sequence[str], config_dir: str | None) -> list[str]:

@@ -25,9 +25,8 @@ from typing import TYPE_CHECKING, Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, ListConfig, OmegaConf
 
-from loongsage.config.step_terms import data_source_type, step_term_plugins
+from loongsage.config.step_terms import data_source_type, section_types
 from loongsage.kind_table import KIND_TABLE, PluginGroup
-from loongsage.schema import SECTIONS
 
 if TYPE_CHECKING:
     from loongsage.registry import Registries
@@ -45,9 +44,7 @@ PLUGIN_GROUPS: dict[str, PluginGroup] = {
 def root_schema(registries: "Registries | None" = None):
     """The root config node: every typed section (core's, and those of the installed step
     terms in ``registries``: ``config.step_terms``), typed data sources, local plugin modules."""
-    node = {name: OmegaConf.structured(cls) for name, cls in SECTIONS.items()}
-    for plugin in step_term_plugins(registries):
-        node[plugin.section] = OmegaConf.structured(plugin.schema)
+    node = {name: OmegaConf.structured(cls) for name, cls in section_types(registries).items()}
     node["data_sources"] = ListConfig([], element_type=data_source_type(registries))
     node["plugins"] = OmegaConf.create([])
     return OmegaConf.create(node)

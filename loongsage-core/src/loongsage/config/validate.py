@@ -252,7 +252,7 @@ class RunConfig:
     router: RouterPlugins  # what the router is handed: the middlewares, its (overridable) tool parser
     train_engine: PluginRef
     rollout_engine: PluginRef
-    step_term: ActiveTerm | None = None  # the step term extending the training step (config.step_terms)
+    step_terms: tuple[ActiveTerm, ...] = ()  # the step terms extending the training step (config.step_terms)
     recipe: str = ""
     overrides: tuple[str, ...] = ()
 
@@ -350,7 +350,7 @@ def _resolve_plugins(cfg: DictConfig, registries: Registries) -> RunConfig:
         router=router_plugins(registries, tool_parser, middlewares),  # the middleware's parser override
         train_engine=resolve("engine", cfg.train.backend, "train.backend"),  # two fields: no one key
         rollout_engine=resolve("engine", cfg.rollout.backend, "rollout.backend"),
-        step_term=validate_step_terms(cfg, registries),
+        step_terms=validate_step_terms(cfg, registries),
     )
     if cfg.train.lora.rank > 0 and not getattr(run.train_engine.obj, "supports_lora", False):
         raise ConfigError("train.lora.rank", f"train.backend {cfg.train.backend!r} has no LoRA support; "
@@ -403,8 +403,20 @@ def _check_baseline(cfg: DictConfig, algorithm: AlgorithmSpec) -> None:
             "rollout.n_samples_per_prompt",
             f"advantage estimator '{estimator.name}' baselines each sample by the other samples of "
             "its prompt group; with 1 sample per prompt every group holds one sample and every "
-            "advantage is 0. Sample >= 2 per prompt, or let a critic give the baseline "
-            "(algorithm/advantage_estimator=gae)",
+            "advantage is 0. Sample >= 2 per prompt, or baseline each token by a learned value "
+            "model's values (algorithm/advantage_estimator=gae)",
+        )
+
+
+def _check_values_supplied(run: RunConfig) -> None:
+    """An estimator reading per-token values (``needs_values``) needs a step term supplying them."""
+    estimator = run.algorithm.advantage
+    if estimator.flag("needs_values") and not any("values" in term.supplies for term in run.step_terms):
+        raise ConfigError(
+            "algorithm.advantage_estimator",
+            f"advantage estimator '{estimator.name}' reads per-token values [N, L] as its baseline, and no "
+            "active step term supplies them (loongsage-algos' value model does: pip install "
+            "loongsage-algos)",
         )
 
 
@@ -423,6 +435,7 @@ def validate_config(cfg: DictConfig, registries: Registries) -> RunConfig:
     run = _resolve_plugins(cfg, registries)
     _check_agents(cfg, run.sources)
     _check_baseline(cfg, run.algorithm)
+    _check_values_supplied(run)
     return run
 
 

@@ -74,7 +74,7 @@ PER_TOKEN_RESULTS = ("train_logprobs", "advantages", "values")  # Sample fields 
 
 def attach_rows(samples: Sequence[Sample], rows: Mapping[str, torch.Tensor]) -> None:
     """Set each sample's per-token results (``PER_TOKEN_RESULTS``: pi_old logprobs, advantages,
-    the critic's values) from row i of ``rows[name]`` [len(samples), L] (batch layout: prompt,
+    a step term's values) from row i of ``rows[name]`` [len(samples), L] (batch layout: prompt,
     then response), one entry per response token."""
     unknown = set(rows) - set(PER_TOKEN_RESULTS)
     if unknown:

@@ -6,9 +6,8 @@ their bundles (printing the layout and saving it as ``layout.json``), joins the 
 ranks into one process group (``TrainGroup``), and builds the data sources, the mixer, the
 engine pool (the one load balancer), the AgentFlow routers, the reward worker processes
 (``reward.workers``), the rollout manager and the scheduler on the run's one rollout event
-loop, the run's step term (``config.step_terms``: a plugin extending the training step, with
-any actors of its own beside train rank 0; ``step_extension.py``), the critic beside train
-rank 0 when the advantage estimator needs values (``critic.py``), the objective, the
+loop, the run's step terms (``config.step_terms``: plugins extending the training step, with
+any actors of their own beside train rank 0; ``step_extension.py``), the objective, the
 trackers and the engine monitor (``engine_health.py``), and returns a ``Run`` whose verbs
 the loop in ``run.py`` calls. Nothing here chooses an algorithm or looks a plugin name up:
 every plugin arrives resolved in the ``RunConfig``.
@@ -39,7 +38,6 @@ from loongsage.algorithms.objective import Objective
 from loongsage.config.validate import RunConfig, as_container
 from loongsage.controller.actors import add_shared_engine, shares_process, spawn_engine, start_ray
 from loongsage.controller.agent_routers import AgentRouters
-from loongsage.controller.critic import build_critic
 from loongsage.controller.engine_health import EngineMonitor
 from loongsage.controller.memory import RunMemory
 from loongsage.controller.memory_budget import check_run_memory
@@ -49,7 +47,7 @@ from loongsage.controller.recorded_rollout import RecordedBatches, RecordedRollo
 from loongsage.controller.rollout import RolloutManager
 from loongsage.controller.run_dir import RunDirectory
 from loongsage.controller.startup_block import data_line, run_lines
-from loongsage.controller.step_extension import start_step_extension
+from loongsage.controller.step_extension import StepExtensions
 from loongsage.models.folder_check import check_model_folder
 from loongsage.controller.train_group import TrainGroup
 from loongsage.controller.verbs import Run
@@ -160,9 +158,6 @@ def _start_actors(run: Run, plain: dict, rollout: bool) -> None:
     log.info(format_layout(rows))
     run.run_dir.write_layout(placement.plan.mode, rows)
     run.trainers.connect(rows[0]["node_ip"], run.cfg.train.strategy)
-    if spec.algorithm.critic is not None:
-        run.critic = build_critic(spec.algorithm, plain, train_seats[0], placement,
-                                  run.cfg.train.mini_batches_per_step)
 
 
 def host_seats(cfg: Any, engine_cls: Any, train_seats: list[Seat], rollout_seats: list[Seat]) -> dict[int, Seat]:
@@ -209,14 +204,14 @@ def _start_rollout(run: Run, plain: dict) -> None:
                                    mini_batches=cfg.train.mini_batches_per_step,
                                    dp_size=cfg.train.dp_size)
     run.scheduler = build_scheduler(spec, mixer, run.rollout, run.loop)
-    run.phases = PHASES[cfg.placement.mode](run.scheduler, run.trainers, run.rollout_actors, run.critic)
+    run.phases = PHASES[cfg.placement.mode](run.scheduler, run.trainers, run.rollout_actors, run.extensions)
 
 
 def _start_recorded(run: Run, recording: Any) -> None:
     """The recorded batches as the run's scheduler, and no engine (``recorded_rollout``)."""
     run.scheduler = RecordedBatches(recording)
     run.rollout = RecordedRollout()
-    run.phases = PHASES[run.cfg.placement.mode](run.scheduler, run.trainers, run.rollout_actors, run.critic)
+    run.phases = PHASES[run.cfg.placement.mode](run.scheduler, run.trainers, run.rollout_actors, run.extensions)
     log.info(f"rollout.from_recording: training on the batches recorded in {recording}; no rollout engine runs")
 
 
@@ -265,21 +260,20 @@ def _started(spec: RunConfig, run_dir: RunDirectory, rollout: bool, recording: A
             run.prompt_check = prompt_checker(cfg, tokenizer)
             run.prompt_check.scan(run.sources)
         hosted = host_seats(cfg, spec.rollout_engine.obj, plan.role("train"), plan.role("rollout") if engines else [])
-        estimate = check_run_memory(cfg, run.sources, tokenizer, spec.step_term,
+        estimate = check_run_memory(cfg, run.sources, tokenizer, spec.step_terms,
                                     engines_in_train_processes=len(hosted))
         if estimate:
             log.info(estimate)
         _start_actors(run, as_container(cfg), engines)
+        if rollout:  # an RL run (engines or a recording): its step terms extend every step
+            run.extensions = StepExtensions.start(spec.step_terms, as_container(cfg), plan.role("train")[0],
+                                                  placement, spec.algorithm)
+            run.objective = Objective(spec.algorithm, run.extensions.train_term)
         if engines:
             _start_rollout(run, as_container(cfg))
         elif recording is not None:
             _start_recorded(run, recording)
-        if engines and spec.step_term is not None:
-            run.extension = start_step_extension(spec.step_term, as_container(cfg), placement.plan.role("train")[0],
-                                                 placement)
-            run.objective = Objective(spec.algorithm, run.extension.train_term)
-        others = {**(run.extension.actors if run.extension else {}), **(run.critic.actors if run.critic else {})}
-        run.memory = RunMemory.for_run(cfg, run.trainers.actors, run.rollout_actors, others)
+        run.memory = RunMemory.for_run(cfg, run.trainers.actors, run.rollout_actors, run.extensions.actors)
         run.trackers = build_trackers(spec, run_dir)
         if engines and run.monitors_engines:
             run.engine_monitor = EngineMonitor(run, run.rollout.pool, as_container(cfg),

@@ -1,8 +1,8 @@
 """A run's lifecycle around the loop: warm start, model export, checkpoints, resume.
 
-A checkpoint is the trainer's state (weights, optimizer, RNG), the critic's when the run has
-one (value model with its head, optimizer), plus the controller's (step,
-weight version, the scheduler's state with its data order); ``resume_or_warm_start`` either
+A checkpoint is the trainer's state (weights, optimizer, RNG), the state of each step term
+that keeps one (``save_state``/``load_state``: a value model's weights and optimizer), plus
+the controller's (step, weight version, the scheduler's state with its data order); ``resume_or_warm_start`` either
 restores the newest intact one (its manifest verified by ``build_run``, falling back past
 damaged ones) and republishes its weights, or runs the supervised warm start of a fresh run.
 """
@@ -44,12 +44,16 @@ def warm_start(run: Run) -> None:
     if run.memory is not None:
         peak = f" (train actor RSS peak {run.memory.step_metrics().get('perf/train_rss_peak_gb', 0.0):.2f} GB)"
     log.info(f"sft warm start: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {len(losses)} steps{peak}")
-    if run.critic is not None and run.cfg.algorithm.critic.path is None:
-        folder = run.run_dir.path / "warm_start_model"
-        save_model(run, str(folder))
-        run.critic.call("load_body", str(folder))  # the critic starts from the policy RL starts from
+    run.extensions.warm_started(lambda: _save_warm_start_model(run))
     if run.rollout_actors:
         run.publish_weights()
+
+
+def _save_warm_start_model(run: Run) -> Path:
+    """``<run_dir>/warm_start_model``: the warm-started policy, for a step term's model to start from."""
+    folder = run.run_dir.path / "warm_start_model"
+    save_model(run, str(folder))
+    return folder
 
 
 def export_final_model(run: Run) -> Path:
@@ -88,10 +92,9 @@ def save_checkpoint(run: Run, step: int) -> None:
 
 
 def save_actor_state(run: Run, folder: Path) -> None:
-    """The trainer's state (and the critic's) into ``folder``, as a checkpoint holds them."""
+    """The trainer's state (and the step terms') into ``folder``, as a checkpoint holds them."""
     run.trainers.call("save", str(folder / "trainer"))
-    if run.critic is not None:
-        run.critic.call("save", str(folder / "critic"))
+    run.extensions.save_state(folder)
 
 
 def controller_state(run: Run, step: int) -> dict:
@@ -113,8 +116,7 @@ def resume_or_warm_start(run: Run) -> int:
         return 0
     folder, state = latest
     run.trainers.call("load", str(folder / "trainer"))
-    if run.critic is not None:
-        run.critic.call("load", str(folder / "critic"))
+    run.extensions.load_state(folder)
     if run.scheduler and state["scheduler"] is not None:
         run.scheduler.load_state_dict(state["scheduler"])
     for tracker in run.trackers:

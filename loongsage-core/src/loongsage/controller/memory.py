@@ -226,8 +226,8 @@ class RunMemory:
     @classmethod
     def for_run(cls, cfg: Any, train_actors: list, rollout_actors: list,
                 others: dict | None = None) -> "RunMemory":
-        """The run's train ranks, rollout engines and ``others`` (role -> actor: a step term's
-        actors, the critic); logs their process ids (for ``top``).
+        """The run's train ranks, rollout engines and ``others`` (role -> actor: the step terms'
+        actors); logs their process ids (for ``top``).
 
         One train rank is ``train``; with data parallelism they are ``train0``, ``train1``...
         """

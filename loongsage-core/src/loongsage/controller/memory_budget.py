@@ -22,8 +22,8 @@ machine passes ``RAY_memory_usage_threshold``, 0.95 by default, of its memory):
   weights, and an embedded DDP or single train rank keeps its own weights in it too (no delta
   shadow; FSDP2's shards are not the tensors it sends): the weights then count once, in the
   trainer (``shared_weights``);
-* **the step term's parts** (``config.step_terms``): what the run's step term says its own
-  actors hold and adds to each train actor (``MemoryShare``);
+* **the step terms' parts** (``config.step_terms``): what each of the run's step terms says
+  its own actors hold and adds to each train actor (``MemoryShare``);
 * **driver and Ray**: the controller process and Ray's own processes.
 
 A row is a prompt (the longest of a sample of each data source's rendered prompts, at most
@@ -42,7 +42,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from loongsage.config.step_terms import ActiveTerm
 from loongsage.controller.memory import GB, machine_memory
@@ -218,10 +218,10 @@ def prefix_cache_bytes(cfg: Any, shape: ModelShape, tokens_per_row: int) -> int:
 
 
 def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int, prompt_tokens: int = 0,
-                 step_term: ActiveTerm | None = None, engines_in_train_processes: int = 0) -> Estimate:
+                 step_terms: Sequence[ActiveTerm] = (), engines_in_train_processes: int = 0) -> Estimate:
     """The expected peak memory of every process of ``cfg``'s run (see the module docstring);
-    ``prompt_tokens``: the part of a row that a group's rows share; ``step_term``: the run's,
-    whose ``memory`` adds its parts; ``engines_in_train_processes``: rollout engines that add no
+    ``prompt_tokens``: the part of a row that a group's rows share; ``step_terms``: the run's,
+    whose ``memory`` adds their parts; ``engines_in_train_processes``: rollout engines that add no
     process of their own (``placement.share_process``)."""
     b = dtype_bytes(cfg.model.dtype)
     weights = shape.parameters * b
@@ -265,13 +265,12 @@ def estimate_run(cfg: Any, shape: ModelShape, tokens_per_row: int, prompt_tokens
     if engines_read_ring:
         est.detail["weight-sync ring"] = ("the train ranks' weights" if trainer_is_ring else
                                           "the engines' weights")
-    if step_term is not None:
-        batch_tokens = (r.prompts_per_step + r.oversample_groups) * r.n_samples_per_prompt * tokens_per_row
-        for share in step_term.memory(cfg, batch_tokens):
-            est.parts[share.part] = share.bytes
-            est.parts["train actor"] += share.train_actor_bytes
-            if share.detail:
-                est.detail[share.part] = share.detail
+    batch_tokens = (r.prompts_per_step + r.oversample_groups) * r.n_samples_per_prompt * tokens_per_row
+    for share in (share for term in step_terms for share in term.memory(cfg, batch_tokens)):
+        est.parts[share.part] = share.bytes
+        est.parts["train actor"] += share.train_actor_bytes
+        if share.detail:
+            est.detail[share.part] = share.detail
     est.parts["driver and Ray"] = DRIVER_AND_RAY_BYTES
     return est
 
@@ -301,7 +300,7 @@ def check_estimate(est: Estimate, mode: str, room: int, total: int) -> str:
                            "(placement.memory_check=warn starts it anyway)")
 
 
-def check_run_memory(cfg: Any, sources: dict, tokenizer: Any, step_term: ActiveTerm | None = None,
+def check_run_memory(cfg: Any, sources: dict, tokenizer: Any, step_terms: Sequence[ActiveTerm] = (),
                      engines_in_train_processes: int = 0) -> str | None:
     """Estimate ``cfg``'s run and check it against this machine; the line to print, or None.
 
@@ -314,5 +313,5 @@ def check_run_memory(cfg: Any, sources: dict, tokenizer: Any, step_term: ActiveT
     if mode == "off" or cfg.placement.ray_address or os.environ.get("RAY_ADDRESS"):
         return None
     est = estimate_run(cfg, ModelShape.from_folder(cfg.model.path), *row_tokens(cfg, sources, tokenizer),
-                       step_term=step_term, engines_in_train_processes=engines_in_train_processes)
+                       step_terms=step_terms, engines_in_train_processes=engines_in_train_processes)
     return check_estimate(est, mode, *room_bytes())

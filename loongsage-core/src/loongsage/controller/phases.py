@@ -7,8 +7,9 @@ the train ranks bring their state back from host memory; the engines also hand w
 generation freed back to the OS (on a CPU device, where nothing moves, this is what keeps
 the engines' KV cache and activations out of the train phase's peak). Before the weight update the engines
 take their weights back; after it the train ranks move parameters, gradients and optimizer
-state to host memory while the engines generate. A critic (``controller.critic``) shares train
-rank 0's device and moves with the train ranks. On CPU devices the moves are no-ops, the
+state to host memory while the engines generate. The step terms' actors
+(``controller.step_extension``: a value model) share train rank 0's device and move with the
+train ranks (their ``onload`` and ``offload`` hooks). On CPU devices the moves are no-ops, the
 calls still happen at the same boundaries.
 
 Disaggregated: every actor keeps its own device; generation overlaps training and only
@@ -20,6 +21,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import ray
+
+from loongsage.controller.step_extension import StepExtensions
 
 
 def call_engines(engines: Sequence[Any], method: str) -> None:
@@ -42,28 +45,30 @@ def _wait_all(refs: Sequence[Any]) -> None:
 
 
 class ColocatedPhases:
-    def __init__(self, scheduler: Any, trainers: Any, engines: Sequence[Any], critic: Any = None) -> None:
+    def __init__(self, scheduler: Any, trainers: Any, engines: Sequence[Any],
+                 extensions: StepExtensions | None = None) -> None:
         self.scheduler, self.trainers = scheduler, trainers
+        self.extensions = extensions if extensions is not None else StepExtensions()
         self.engines = engines  # the run's own list: a restarted engine takes its slot there
-        self.holders = [trainers] if critic is None else [trainers, critic]
 
     def to_train(self) -> None:
         self.scheduler.pause()
         call_engines(self.engines, "offload")
         release_engine_memory(self.engines)
-        for holder in self.holders:
-            holder.call("onload")
+        self.trainers.call("onload")
+        self.extensions.onload()
 
     def to_sync(self) -> None:
         call_engines(self.engines, "onload")
 
     def to_rollout(self) -> None:
-        for holder in self.holders:
-            holder.call("offload")
+        self.trainers.call("offload")
+        self.extensions.offload()
 
 
 class OverlappedPhases:
-    def __init__(self, scheduler: Any, trainers: Any, engines: Sequence[Any], critic: Any = None) -> None:
+    def __init__(self, scheduler: Any, trainers: Any, engines: Sequence[Any],
+                 extensions: StepExtensions | None = None) -> None:
         self.scheduler = scheduler
 
     def to_train(self) -> None:

@@ -16,9 +16,9 @@ another plugin of a config group (``algorithm/policy_loss=gspo``: GSPO with its 
 ``algorithm.kl.coef=0.1``). ``dump`` writes the step's per-token tensors (ids, masks, rollout
 and pi_old log-probabilities, their difference, advantages, weight versions) with ``torch.save``.
 
-Only what one train rank computes alone is replayed: a run with ``train.dp_size`` above 1, a
-value model, or a step term (``config.step_terms``: inputs from actors of its own) is refused
-with the reason.
+Only what one train rank computes alone is replayed: a run with ``train.dp_size`` above 1 or
+with step terms (``config.step_terms``: inputs from actors of their own, a value model) is
+refused with the reason.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class ReplayConfig:
     algorithm: Any
     train_engine: Any
     sources: list[str]
-    step_term: str | None  # the section of the run's step term, if it has one
+    step_terms: tuple[str, ...]  # the sections of the run's step terms
 
 
 def load_run_config(run_dir: Path, overrides: Sequence[str] = ()) -> ReplayConfig:
@@ -114,11 +114,11 @@ def load_run_config(run_dir: Path, overrides: Sequence[str] = ()) -> ReplayConfi
     registries = load_plugins()
     publish_plugin_params(registries)
     cfg = apply_overrides(OmegaConf.load(path), overrides)
-    term = validate_step_terms(cfg, registries)
+    terms = validate_step_terms(cfg, registries)
     return ReplayConfig(cfg, validate_algorithm(cfg.algorithm, registries),
                         registries.resolve("engine", cfg.train.backend, "train.backend").obj,
                         [str(source.name) for source in cfg.data_sources],
-                        term.plugin.obj.section if term is not None else None)
+                        tuple(term.section for term in terms))
 
 
 def _start_checkpoint(run_dir: Path, step: int) -> Path:
@@ -154,11 +154,9 @@ def _refuse_unsupported(spec: ReplayConfig) -> None:
     if cfg.train.dp_size != 1:
         raise ValueError(f"train.dp_size={cfg.train.dp_size}: replay recomputes what one train rank "
                          "computes; replay a run trained with train.dp_size=1")
-    if spec.algorithm.critic is not None:
-        raise ValueError("the run's advantage estimator needs a critic: replay does not recompute critic steps")
-    if spec.step_term is not None:
-        raise ValueError(f"the run's training step has a step term (section {spec.step_term}): replay does not "
-                         "recompute the inputs it adds to a batch")
+    if spec.step_terms:
+        raise ValueError(f"the run's training step has step terms (sections {list(spec.step_terms)}): replay "
+                         "does not recompute the inputs they add to a batch nor the models they train")
 
 
 def replay_step(run_dir: Path | str, step: int, overrides: Sequence[str] = (),

@@ -145,8 +145,8 @@ class RunDirectory:
     def write_samples(self, step: int, groups: Iterable[Group], tokenizer: Any, limit: int) -> list[dict]:
         """Save up to ``limit`` trajectories of this step: decoded text, token ids and, aligned
         with ``response_ids``, the loss mask, the rollout engine's and the trainer's (pi_old)
-        logprob, the weight version, the advantage and the critic's value of every response
-        token (the last two empty where the step computed none: no RL loss, no critic), and the
+        logprob, the weight version, the advantage and the value (a step term's baseline) of every
+        response token (the last two empty where the step computed none: no RL loss, no values), and the
         seed its tokens were drawn with (``engines.sampling_seed``; null where the agent keeps none),
         the prompt's ground truth and its data source's other fields (``metadata``). Returns the rows."""
         rows = []

@@ -4,8 +4,8 @@ In the default layout (colocated, ``placement.share_process``) each rollout engi
 its train rank's process: a SIGKILL of the process that serves the engine's ``/health`` is
 the train rank's death too, and the trainer's state since the last checkpoint
 (``checkpoint.interval``) went with it. ``StepSnapshot`` saves the trainer's state (and the
-critic's) after every step that is not checkpointed anyway, with the same ``save`` a
-checkpoint uses, into ``checkpoints/.snapshot_step_N``, and keeps the controller's state of
+step terms', ``save_state``) after every step that is not checkpointed anyway, with the same
+``save`` a checkpoint uses, into ``checkpoints/.snapshot_step_N``, and keeps the controller's state of
 that step (step, weight version, the scheduler's data order) in the driver. It is no
 checkpoint: ``latest`` does not name it and ``keep_last`` does not count it; each new one
 replaces the previous one once it is complete. When a later step fails with the train actor

@@ -22,12 +22,11 @@ import ray
 import torch
 
 from loongsage.algorithms.objective import Objective
-from loongsage.config.step_terms import StepExtension
 from loongsage.config.validate import RunConfig
 from loongsage.controller.actors import SharedEngine, actor_handle
 from loongsage.controller.agent_routers import AgentRouters
 from loongsage.controller.batching import attach_rows, groups_to_batch, plan_shards, rollout_metrics
-from loongsage.controller.critic import Critic
+from loongsage.controller.step_extension import StepExtensions
 from loongsage.controller.memory import RunMemory
 from loongsage.controller.placement import Placement
 from loongsage.controller.recording import save_batch
@@ -73,8 +72,8 @@ class Run:
     agent_routers: AgentRouters | None = None
     reward_pool: DeadlinePool | None = None
     memory: RunMemory | None = None
-    extension: StepExtension | None = None  # the run's step term, started (config.step_terms)
-    critic: Critic | None = None  # the value model of a critic-based estimator (controller.critic)
+    # the run's step terms, started (config.step_terms, controller.step_extension)
+    extensions: StepExtensions = field(default_factory=StepExtensions)
     engine_monitor: Any = None  # controller.engine_health.EngineMonitor
     prompt_check: Any = None  # data.prompt_check.PromptChecker: records skipped while drawing
     resume_from: tuple | None = None  # (folder, state) a resume restores, verified before Ray started
@@ -112,11 +111,13 @@ class Run:
 
     def train(self, groups: list, step: int, metrics: dict) -> dict[str, float]:
         """Train on ``groups``: cut into (mini-batch, rank) shards, one batch for all ranks, to
-        which the step term first adds its inputs and the critic its values; the
-        policy waits during the critic's warm-up steps, the critic trains after it; with
-        ``rollout.record`` the groups are first written as the step's batch (``recording``); the samples
-        ``record`` saves (the first ``logging.samples_per_step``) get their pi_old logprobs,
-        advantages and the critic's values (``batching.attach_rows``)."""
+        which the step terms first add their inputs (``before_train``: e.g. per-token values);
+        the policy trains unless a step term holds it back (``policy_trains``: a warm-up of the
+        term's own model), then the step terms' ``after_train`` runs (training a model of their
+        own on the batch); with ``rollout.record`` the groups are first written as the step's
+        batch (``recording``); the samples ``record`` saves (the first
+        ``logging.samples_per_step``) get their pi_old logprobs, advantages and the step terms'
+        per-token fields (``sample_fields``, ``batching.attach_rows``)."""
         train = self.cfg.train
         if self.cfg.rollout.record:  # the step's input as it arrived, before anything masks it
             save_batch(self.run_dir.path, step, groups)
@@ -124,27 +125,20 @@ class Run:
         ordered, shards = plan_shards(groups, sources, train.mini_batches_per_step, train.dp_size,
                                       offset=step)
         batch, rewards, group_index = self.to_batch(ordered, metrics)
-        step_metrics: dict[str, float] = {}
-        if self.extension is not None:
-            row_sources = [g.prompt.source for g in ordered for _ in g.samples]
-            step_metrics.update(self.extension.before_train(batch, row_sources))
+        row_sources = [g.prompt.source for g in ordered for _ in g.samples]
+        step_metrics = self.extensions.before_train(batch, row_sources)
         saved = [s for g in groups for s in g.samples][:self.cfg.logging.samples_per_step]
         row_of = {id(s): row for row, s in enumerate(s for g in ordered for s in g.samples)}
         keep_rows = [row_of[id(s)] for s in saved]
-        if self.critic is not None:
-            with timed(step_metrics, "timing/critic_values"):
-                batch.extras["values"] = self.critic.values(batch)
-            attach_rows(saved, {"values": batch.extras["values"][keep_rows]})
-        if self.critic is None or not self.critic.warming_up(step):
+        attach_rows(saved, {name: batch.extras[name][keep_rows] for name in self.extensions.sample_fields})
+        if self.extensions.policy_trains(step):
             with self.weights_lock:
                 train_metrics, kept = self.trainers.train(batch, rewards, group_index, shards,
                                                           TrainStep(self.objective), keep_rows=keep_rows)
             if kept is not None:
                 attach_rows(saved, kept)
             step_metrics.update(train_metrics)
-        if self.critic is not None:
-            with timed(step_metrics, "timing/critic_train"):
-                step_metrics.update(self.critic.train(batch, rewards, group_index))
+        step_metrics.update(self.extensions.after_train(batch, rewards, group_index))
         return step_metrics
 
     def eval_due(self, step: int) -> bool:
@@ -231,10 +225,7 @@ class Run:
             tracker.close()
         if self.memory is not None:
             self.memory.close()
-        if self.extension is not None:
-            self.extension.close()
-        if self.critic is not None:
-            self.critic.close()
+        self.extensions.close()
         if self.scheduler is not None:
             self.scheduler.close()
         if self.agent_routers is not None:

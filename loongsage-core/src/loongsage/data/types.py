@@ -5,8 +5,8 @@ sampled ids, the engine's logprob for each, the weight version that sampled each
 (partial rollout mixes versions), and the loss mask. ``train_logprobs``, ``advantages`` and
 ``values`` are filled after the step for the samples the run directory saves: the trainer's
 logprob of each response token at step start (pi_old), so a saved trajectory shows the
-train/inference gap per token, the advantage each token was trained with, and the critic's
-V(s_t) of each token when a critic-based estimator gave it (``controller.batching.attach_rows``). On an
+train/inference gap per token, the advantage each token was trained with, and the value
+V(s_t) of each token when a values-based estimator read one (``controller.batching.attach_rows``). On an
 MoE model ``routed_experts`` holds the rollout's routes in ``loongsage.engines.routing``'s record
 format (``[prompt + response tokens, layers, top_k]``, -1 where none), for router replay (R3). A ``Group`` is the G samples drawn for
 one prompt; advantages are computed within a group.
@@ -46,7 +46,7 @@ class Sample:
     text: str = ""  # decoded response, for logs and trajectory samples
     train_logprobs: list[float] = field(default_factory=list)  # pi_old per response token, if kept
     advantages: list[float] = field(default_factory=list)  # advantage per response token, if kept
-    values: list[float] = field(default_factory=list)  # the critic's V(s_t) per response token, if kept
+    values: list[float] = field(default_factory=list)  # the baseline V(s_t) per response token, if kept
     routed_experts: Any = None  # numpy [prompt + response tokens, layers, top_k] int16, MoE only
     sampling_seed: int | None = None  # the seed its tokens were drawn with (``engines.sampling_seed``)
 

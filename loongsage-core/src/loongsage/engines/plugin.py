@@ -11,11 +11,6 @@ def loongsage_register_engines(register):
         doc="HF causal LM trainer on CPU or one GPU (micro-batching, AdamW, HF safetensors).",
     )
     register(
-        "embedded_critic",
-        "loongsage.engines.embedded_critic:EmbeddedCriticEngine",
-        doc="Value model (HF decoder + scalar head) trained on the clipped value loss (algorithm.critic).",
-    )
-    register(
         "megatron",
         "loongsage.engines.megatron.engine:MegatronTrainEngine",
         doc="Megatron-Core GPTModel from a HF checkpoint: TP / PP / DP over the train ranks "

@@ -1,6 +1,6 @@
 """An engine's typed config sections, read from the config it is built from.
 
-Every train-side engine (the embedded trainer, its critic, Megatron) is built by
+Every train-side engine (the embedded trainer, Megatron, a plugin's value model) is built by
 ``from_config(cfg)`` from the run's resolved config, as a dict or an OmegaConf node, and reads
 its sections as the schema's dataclasses with their defaults. This is the one reader they
 share, so none of them imports another engine for it.

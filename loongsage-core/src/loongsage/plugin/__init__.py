@@ -97,6 +97,7 @@ PUBLIC: dict[str, tuple[str, str]] = {
     "masked_whiten": ("loongsage.algorithms.advantages", "whitening over the loss-masked tokens"),
     "log_mismatch": ("loongsage.algorithms.mismatch", "log(pi_old / pi_rollout), as IS corrections read it"),
     "aggregate": ("loongsage.algorithms.aggregation", "the objective's loss aggregation, for a loss term of its own"),
+    "advantage_inputs": ("loongsage.algorithms.advantages", "an estimator's inputs as the step builds them, for value targets"),
     # ---- helpers for engine plugins (a teacher engine reuses the train engine's pieces) ---
     "load_causal_lm": ("loongsage.engines.embedded_train", "a HF causal LM loaded as the train engine loads it"),
     "final_hidden": ("loongsage.engines.logprobs", "the decoder's last hidden state at scored positions"),
@@ -107,6 +108,15 @@ PUBLIC: dict[str, tuple[str, str]] = {
     "MeshWeightSync": ("loongsage.engines.mesh_sync", "TransferMesh into the engine's process (apply_weights)"),
     "engine_values": ("loongsage.engines.weight_sync", "a call in every engine actor, None where one died"),
     "resolve_model_path": ("loongsage.models.resolve", "model.path as core resolves it (tiny, smollm2, hub ids)"),
+    "EmbeddedTrainEngine": ("loongsage.engines.embedded_train", "the embedded trainer, which a value model engine extends"),
+    "ModelConfig": ("loongsage.schema", "the model section, as an engine reads it (config_section)"),
+    "TrainConfig": ("loongsage.schema", "the train section, as a train-side engine reads it (train_section)"),
+    "config_section": ("loongsage.engines.sections", "a config section as its dataclass, for an engine's from_config"),
+    "train_section": ("loongsage.engines.sections", "the train section with its backend's keys, for a train-side engine"),
+    "scatter_rows": ("loongsage.engines.micro_batches", "micro-batch results back into the batch's row order"),
+    "read_weights": ("loongsage.engines.train_state", "a HF folder's weights, as the trainer loads them"),
+    "check_loaded": ("loongsage.engines.train_state", "the trainer's check that a folder's weights fit the model"),
+    "checkpoint_files": ("loongsage.models.weight_files", "a model folder's safetensors files"),
     # ---- helpers for step term plugins ----------------------------------------------------
     "ModelShape": ("loongsage.controller.memory_budget", "a model folder's sizes, for a memory estimate"),
     "PROCESS_BYTES": ("loongsage.controller.memory_budget", "what one worker process holds, for a memory estimate"),
@@ -150,7 +160,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time the names load o
     from loongsage.agentflow.settings import RouterSettings
     from loongsage.config.router_plugins import RouterPlugins, resolve_router_plugins
     from loongsage.agentflow.tool_calls import ParsedOutput, ToolCall, ToolParser
-    from loongsage.algorithms.advantages import broadcast, group_stats, masked_whiten
+    from loongsage.algorithms.advantages import advantage_inputs, broadcast, group_stats, masked_whiten
     from loongsage.algorithms.aggregation import aggregate
     from loongsage.algorithms.filters import FilterResult
     from loongsage.algorithms.mismatch import log_mismatch
@@ -164,7 +174,10 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time the names load o
     from loongsage.engines.batch import LogitTerm, LossContext, TrainBatch
     from loongsage.engines.replies import EngineError, GenerateOutput
     from loongsage.engines.distributed import SingleProcess
-    from loongsage.engines.embedded_train import load_causal_lm
+    from loongsage.engines.embedded_train import EmbeddedTrainEngine, load_causal_lm
+    from loongsage.engines.micro_batches import scatter_rows
+    from loongsage.engines.sections import config_section, train_section
+    from loongsage.engines.train_state import check_loaded, read_weights
     from loongsage.engines.logprobs import final_hidden, head_scores, scatter_positions, token_scores
     from loongsage.engines.mesh_sync import MeshWeightSync
     from loongsage.engines.pool import EnginePool
@@ -177,10 +190,12 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time the names load o
     from loongsage.hints import closest
     from loongsage.install_hints import extra_command
     from loongsage.models.resolve import resolve_model_path
+    from loongsage.models.weight_files import checkpoint_files
     from loongsage.plugin.kinds import (
         KIND_CONTRACTS, AdvantageEstimator, Agent, Command, DataFilter, Dataset, Engine, Environment,
         GenerationClient, ISCorrection, KLPolicy, LogitKLPolicy, PolicyLoss, Reward, Sandbox,
     )
     from loongsage.registry import PluginRef, Registries, RegistryEntry
     from loongsage.runtime.window import WindowPolicy, WindowView
+    from loongsage.schema import ModelConfig, TrainConfig
     from loongsage.tracking.base import SAMPLE_COLUMNS, Tracker

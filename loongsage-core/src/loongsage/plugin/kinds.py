@@ -125,8 +125,9 @@ class Environment(Protocol):
 class AdvantageEstimator(Protocol):
     """Kind ``advantage``: ``fn(inputs, params) -> Tensor [N, L]``, zero outside the loss mask.
 
-    Optional: ``fn.returns`` (a critic's value targets) with ``needs_values = True`` on the
-    parameter class, ``group_baseline`` on the parameter instance.
+    Optional: ``needs_values = True`` on the parameter class (it reads per-token values, which
+    a step term supplies) with ``fn.returns`` (the value targets), ``group_baseline`` on the
+    parameter instance.
     """
 
     def __call__(self, inputs: AdvantageInputs, params: Any) -> torch.Tensor: ...
@@ -172,7 +173,7 @@ class Engine(Protocol):
     (``device`` is ``cuda:0`` when Ray gave the actor a GPU, else ``cpu``). What else it has
     depends on its role: ``TrainEngine`` and ``RolloutEngine`` (which opens the run's
     ``WeightSync``) are the protocols of the two main ones; docs/plugins.md §4 lists the
-    teacher's and the critic's methods too."""
+    methods of the step terms' engines (a teacher, a value model) too."""
 
     @classmethod
     def from_config(cls, cfg: Any, device: str | None = None) -> Engine: ...

@@ -109,7 +109,7 @@ def check_correction_contract(fn: Callable[..., Any], params: Any, seed: int = 0
 
 def check_advantage_contract(fn: Callable[..., torch.Tensor], params: Any, seed: int = 0) -> None:
     """Assert the advantage contract: [N, L], finite, zero outside the loss mask, no gradient.
-    An estimator with ``needs_values`` gets random critic values [N, L]."""
+    An estimator with ``needs_values`` gets random per-token values [N, L]."""
     from loongsage.algorithms.advantages import build_inputs
 
     g = torch.Generator().manual_seed(seed)

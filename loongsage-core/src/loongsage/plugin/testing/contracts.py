@@ -154,13 +154,21 @@ def check_tracker_contract(cls: type, params: Any) -> None:
 
 
 def check_step_term_contract(obj: Any, params: Any) -> None:
-    """A ``section`` name, dataclass ``schema`` (and ``source_schema``, a dataclass or None),
-    and ``validate(cfg, registries)``, ``memory(cfg, settings, batch_tokens)``, ``build(context)``."""
+    """A ``section`` name (a root section, or ``parent.name`` inside a core section), dataclass
+    ``schema`` (and ``source_schema``, a dataclass or None), optional ``has_train_term`` (a bool)
+    and ``supplies`` (a tuple of ``batch.extras`` keys), and ``validate(cfg, registries)``,
+    ``memory(cfg, settings, batch_tokens)``, ``build(context)``."""
     section = getattr(obj, "section", None)
-    assert isinstance(section, str) and section.isidentifier(), f"{obj} needs a section name, got {section!r}"
+    parts = section.split(".") if isinstance(section, str) else []
+    assert 1 <= len(parts) <= 2 and all(p.isidentifier() for p in parts), \
+        f"{obj} needs a section name (name or parent.name), got {section!r}"
     assert dataclasses.is_dataclass(getattr(obj, "schema", None)), f"{obj} needs a dataclass schema"
     source = getattr(obj, "source_schema", None)
     assert source is None or dataclasses.is_dataclass(source), f"{obj}: source_schema must be a dataclass or None"
+    assert isinstance(getattr(obj, "has_train_term", True), bool), f"{obj}: has_train_term must be a bool"
+    supplies = getattr(obj, "supplies", ())
+    assert isinstance(supplies, tuple) and all(isinstance(k, str) for k in supplies), \
+        f"{obj}: supplies must be a tuple of batch.extras keys, got {supplies!r}"
     for method, args in (("validate", (None, None)), ("memory", (None, None, 0)), ("build", (None,))):
         fn = getattr(obj, method, None)
         assert callable(fn), f"{obj} needs {method}"

@@ -1,5 +1,6 @@
-"""The embedded critic engine: a value model (a HF causal LM's decoder with a scalar head),
-trained by the clipped value loss in its own actor, with its own optimizer.
+"""``embedded_critic``: a value model (a HF causal LM's decoder with a scalar head), trained by
+the clipped value loss in its own actor, with its own optimizer (the step term ``critic``'s
+default ``algorithm.critic.backend``).
 
 The value of position t is V(s_t), the value of the state *before* token t: the head reads
 the decoder's hidden state at t − 1, the same position whose LM head gives log p(token t), so
@@ -10,8 +11,8 @@ model's ``initializer_range`` σ and its bias 0 (verl's token-classification hea
 folder is a saved critic, whose head is loaded with it. A zero head would be a trap: the body's
 gradients are then ~0 but AdamW scales every step to the learning rate, and the tiny critic
 collapsed to one constant value for every token (measured: value std 1.5e-4 over tokens after
-20 steps, explained variance 0). After a supervised warm start the controller copies the
-warm-started policy into the critic (``load_body``) unless ``algorithm.critic.path`` is set,
+20 steps, explained variance 0). After a supervised warm start the critic's step extension
+copies the warm-started policy into it (``load_body``) unless ``algorithm.critic.path`` is set,
 so the critic starts from the policy RL starts from (verl initialises both from one
 checkpoint). Loss, for returns R and the values V_old the step started with
 (verl ``compute_value_loss``, OpenRLHF ``ValueLoss``):
@@ -36,14 +37,12 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
-from loongsage.engines.batch import TrainBatch
-from loongsage.engines.embedded_train import EmbeddedTrainEngine
-from loongsage.engines.sections import config_section, train_section
-from loongsage.engines.logprobs import final_hidden, scatter_positions
-from loongsage.engines.micro_batches import scatter_rows
-from loongsage.engines.train_state import check_loaded, read_weights
-from loongsage.models.weight_files import checkpoint_files
-from loongsage.schema import CriticConfig, ModelConfig, TrainConfig
+from loongsage.plugin import (
+    EmbeddedTrainEngine, ModelConfig, TrainBatch, TrainConfig, check_loaded, checkpoint_files, config_section,
+    final_hidden, read_weights, resolve_model_path, scatter_positions, scatter_rows, train_section,
+)
+
+from loongsage_algos.critic.config import CriticConfig
 
 HEAD = "value_head"
 
@@ -91,8 +90,6 @@ class EmbeddedCriticEngine(EmbeddedTrainEngine):
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], device: str | None = None) -> "EmbeddedCriticEngine":
         """Build from the full resolved config (``model``, ``train``, ``algorithm.critic``)."""
-        from loongsage.models.resolve import resolve_model_path
-
         model = config_section(cfg, "model", ModelConfig)
         critic = config_section(cfg.get("algorithm") or {}, "critic", CriticConfig)
         model.path = str(resolve_model_path(str(critic.path or model.path)))
