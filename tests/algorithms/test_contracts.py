@@ -39,6 +39,6 @@ def test_advantage_contract(name):
 def test_kl_policy_is_zero_on_identical_distributions_and_keeps_gradient(name):
     """Token-level ``fn(logprobs, ref_logprobs) -> [N, L]`` and logit-level
     ``fn(student_logits [c, V], teacher_logprobs, teacher_ids, beta) -> [c]`` (docs/plugins.md),
-    by the policy's own ``teacher_targets``."""
+    by the policy's own ``kl_targets``."""
     entry = REGISTRIES.kl_policy.entry(name)
-    check_kl_policy_contract(entry.obj, getattr(entry.params, "teacher_targets", "logprobs"))
+    check_kl_policy_contract(entry.obj, getattr(entry.params, "kl_targets", "logprobs"))

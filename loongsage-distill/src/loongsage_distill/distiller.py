@@ -48,7 +48,7 @@ class MultiTeacherDistiller:
     def __init__(self, context: Any) -> None:
         spec, config = context.settings, context.config
         self.spec = spec
-        targets = {m.trait("teacher_targets") for m in spec.methods()}
+        targets = {m.trait("kl_targets") for m in spec.methods()}
         self.wants = Wants(entropy=True, topk=spec.topk if "topk" in targets else 0, hidden="full" in targets)
         self.manager = TeacherManager(spec.teachers, spec.slots, spec.prefetch, config, context.spawn)
         self.actors = self.manager.actors

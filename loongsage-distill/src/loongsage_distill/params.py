@@ -4,7 +4,7 @@ The KL policies take no config keys of their own (``opd.topk`` and ``opd.jsd_bet
 settings); their dataclasses carry what each declares about itself for validation
 (docs/plugins.md, kl_policy): what it may be used as (``kl_roles``: a detached ``penalty``,
 opd's PG role, and/or a differentiable ``loss``, its GKD role) and what it needs of the
-teacher (``teacher_targets``).
+teacher (``kl_targets``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ class TopKKLParams:
     """Reverse KL on the teacher's top-k tokens, student and teacher renormalised over them."""
 
     kl_roles: ClassVar[tuple[str, ...]] = ("penalty", "loss")
-    teacher_targets: ClassVar[str] = "topk"
+    kl_targets: ClassVar[str] = "topk"
 
 
 @dataclass
@@ -26,7 +26,7 @@ class TopKJSDParams:
     """JSD_β with the teacher's top-k probabilities (0 elsewhere) and the tail term."""
 
     kl_roles: ClassVar[tuple[str, ...]] = ("loss",)
-    teacher_targets: ClassVar[str] = "topk"
+    kl_targets: ClassVar[str] = "topk"
 
 
 @dataclass
@@ -34,7 +34,7 @@ class FullKLParams:
     """Reverse KL over the full vocabulary, teacher logits rebuilt from its hidden states."""
 
     kl_roles: ClassVar[tuple[str, ...]] = ("penalty", "loss")
-    teacher_targets: ClassVar[str] = "full"
+    kl_targets: ClassVar[str] = "full"
 
 
 @dataclass
@@ -42,4 +42,4 @@ class FullJSDParams:
     """JSD_β over the full vocabulary, teacher logits rebuilt from its hidden states."""
 
     kl_roles: ClassVar[tuple[str, ...]] = ("loss",)
-    teacher_targets: ClassVar[str] = "full"
+    kl_targets: ClassVar[str] = "full"

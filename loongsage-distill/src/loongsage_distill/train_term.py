@@ -78,7 +78,7 @@ class KLColumns:
 
     @property
     def targets(self) -> TeacherTargets:
-        return TARGETS[self.method.trait("teacher_targets")]
+        return TARGETS[self.method.trait("kl_targets")]
 
     def __call__(self, logits: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
         teacher, ids = self.targets.read(self, logits, *inputs)
@@ -90,7 +90,7 @@ class KLColumns:
 
 
 def kl_logit_term(method: PluginRef | None, columns: dict[str, Any]) -> LogitTerm | None:
-    if method is None or method.trait("teacher_targets") not in TARGETS:
+    if method is None or method.trait("kl_targets") not in TARGETS:
         return None
     fn = KLColumns(method, **columns)
     return LogitTerm(fn, fn.targets.inputs, width=2)

@@ -22,7 +22,7 @@ makes the same trade for a scalar loss, here the closure's per-token loss is not
 forward). A micro-batch of at most ``chunk_tokens`` real tokens is one chunk and pays nothing.
 
 A ``LogitTerm`` (``loongsage.engines.batch``) rides in the same loop: whatever else a loss
-needs from the full-vocabulary logits (a distillation divergence against a teacher's
+needs from the full-vocabulary logits (a divergence against another model's
 distribution) is computed from each chunk's logits right after the log-probs, so the logits
 are built once per chunk and never for a whole micro-batch.
 """

@@ -9,8 +9,8 @@ What is here, by group (each name below is listed with the reason it is public):
   class the kind subclasses);
 - the records plugins receive and return;
 - the errors plugins raise or catch;
-- the helpers plugin distributions need from core (the train engine's log-prob pieces for a
-  teacher engine, the router for router-based agents, ...).
+- the helpers plugin distributions need from core (the train engine's log-prob pieces for
+  a step term's engine, the router for router-based agents, ...).
 
 The names stay where the code lives and are re-exported from here on first use, so
 ``from loongsage.plugin import hookimpl`` in a plugin's entry-point module imports neither
@@ -98,7 +98,7 @@ PUBLIC: dict[str, tuple[str, str]] = {
     "log_mismatch": ("loongsage.algorithms.mismatch", "log(pi_old / pi_rollout), as IS corrections read it"),
     "aggregate": ("loongsage.algorithms.aggregation", "the objective's loss aggregation, for a loss term of its own"),
     "advantage_inputs": ("loongsage.algorithms.advantages", "an estimator's inputs as the step builds them, for value targets"),
-    # ---- helpers for engine plugins (a teacher engine reuses the train engine's pieces) ---
+    # ---- helpers for engine plugins (a step term's engine reuses the train engine's pieces) ---
     "load_causal_lm": ("loongsage.engines.embedded_train", "a HF causal LM loaded as the train engine loads it"),
     "final_hidden": ("loongsage.engines.logprobs", "the decoder's last hidden state at scored positions"),
     "head_scores": ("loongsage.engines.logprobs", "log-probs and LogitTerm values from the chunked LM head"),

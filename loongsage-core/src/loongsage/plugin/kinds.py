@@ -142,17 +142,18 @@ class PolicyLoss(Protocol):
 
 class KLPolicy(Protocol):
     """Kind ``kl_policy``, token level: ``fn(logprobs [N, L], ref_logprobs [N, L]) -> [N, L]``.
-    A logit-level policy (``teacher_targets`` on its parameter class) is a ``LogitKLPolicy``."""
+    A logit-level policy (``kl_targets`` on its parameter class) is a ``LogitKLPolicy``."""
 
     def __call__(self, logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor: ...
 
 
 class LogitKLPolicy(Protocol):
     """Kind ``kl_policy``, logit level: one chunk of ``c`` positions inside the train engine's
-    LM head; differentiated with respect to ``student_logits`` only, and deterministic."""
+    LM head, against a target distribution (its full log-softmax, or its top-k log-probs and
+    their token ids); differentiated with respect to ``logits`` only, and deterministic."""
 
-    def __call__(self, student_logits: torch.Tensor, teacher_logprobs: torch.Tensor,
-                 teacher_ids: torch.Tensor | None, beta: float) -> torch.Tensor: ...
+    def __call__(self, logits: torch.Tensor, target_logprobs: torch.Tensor,
+                 target_ids: torch.Tensor | None, beta: float) -> torch.Tensor: ...
 
 
 class ISCorrection(Protocol):
@@ -173,7 +174,7 @@ class Engine(Protocol):
     (``device`` is ``cuda:0`` when Ray gave the actor a GPU, else ``cpu``). What else it has
     depends on its role: ``TrainEngine`` and ``RolloutEngine`` (which opens the run's
     ``WeightSync``) are the protocols of the two main ones; docs/plugins.md §4 lists the
-    methods of the step terms' engines (a teacher, a value model) too."""
+    methods of the step terms' engines too."""
 
     @classmethod
     def from_config(cls, cfg: Any, device: str | None = None) -> Engine: ...

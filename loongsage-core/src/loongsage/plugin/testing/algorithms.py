@@ -127,15 +127,15 @@ def check_advantage_contract(fn: Callable[..., torch.Tensor], params: Any, seed:
     assert bool((out[mask == 0] == 0).all()), "advantages must be zero outside the loss mask"
 
 
-def check_kl_policy_contract(fn: Callable[..., torch.Tensor], teacher_targets: str = "logprobs") -> None:
+def check_kl_policy_contract(fn: Callable[..., torch.Tensor], kl_targets: str = "logprobs") -> None:
     """Assert the kl_policy contract: zero on identical policies, with a gradient.
 
-    ``teacher_targets`` is the policy's own declaration (its parameter class's attribute):
+    ``kl_targets`` is the policy's own declaration (its parameter class's attribute):
     ``"logprobs"`` for a token-level ``fn(logprobs, ref_logprobs) -> [N, L]``; ``"full"`` or
-    ``"topk"`` for a logit-level ``fn(student_logits [c, V], teacher_logprobs, teacher_ids,
-    beta) -> [c]``, given the teacher's full log-softmax or its top-k (here k = V).
+    ``"topk"`` for a logit-level ``fn(logits [c, V], target_logprobs, target_ids, beta) -> [c]``,
+    given the target's full log-softmax or its top-k (here k = V).
     """
-    if teacher_targets == "logprobs":
+    if kl_targets == "logprobs":
         logprobs = torch.tensor([[-1.0, -0.5, -3.0]], requires_grad=True)
         value = fn(logprobs, logprobs.detach().clone())
         assert value.shape == (1, 3), f"a token-level KL must be [N, L], got {tuple(value.shape)}"
@@ -144,8 +144,8 @@ def check_kl_policy_contract(fn: Callable[..., torch.Tensor], teacher_targets: s
         logits = torch.tensor([[2.0, 0.5, -1.0, 0.0], [0.0, 0.0, 1.0, -2.0]], requires_grad=True)
         logprobs = torch.log_softmax(logits.detach(), -1)
         top = logprobs.topk(4, dim=-1)
-        teacher = (logprobs, None) if teacher_targets == "full" else (top.values, top.indices)
-        value = fn(logits, *teacher, 0.5)
+        target = (logprobs, None) if kl_targets == "full" else (top.values, top.indices)
+        value = fn(logits, *target, 0.5)
         assert value.shape == (2,), f"a logit-level KL must be [c], got {tuple(value.shape)}"
         assert value.abs().max() < 1e-6, "KL of identical distributions must be 0"
     assert value.requires_grad, "the KL must keep its gradient"

@@ -187,7 +187,7 @@ def check_command_contract(fn: Callable[..., Any], params: Any) -> None:
 
 
 def _check_kl_policy(fn: Callable[..., Any], params: Any) -> None:
-    check_kl_policy_contract(fn, getattr(params, "teacher_targets", "logprobs"))
+    check_kl_policy_contract(fn, getattr(params, "kl_targets", "logprobs"))
 
 
 CONTRACT_CHECKS: dict[str, Callable[[Any, Any], None]] = {
