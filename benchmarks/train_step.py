@@ -58,10 +58,11 @@ class BeforeEngine(EmbeddedTrainEngine):
         size, n = self.train_cfg.micro_batch_size, len(batch)
         return [(rows, batch.rows(rows)) for rows in (torch.arange(i, min(i + size, n)) for i in range(0, n, size))]
 
-    def _scores(self, model: Any, batch: TrainBatch, with_entropy: bool, logit_term: Any) -> TokenScores:
+    def _scores(self, model: Any, batch: TrainBatch, with_entropy: bool, logit_term: Any,
+                entropy_grad: bool = True) -> TokenScores:
         return self.parallel.token_scores(model, batch.input_ids, batch.attention_mask,
                                           fp32_lm_head=self.model_cfg.fp32_lm_head, with_entropy=with_entropy,
-                                          chunk_tokens=self.train_cfg.logprob_chunk_tokens)
+                                          entropy_grad=entropy_grad, chunk_tokens=self.train_cfg.logprob_chunk_tokens)
 
 
 PACKING_PAYS = engine_logprobs.packing_pays
