@@ -7,55 +7,16 @@ parser's own tool-call syntax; router, SDK client, chat template and store are r
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass
 
 import pytest
 
 from loongsage import hookimpl
 from loongsage.agentflow.middleware import RouterMiddleware
-from loongsage.agentflow.tool_calls import ParsedOutput, ToolCall
 from loongsage.plugins import load_plugins
 
+from router_probes import LS, CallLineParser, TagParams
+
 openai = pytest.importorskip("openai")
-
-CALL = re.compile(r"CALL (\w+) (\{.*\})", re.S)
-LS = {
-    "type": "function",
-    "function": {
-        "name": "ls",
-        "description": "List files",
-        "parameters": {
-            "type": "object",
-            "properties": {"path": {"type": "string"}},
-            "required": ["path"],
-        },
-    },
-}
-
-
-class CallLineParser:
-    """Tool calls written as ``CALL name {json}`` (a syntax no shipped parser reads)."""
-
-    start_marker = "CALL "
-
-    def parse(self, text: str) -> ParsedOutput:
-        found = CALL.search(text)
-        if found is None:
-            return ParsedOutput(content=text)
-        return ParsedOutput(
-            text[: found.start()].strip(), [ToolCall.from_args(found[1], json.loads(found[2]))]
-        )
-
-    def render(self, calls: list[ToolCall]) -> str:
-        return "\n".join(f"CALL {c.name} {c.arguments}" for c in calls)
-
-
-@dataclass
-class TagParams:
-    """Tag every finished turn."""
-
-    tag: str = "probe"
 
 
 class Probe:

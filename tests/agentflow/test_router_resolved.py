@@ -11,8 +11,6 @@ counting its calls counts them all.
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass
 
 import pytest
 
@@ -20,37 +18,13 @@ from loongsage import hookimpl
 from loongsage.agentflow.middleware import RouterMiddleware
 from loongsage.agentflow.server import Router, build_middlewares
 from loongsage.agentflow.settings import RouterSettings
-from loongsage.agentflow.tool_calls import ParsedOutput, ToolCall
 from loongsage.config.compose import load_config
 from loongsage.errors import UnknownPluginError
 from loongsage.registry import Registry
 
+from router_probes import LS, CallLineParser, TagParams
+
 openai = pytest.importorskip("openai")
-
-CALL = re.compile(r"CALL (\w+) (\{.*\})", re.S)
-LS = {"type": "function", "function": {
-    "name": "ls", "description": "List files",
-    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}
-
-
-class CallLineParser:
-    """Tool calls written as ``CALL name {json}`` (a syntax no shipped parser reads)."""
-
-    start_marker = "CALL "
-
-    def parse(self, text: str) -> ParsedOutput:
-        found = CALL.search(text)
-        if found is None:
-            return ParsedOutput(content=text)
-        return ParsedOutput(text[: found.start()].strip(), [ToolCall.from_args(found[1], json.loads(found[2]))])
-
-    def render(self, calls: list[ToolCall]) -> str:
-        return "\n".join(f"CALL {c.name} {c.arguments}" for c in calls)
-
-
-@dataclass
-class TagParams:
-    tag: str = "probe"
 
 
 class Probe:
