@@ -75,28 +75,30 @@ class StepExtensions:
     def sample_fields(self) -> tuple[str, ...]:
         return tuple(name for fields in self._having("sample_fields") for name in fields)
 
-    def before_train(self, batch: TrainBatch, row_sources: Sequence[str]) -> dict[str, float]:
+    def _each(self, hook: str, *args: Any) -> None:
+        for call in self._having(hook):
+            call(*args)
+
+    def _metrics(self, hook: str, *args: Any) -> dict[str, float]:
         metrics: dict[str, float] = {}
-        for hook in self._having("before_train"):
-            metrics.update(hook(batch, row_sources))
+        for call in self._having(hook):
+            metrics.update(call(*args))
         return metrics
+
+    def before_train(self, batch: TrainBatch, row_sources: Sequence[str]) -> dict[str, float]:
+        return self._metrics("before_train", batch, row_sources)
 
     def policy_trains(self, step: int) -> bool:
-        return all(hook(step) for hook in self._having("policy_trains"))
+        return all(call(step) for call in self._having("policy_trains"))
 
     def after_train(self, batch: TrainBatch, rewards: torch.Tensor, group_index: torch.Tensor) -> dict[str, float]:
-        metrics: dict[str, float] = {}
-        for hook in self._having("after_train"):
-            metrics.update(hook(batch, rewards, group_index))
-        return metrics
+        return self._metrics("after_train", batch, rewards, group_index)
 
     def save_state(self, folder: Path) -> None:
-        for hook in self._having("save_state"):
-            hook(folder)
+        self._each("save_state", folder)
 
     def load_state(self, folder: Path) -> None:
-        for hook in self._having("load_state"):
-            hook(folder)
+        self._each("load_state", folder)
 
     def warm_started(self, save_policy: Callable[[], Path]) -> None:
         """The supervised warm start ended; ``save_policy()`` saves the policy (once, when a
@@ -108,16 +110,13 @@ class StepExtensions:
                 saved.append(save_policy())
             return saved[0]
 
-        for hook in self._having("warm_started"):
-            hook(policy)
+        self._each("warm_started", policy)
 
     def onload(self) -> None:
-        for hook in self._having("onload"):
-            hook()
+        self._each("onload")
 
     def offload(self) -> None:
-        for hook in self._having("offload"):
-            hook()
+        self._each("offload")
 
     def close(self) -> None:
         for extension in self.extensions:
