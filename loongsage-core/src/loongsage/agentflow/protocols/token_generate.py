@@ -14,7 +14,11 @@ Refused, naming the field: streaming (the client never streams), multimodal inpu
 the sampled token's logprob only) and the sampling parameters the router does not pass on to
 the engines (penalties, ``min_p``, ``min_tokens``, ``ignore_eos``) unless they hold their
 neutral value. ``top_k`` 0 means off, as in vLLM. ``cache_salt`` and ``priority`` are accepted and change nothing:
-replies never depend on the prefix cache, and the pool has no priorities.
+replies never depend on the prefix cache, and the pool has no priorities. Nor does
+``sampling_params.routed_experts_prompt_start`` (a non-negative int), which verifiers'
+``TrainClient`` adds on a turn whose prompt it bridged from the previous turn's tokens: it says
+where the MoE routing it wants back starts, and the reply carries no routing (the router keeps
+it with the trajectory).
 """
 
 from __future__ import annotations
@@ -33,9 +37,10 @@ REQUEST_KEYS = {"model", "token_ids", "sampling_params", "stream", *NO_EFFECT}
 # sampling keys accepted only at the value that leaves sampling unchanged
 NEUTRAL = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
            "min_tokens": 0, "min_p": 0.0, "ignore_eos": False}
+ROUTING_START = "routed_experts_prompt_start"  # accepted sampling key that changes no reply
 SAMPLING_KEYS = {"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stop_token_ids",
                  "logprobs", "n", "skip_special_tokens", "spaces_between_special_tokens",
-                 *NEUTRAL}
+                 ROUTING_START, *NEUTRAL}
 
 
 def _token_ids(value: Any, name: str) -> list[int]:
@@ -63,6 +68,8 @@ def _sampling(raw: dict[str, Any]) -> SamplingOptions:
                            f"returned, got {logprobs}", param="sampling_params.logprobs")
     stop_ids = raw.get("stop_token_ids")
     try:
+        if get_field(raw, ROUTING_START, int, 0) < 0:
+            raise RequestError(f"{ROUTING_START}: expected a non-negative int", param=ROUTING_START)
         return SamplingOptions(
             max_tokens=get_field(raw, "max_tokens", int),
             temperature=float(get_field(raw, "temperature", (int, float), 1.0)),
