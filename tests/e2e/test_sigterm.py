@@ -8,7 +8,9 @@ its own Ray cluster; every process of the run carries a marker in its environmen
 run in sessions of their own, so the driver's session no longer holds them all). Before Ray's
 daemons left the driver's group, a group SIGTERM killed GCS and raylet under the running step and
 a group SIGINT ended the run with a traceback and exit 1; after a driver SIGKILL Ray's agents
-lived about a minute."""
+lived about a minute. A run that ends normally cuts its own teardown short (Ray's autoscaler
+monitor SIGKILLed rather than waited on, the interpreter's last garbage collection skipped): it
+exits 0 with every file of the run complete and, again, nothing of the run left."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 STEPS = 8
-OVERRIDES = (f"trainer.steps={STEPS}", "trainer.sft.steps=0", "rollout.prompts_per_step=4",
+OVERRIDES = ("trainer.sft.steps=0", "rollout.prompts_per_step=4",
              "rollout.n_samples_per_prompt=2", "rollout.max_new_tokens=12", "logging.progress_bar=false")
 MARKER = "LOONGSAGE_TEST_RUN"
 
@@ -52,10 +54,11 @@ def gone_within(mark: str, timeout: float) -> tuple[list[int], float]:
     return marked_processes(mark), time.monotonic() - start
 
 
-def start_marked(runs, run_dir: Path, stderr) -> tuple[subprocess.Popen, str]:
-    """``loongsage train`` in a process group (and session) of its own, its processes marked."""
+def start_marked(runs, run_dir: Path, stderr, steps: int = STEPS) -> tuple[subprocess.Popen, str]:
+    """``loongsage train`` for ``steps`` steps in a process group (and session) of its own, its processes marked."""
     mark = uuid.uuid4().hex
-    proc = subprocess.Popen([*runs.cli, "train", "--config-name", "tiny/grpo", f"trainer.run_dir={run_dir}", *OVERRIDES],
+    proc = subprocess.Popen([*runs.cli, "train", "--config-name", "tiny/grpo", f"trainer.run_dir={run_dir}", *OVERRIDES,
+                             f"trainer.steps={steps}"],
                             env={**runs.env(), MARKER: mark}, stdout=subprocess.DEVNULL, stderr=stderr,
                             start_new_session=True)
     return proc, mark
@@ -128,3 +131,26 @@ def test_a_ctrl_c_before_the_run_started_stops_at_once_in_one_line(tmp_path, run
     assert "interrupted: stopped at once, before the run could save a step" in error, error[-3000:]
     assert "Traceback" not in error, error[-3000:]
     assert gone_within(mark, 30)[0] == []
+
+
+def test_a_run_that_ends_normally_exits_0_with_its_files_complete_and_nothing_left(tmp_path, runs):
+    from safetensors.torch import load_file
+
+    run_dir = tmp_path / "run"
+    with open(tmp_path / "stderr", "w") as stderr:
+        proc, mark = start_marked(runs, run_dir, stderr, steps=2)
+        try:
+            proc.wait(timeout=600)
+        finally:
+            if proc.poll() is None:
+                runs.kill_group(proc)
+    error = (tmp_path / "stderr").read_text()
+    assert proc.returncode == 0, error[-3000:]
+    assert "Traceback" not in error and "autoscaler" not in error.lower(), error[-3000:]
+    assert [row["step"] for row in runs.metrics(run_dir)] == [0, 1]
+    assert [len(runs.read_jsonl(run_dir / "samples" / f"step_{step:06d}.jsonl")) for step in (0, 1)] == [8, 8]
+    weights = load_file(run_dir / "final_model" / "model.safetensors")
+    assert weights and all(tensor.isfinite().all() for tensor in weights.values())
+    assert (run_dir / "final_model" / "README.md").read_text().strip()
+    left, _ = gone_within(mark, 10)
+    assert left == [], f"the finished run left processes behind: {left}"

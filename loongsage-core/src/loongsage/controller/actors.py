@@ -41,7 +41,7 @@ from typing import Any
 import ray
 
 from loongsage.controller.memory import PeakSampler, rss_bytes
-from loongsage.controller.ray_sessions import daemons_in_own_sessions, start_reaper
+from loongsage.controller.ray_sessions import daemons_in_own_sessions, end_monitor_first_at_exit, start_reaper
 from loongsage.engines.memory import release_free_memory
 from loongsage.engines.openmp_wait import openmp_wait_env
 from loongsage.logs import ROOT
@@ -81,6 +81,7 @@ def start_ray(placement: Any) -> None:
             _system_config=LOCAL_SYSTEM_CONFIG,
         )
     start_reaper(daemons)  # and every one of them goes when the driver does, however it ends
+    end_monitor_first_at_exit()  # a normal exit does not wait a second on Ray's autoscaler monitor
 
 
 def actor_runtime_env(environ: Mapping[str, str]) -> dict[str, Any]:

@@ -17,10 +17,19 @@ every process of the daemons' sessions (the raylet's workers and agents are in t
 looking again until none is left. It exits on its own once those sessions are empty (a normal
 ``ray.shutdown``). Linux does not hand out a session id again while a process of that
 session lives, so the reaper never reaches beyond Ray's processes.
+
+A run that ends normally stops its cluster with Ray's own ``ray.shutdown`` at exit, which
+stops the daemons one after the other, each given up to 1 s to end on SIGTERM. Every one of
+them ends within a few hundredths of a second but Ray's autoscaler monitor: it is stopped after
+the GCS, and its SIGTERM handler first sends "the autoscaler failed" to that GCS, now gone, so
+every run waited the full second before Ray sent it SIGKILL. ``end_monitor_first`` SIGKILLs
+it just before Ray's shutdown: nothing of the run is lost with it (it holds no state of the
+run, writes no file of it), and a SIGKILL runs no handler to report anything.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import select
 import signal
@@ -64,6 +73,27 @@ def start_reaper(sessions: list[int]) -> None:
         return
     _reapers.append(subprocess.Popen([sys.executable, str(Path(__file__)), *map(str, sessions)],
                                      stdin=subprocess.PIPE, start_new_session=True))
+
+
+def end_monitor_first_at_exit() -> None:
+    """Have ``end_monitor_first`` run at exit before Ray's own ``ray.shutdown`` (atexit runs the
+    last registered first; Ray registers its hook when imported); once, however many runs start."""
+    atexit.unregister(end_monitor_first)
+    atexit.register(end_monitor_first)
+
+
+def end_monitor_first() -> None:
+    """SIGKILL the autoscaler monitor of the cluster this process started, if any (see the module docstring).
+
+    Private Ray API, the only way to reach that process: the node this driver started
+    (``ray._private.worker._global_node``) and its ``_kill_process_type``, which also reaps the
+    process and leaves ``ray.shutdown`` nothing to wait for (ray 2.60.0, ray/_private/node.py:
+    ``kill_all_processes`` stops the monitor after the GCS, with ``allow_graceful=True``)."""
+    from ray._private import ray_constants, worker
+
+    node = worker._global_node
+    if node is not None and ray_constants.PROCESS_TYPE_MONITOR in node.all_processes:
+        node._kill_process_type(ray_constants.PROCESS_TYPE_MONITOR, allow_graceful=False, check_alive=False)
 
 
 def session_members(sessions: set[int]) -> list[int]:
