@@ -9,6 +9,12 @@ keeps one for reuse (``engines.client.KEEPALIVE_EXPIRY_S``; httpx and Node's def
 and 4 s). uvicorn's own default, 5 s, equals httpx's: a client that reuses a connection at
 the moment the server closes it gets a reset (``ReadError``) for a request the server never
 read (a SmolLM2 tool-recipe run on a busy machine failed at step 0 on such a reset of /generate).
+
+The server's event loop is uvloop's (MagicStack/uvloop, libuv): its transports, selector and
+callback scheduling run in C, which cut the AgentFlow router's CPU per turn by about a sixth at
+64 concurrent sessions (``benchmarks/router.py``; ``docs/benchmarks.md``) and spares the cores
+the engine shares with it. Named explicitly rather than left to uvicorn's ``auto``, so whether
+it is used never depends on what else happens to be installed.
 """
 
 from __future__ import annotations
@@ -70,7 +76,7 @@ class ThreadedServer:
                  **uvicorn_options: Any) -> None:
         self.app, self.host, self.port, self.name = app, host, port, name
         self.options = {"log_level": "warning", "access_log": False, "timeout_keep_alive": KEEP_ALIVE_S,
-                        **uvicorn_options}
+                        "loop": "uvloop", **uvicorn_options}
         self.url: str | None = None
         self._server: Any = None
         self._thread: threading.Thread | None = None
