@@ -15,8 +15,8 @@ generator in this one:
 
 Reported per level (median over ``--rounds``, the two sides interleaved round by round):
 request latency p50/p99 of each side, the router's added p50/p99 (router minus direct) and
-requests/s of each; and CPU milliseconds per turn (``/proc/<pid>/stat`` of each process around
-the round, over the round's turns): the router process's, the engine process's on each side,
+requests/s of each; and CPU milliseconds per turn (each process's CPU time around the round, over
+the round's turns; ``cpu_s``): the router process's, the engine process's on each side,
 and the load generator's own on each side, so the router's cost shows as CPU as well as time. Greedy decoding on identical token ids makes both sides generate the same
 tokens, so the difference is the router's cost, not the model's. The engine, the router and
 the load generator share this machine's cores: absolute numbers depend on the load around them.
@@ -37,12 +37,19 @@ import time
 
 
 def cpu_s(pid: int | None = None) -> float:
-    """CPU seconds (user + system) of process ``pid`` so far, this process's when None."""
+    """CPU seconds of process ``pid``'s live threads so far (this process's when None), from
+    each thread's ``/proc/<pid>/task/<tid>/schedstat`` run time in nanoseconds: ``/proc/<pid>/stat``
+    counts 10 ms ticks, too coarse for a round of 64 turns of 2 ms each."""
     if pid is None:
         return time.process_time()
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as stat:
+                total += int(stat.read().split()[0])
+        except FileNotFoundError:  # the thread ended between the listing and the read
+            pass
+    return total / 1e9
 
 
 def measured(run, pids: dict[str, int | None], turns: int) -> tuple[list[float], float, dict[str, float]]:

@@ -9,6 +9,13 @@ keeps one for reuse (``engines.client.KEEPALIVE_EXPIRY_S``; httpx and Node's def
 and 4 s). uvicorn's own default, 5 s, equals httpx's: a client that reuses a connection at
 the moment the server closes it gets a reset (``ReadError``) for a request the server never
 read (a SmolLM2 tool-recipe run on a busy machine failed at step 0 on such a reset of /generate).
+
+The server's event loop is uvloop's (MagicStack/uvloop, libuv) and its HTTP parser httptools
+(llhttp, Node's parser): transports, callback scheduling and request parsing run in C instead
+of asyncio's Python selector loop and h11, which cut the AgentFlow router's CPU per turn at 64
+concurrent sessions (``benchmarks/router.py``; ``docs/benchmarks.md``) and spares the cores the
+engine shares with it. Both are named explicitly rather than left to uvicorn's ``auto``, so what
+serves never depends on what else happens to be installed.
 """
 
 from __future__ import annotations
@@ -21,33 +28,43 @@ KEEP_ALIVE_S = 75.0  # seconds an idle client connection is kept (see the module
 
 
 def header_timeout_protocol(seconds: float) -> type:
-    """uvicorn's h11 protocol, closing a connection whose request headers are not all in
+    """uvicorn's httptools protocol, closing a connection whose request headers are not all in
     within ``seconds`` of its opening or of the first byte of a request on a kept-alive one
     (uvicorn has no such limit: a client sending headers a byte at a time held a connection
     and its file descriptor forever). An idle kept-alive connection keeps ``KEEP_ALIVE_S``."""
-    import h11
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    class HeaderTimeoutH11(H11Protocol):
+    class HeaderTimeoutHttpTools(HttpToolsProtocol):
         _header_timer: Any = None
+        _in_headers = True  # from the opening, and from a request's first byte, to its headers' end
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._time_headers()
 
         def data_received(self, data: bytes) -> None:
-            super().data_received(data)
+            super().data_received(data)  # the parser calls on_message_begin / on_headers_complete
             self._time_headers()
+
+        def on_message_begin(self) -> None:
+            self._in_headers = True
+            super().on_message_begin()
+
+        def on_headers_complete(self) -> None:
+            self._in_headers = False
+            super().on_headers_complete()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._stop_timer()
             super().connection_lost(exc)
 
+        def _waiting(self) -> bool:
+            return self._in_headers and not self.transport.is_closing()
+
         def _time_headers(self) -> None:
-            waiting = self.conn.their_state is h11.IDLE and not self.transport.is_closing()
-            if waiting and self._header_timer is None:
+            if self._waiting() and self._header_timer is None:
                 self._header_timer = self.loop.call_later(seconds, self._headers_late)
-            elif not waiting:
+            elif not self._waiting():
                 self._stop_timer()
 
         def _stop_timer(self) -> None:
@@ -57,10 +74,10 @@ def header_timeout_protocol(seconds: float) -> type:
 
         def _headers_late(self) -> None:
             self._header_timer = None
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            if self._waiting():
                 self.transport.close()
 
-    return HeaderTimeoutH11
+    return HeaderTimeoutHttpTools
 
 
 class ThreadedServer:
@@ -70,7 +87,7 @@ class ThreadedServer:
                  **uvicorn_options: Any) -> None:
         self.app, self.host, self.port, self.name = app, host, port, name
         self.options = {"log_level": "warning", "access_log": False, "timeout_keep_alive": KEEP_ALIVE_S,
-                        **uvicorn_options}
+                        "loop": "uvloop", "http": "httptools", **uvicorn_options}
         self.url: str | None = None
         self._server: Any = None
         self._thread: threading.Thread | None = None

@@ -274,21 +274,20 @@ class Router:
             return JSONResponse({"trajectory_id": trajectory_id,
                                  "attempts": [t.to_json() for t in attempts]})
 
-        @app.post("/v1/{api:path}")
-        async def plain(api: str, http: Request) -> Response:
-            return await self._handle(api, http, None, None)
+        # the per-turn routes are plain Starlette routes: FastAPI's dependency solving and
+        # path-parameter validation (all strings here) cost CPU on every turn for nothing
+        async def api_call(http: Request) -> Response:
+            params = http.path_params
+            return await self._handle(params["api"], http, params.get("tid"), params.get("aid"))
 
-        @app.post("/{tid}/{aid}/v1/{api:path}")
-        async def keyed(tid: str, aid: str, api: str, http: Request) -> Response:
-            return await self._handle(api, http, tid, aid)
+        async def token_call(http: Request) -> Response:
+            params = http.path_params
+            return await self._serve(TOKEN_ADAPTER, http, params.get("tid"), params.get("aid"))
 
-        @app.post(TOKEN_ROUTE)
-        async def tokens(http: Request) -> Response:
-            return await self._serve(TOKEN_ADAPTER, http, None, None)
-
-        @app.post("/{tid}/{aid}" + TOKEN_ROUTE)
-        async def keyed_tokens(tid: str, aid: str, http: Request) -> Response:
-            return await self._serve(TOKEN_ADAPTER, http, tid, aid)
+        app.add_route("/v1/{api:path}", api_call, methods=["POST"])
+        app.add_route("/{tid}/{aid}/v1/{api:path}", api_call, methods=["POST"])
+        app.add_route(TOKEN_ROUTE, token_call, methods=["POST"])
+        app.add_route("/{tid}/{aid}" + TOKEN_ROUTE, token_call, methods=["POST"])
 
         # last: the catch-all prefix routes must not shadow /v1/... above
         @app.api_route("/", methods=["GET", "HEAD"])

@@ -26,7 +26,9 @@ The client holds one ``httpx.Client`` for blocking calls and, per event loop, ``
 httpcore's pool walks all of its connections at every request it assigns and every response it
 releases (quadratic in the concurrency, encode/httpcore#1035): with 64 concurrent turns that
 walk was about 40% of the AgentFlow router's CPU (``benchmarks/router.py``). Shards keep each
-pool small; the shards share one SSL context (building one costs ~0.1 s).
+pool small (sixteen of them cost the router 1.3 ms of CPU per turn at 64 sessions where eight
+cost 1.5-1.7 ms; ``docs/benchmarks.md``); the shards share one SSL context (building one costs
+~0.1 s).
 
     client = EngineClient(url)                        # e.g. EmbeddedRolloutEngine(...).start()
     out = client.generate(ids, {"max_new_tokens": 64, "temperature": 1.0})
@@ -74,7 +76,7 @@ def batch_rids(prompts: Sequence[Sequence[int]], rids: Sequence[str] | None) -> 
 # (SGLang's uvicorn: 5 s; ours: http_thread.KEEP_ALIVE_S): reusing a connection the server is
 # closing resets it, and the request fails unread (httpx's own default is also 5 s).
 KEEPALIVE_EXPIRY_S = 2.0
-POOL_SHARDS = 8  # async connection pools per event loop, taken in turn (module docstring)
+POOL_SHARDS = 16  # async connection pools per event loop, taken in turn (module docstring)
 
 
 class PromptUsage:
