@@ -106,6 +106,8 @@ class EngineMonitor:
             self.misses[idx] = 0
             self.pool.mark_up(idx)
             return True
+        if state == "running" and self.local:  # a process that died during the probe is named as gone
+            state = process_state(self.pids[idx])
         self.misses[idx] += 1
         allowed = self.settings.failures if misses_allowed is None else misses_allowed
         if state == "running" and self.misses[idx] < allowed:
