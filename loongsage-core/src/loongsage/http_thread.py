@@ -10,12 +10,15 @@ and 4 s). uvicorn's own default, 5 s, equals httpx's: a client that reuses a con
 the moment the server closes it gets a reset (``ReadError``) for a request the server never
 read (a SmolLM2 tool-recipe run on a busy machine failed at step 0 on such a reset of /generate).
 
-The server's event loop is uvloop's (MagicStack/uvloop, libuv) and its HTTP parser httptools
-(llhttp, Node's parser): transports, callback scheduling and request parsing run in C instead
-of asyncio's Python selector loop and h11, which cut the AgentFlow router's CPU per turn at 64
-concurrent sessions (``benchmarks/router.py``; ``docs/benchmarks.md``) and spares the cores the
-engine shares with it. Both are named explicitly rather than left to uvicorn's ``auto``, so what
-serves never depends on what else happens to be installed.
+The servers parse HTTP with httptools (llhttp, Node's parser, in C) instead of h11, which cut
+the AgentFlow router's CPU per turn at 64 concurrent sessions (``benchmarks/router.py``;
+``docs/benchmarks.md``). Their event loop is asyncio's own, named so that uvicorn's ``auto`` never
+picks uvloop where it happens to be installed: uvloop cut the router's CPU per turn further, but
+on it anyio's client streams (httpx -> httpcore -> anyio, the router's calls to the engines) read
+their socket from a transport that uvloop empties once the connection closes, so a call caught by
+an engine restart failed with ``AttributeError: 'NoneType' object has no attribute
+'getpeername'`` instead of a transport error the pool fails over on
+(``tests/faults/test_router_sessions_restart.py``).
 """
 
 from __future__ import annotations
@@ -87,7 +90,7 @@ class ThreadedServer:
                  **uvicorn_options: Any) -> None:
         self.app, self.host, self.port, self.name = app, host, port, name
         self.options = {"log_level": "warning", "access_log": False, "timeout_keep_alive": KEEP_ALIVE_S,
-                        "loop": "uvloop", "http": "httptools", **uvicorn_options}
+                        "loop": "asyncio", "http": "httptools", **uvicorn_options}
         self.url: str | None = None
         self._server: Any = None
         self._thread: threading.Thread | None = None

@@ -191,8 +191,8 @@ def serve(backend: type[Sandbox], token: str, host: str = "127.0.0.1", port: int
     sock.bind((host, port))
     if ready is not None:
         ready(f"http://{host}:{sock.getsockname()[1]}")
-    # asyncio's own loop, not uvicorn's "auto" (uvloop where installed, as loongsage-core's
-    # servers install it): the bubblewrap backend drops to the host user with
-    # create_subprocess_exec(user=, group=, extra_groups=), which uvloop refuses ("unexpected kwargs")
+    # asyncio's own loop, not uvicorn's "auto" (uvloop where installed): the bubblewrap backend
+    # drops to the host user with create_subprocess_exec(user=, group=, extra_groups=), which
+    # uvloop refuses ("unexpected kwargs")
     config = uvicorn.Config(app, log_level="warning", lifespan="on", loop="asyncio")
     uvicorn.Server(config).run(sockets=[sock])
