@@ -37,26 +37,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from runs import run_env  # noqa: E402  (benchmarks/runs.py)
 
+from loongsage.controller.ray_sessions import processes_marked  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 DISTRIBUTIONS = ("loongsage-core", "loongsage-algos", "loongsage-agents", "loongsage-distill", "loongsage-sandbox")
 LAST_USEFUL = "final model:"
 MARKER = "LOONGSAGE_BENCH_RUN"
 PHASES = ("exit_s", "pipes_closed_s", "all_gone_s")
-
-
-def marked_processes(mark: str) -> list[int]:
-    """Live processes whose environment carries ``MARKER=mark``."""
-    needle = f"{MARKER}={mark}".encode()
-    alive = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if needle in environ and state not in "ZX":
-            alive.append(int(entry.name))
-    return alive
 
 
 def timed_run(python_path: str | None, run_dir: Path, steps: int) -> dict[str, float]:
@@ -86,7 +73,7 @@ def timed_run(python_path: str | None, run_dir: Path, steps: int) -> dict[str, f
     for reader in readers:
         reader.join(timeout=120)
     seen["pipes_closed"] = time.monotonic()
-    while marked_processes(mark) and time.monotonic() - seen["exit"] < 120:
+    while processes_marked(MARKER, mark) and time.monotonic() - seen["exit"] < 120:
         time.sleep(0.02)
     seen["all_gone"] = time.monotonic()
     if proc.returncode != 0 or "last_useful" not in seen:

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from loongsage.controller.ray_sessions import processes_marked
+
 pytestmark = pytest.mark.slow
 
 STEPS = 8
@@ -31,27 +33,12 @@ OVERRIDES = ("trainer.sft.steps=0", "rollout.prompts_per_step=4",
 MARKER = "LOONGSAGE_TEST_RUN"
 
 
-def marked_processes(mark: str) -> list[int]:
-    """Live processes whose environment carries ``MARKER=mark`` (every process a run starts inherits it)."""
-    needle = f"{MARKER}={mark}".encode()
-    alive = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if needle in environ and state not in "ZX":
-            alive.append(int(entry.name))
-    return alive
-
-
 def gone_within(mark: str, timeout: float) -> tuple[list[int], float]:
     """Wait up to ``timeout`` s for every process marked ``mark`` to end; those left and the seconds waited."""
     start = time.monotonic()
-    while marked_processes(mark) and time.monotonic() - start < timeout:
+    while processes_marked(MARKER, mark) and time.monotonic() - start < timeout:
         time.sleep(0.2)
-    return marked_processes(mark), time.monotonic() - start
+    return processes_marked(MARKER, mark), time.monotonic() - start
 
 
 def start_marked(runs, run_dir: Path, stderr, steps: int = STEPS) -> tuple[subprocess.Popen, str]:
@@ -100,14 +87,14 @@ def test_after_a_sigkill_of_the_driver_no_process_of_the_run_is_left_within_10_s
         proc, mark = start_marked(runs, run_dir, stderr)
         try:
             runs.wait_for(lambda: (run_dir / "metrics.jsonl").exists() and runs.metrics(run_dir), 600, proc)
-            started = marked_processes(mark)
+            started = processes_marked(MARKER, mark)
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=60)
             left, seconds = gone_within(mark, 10)
         finally:
             if proc.poll() is None:
                 runs.kill_group(proc)
-            for pid in marked_processes(mark):  # whatever the assertion below reports, not left running
+            for pid in processes_marked(MARKER, mark):  # whatever the assertion below reports, not left running
                 os.kill(pid, signal.SIGKILL)
     print(f"{len(started)} processes of the run; all gone {seconds:.1f} s after the driver's SIGKILL")
     assert len(started) >= 5, "the run's processes (driver, GCS, raylet, agents, actors) carry the marker"

@@ -112,6 +112,27 @@ def session_members(sessions: set[int]) -> list[int]:
     return members
 
 
+def processes_marked(name: str, value: str) -> list[int]:
+    """Live (not zombie) processes whose environment holds ``name=value``: every process a run
+    starts inherits its environment, so a marker set on the command finds all of them, Ray's
+    daemons and workers included (the tests and ``benchmarks/run_exit.py`` check none is left)."""
+    needle = f"{name}={value}".encode()
+    alive = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii") as handle:
+                state = handle.read().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                environ = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if needle in environ and state not in "ZX":
+            alive.append(int(entry))
+    return alive
+
+
 def reap(sessions: set[int]) -> None:
     """Wait for EOF on stdin (the driver ended), then SIGKILL every member of ``sessions``."""
     while session_members(sessions):
