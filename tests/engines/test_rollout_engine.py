@@ -228,6 +228,30 @@ def test_a_batched_request_whose_client_goes_away_is_aborted_whole(client, engin
     assert load()["waiting"] == 0 and set(seen) == {4}  # from 4 waiting straight to none
 
 
+def test_the_scheduler_aborts_the_requests_it_is_named_in_one_command(engine):
+    """``abort(rid, *more)`` takes every named request out of the queue in one command (the
+    server's client-gone path names a whole body): a reader between decode steps never sees part
+    of them gone; one not named stays."""
+    sched = engine.scheduler
+    sched.pause("in_place").result()
+    kept_done = threading.Event()
+    reqs = [_request(f"named-{i}") for i in range(3)]
+    reqs[1].on_update = lambda n, done: done and kept_done.set()
+    seen: list[int] = []
+    try:
+        sched.submit(*reqs)
+        assert sched.call(lambda: sched.load()["waiting"]).result() == 3
+        aborted = sched.abort("named-0", "named-2")
+        seen.append(sched.call(lambda: sched.load()["waiting"]).result())  # runs after the abort
+        assert aborted.result() == 2
+        assert [r.done for r in reqs] == [True, False, True]
+        assert all(r.finish["type"] == "abort" for r in (reqs[0], reqs[2]))
+    finally:
+        sched.resume().result()
+    assert seen == [1]
+    assert kept_done.wait(30) and reqs[1].finish["type"] == "length"
+
+
 def test_stop_token_ids_and_max_new_tokens(client, hf):
     prompt = PROMPTS[0]
     ref = hf_greedy(hf, prompt, 12)

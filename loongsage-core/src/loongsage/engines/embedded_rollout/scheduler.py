@@ -155,9 +155,12 @@ class Scheduler:
             self._cmds.put((fn, fut))
             return ""
 
-    def abort(self, rid: str | None) -> Future:
-        """Abort one request (``rid``) or all (None); the future gives how many were aborted."""
-        return self.call(lambda: self._abort(rid, "aborted by request"))
+    def abort(self, rid: str | None, *more: str) -> Future:
+        """Abort the requests named (``rid`` and ``more``), or all (``rid`` None), in one command,
+        so no decode step or observer sees some of them aborted and the rest still queued; the
+        future gives how many were aborted."""
+        named = None if rid is None else {rid, *more}
+        return self.call(lambda: self._abort(named, "aborted by request"))
 
     def pause(self, mode: str) -> Future:
         return self.call(lambda: self._pause(mode))
@@ -273,8 +276,8 @@ class Scheduler:
         self._stale = self._stale or (mode == "retract" and bool(self._rows))
         self._paused = True
 
-    def _abort(self, rid: str | None, message: str) -> int:
-        victims = [r for r in self._waiting + self._rows if rid is None or r.rid == rid]
+    def _abort(self, rids: set[str] | None, message: str) -> int:
+        victims = [r for r in self._waiting + self._rows if rids is None or r.rid in rids]
         for r in victims:
             r.finish = {"type": "abort", "message": message}
         self._waiting = [r for r in self._waiting if r.finish is None]

@@ -146,9 +146,9 @@ def build_app(engine: "EmbeddedRolloutEngine") -> FastAPI:
                 try:
                     await asyncio.wait_for(event.wait(), timeout=1.0)
                 except asyncio.TimeoutError:
-                    if await http.is_disconnected():
-                        await asyncio.gather(*(asyncio.wrap_future(sched.abort(other.rid))
-                                               for other, _ in tracked if not other.done))
+                    running = [other.rid for other, _ in tracked if not other.done]
+                    if running and await http.is_disconnected():
+                        await asyncio.wrap_future(sched.abort(*running))
                 event.clear()
 
     @app.api_route("/generate", methods=["POST", "PUT"])
