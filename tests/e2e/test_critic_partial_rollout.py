@@ -5,9 +5,13 @@ rank, rollout engine, critic), HTTP engine, TransferMesh sync, real aborts.
 Two runs of 4 steps (1 critic-only warm-up step, a checkpoint after every step, every sample
 saved with its per-token values and advantages):
 
-* ``tiny/ppo``, colocated: 2 oversampled groups and the engine's decode batch capped at 8, so
-  the trainer takes the first 4 of 6 groups to finish and the others are aborted when it takes
-  the device, then continued under the new weights (measured: a quarter of each batch);
+* ``tiny/ppo``, colocated, without the warm start: 2 oversampled groups of 128-token responses
+  and the engine's decode batch capped at 8, so the trainer takes the first 4 of 6 groups to
+  finish and the others are aborted when it takes the device, then continued under the new
+  weights. With the warm start's ~23-token responses the last 2 groups had often finished by
+  the time the trainer paused, and on a loaded machine no step saw an abort; the critic's learning
+  rate is 3e-5 here, as its fresh head's first passes on the untrained policy's long responses
+  overshot at the recipe's 1e-4;
 * ``tiny/sao``, asynchronous (S = 1), without the warm start: 8 single rollouts of 128 tokens
   (plus 2 oversampled) on 2 decode rows, still running when the weights change after training.
 
@@ -46,7 +50,8 @@ COMMON = (f"trainer.steps={STEPS}", f"algorithm.critic.warmup_steps={WARMUP}", "
 MODES = {
     "ppo_colocated": ("tiny/ppo", ("placement.mode=colocated", "rollout.prompts_per_step=4",
                                    "rollout.n_samples_per_prompt=4", "rollout.oversample_groups=2",
-                                   "rollout.max_running_requests=8")),
+                                   "rollout.max_running_requests=8", "rollout.max_new_tokens=128",
+                                   "trainer.sft.steps=0", "algorithm.critic.lr=3.0e-5")),
     # no warm start: the untrained model rarely stops, so its 128-token responses on 2 decode
     # rows outlast a train step, and 2 oversampled groups are still generating at each update
     # (with the warm start's ~20 tokens and no oversampling one run in two saw no abort)
