@@ -23,7 +23,10 @@ def test_serve_prints_urls_that_agents_can_use():
     proc = subprocess.Popen(
         [sys.executable, "-m", "loongsage.cli", "serve", "--config-name", "tiny/grpo",
          "rollout.num_threads=1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        # as from a terminal: a shell's background job (``make test &``) starts everything with
+        # SIGINT ignored, and an ignored SIGINT never reaches Python's Ctrl-C handling
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines = []
     try:
         deadline = time.monotonic() + 120
