@@ -5,14 +5,23 @@ PSS of its parent's process tree, and in a ``PeakSampler``'s peak after it has e
 run's RSS-gated reader (``TreePss``) re-reads PSS when the child comes and goes, and not
 while nothing changes. CPU burnt by a process that has already exited (a sandbox's test run)
 still counts in its tree, through the parent that reaped it.
+
+The memory tests measure the tree of a quiet process of their own (``QuietTree``), not the
+pytest worker's: that one also holds the session's Ray (``ray_cluster``) and the actors of
+earlier tests, whose memory moves by more than the tests' margins while they run (a full run
+read a peak only 194 MB above a base of 2,699 MB taken from that tree: something else in it
+had shrunk meanwhile).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 from loongsage.controller.memory import (
     PeakSampler, RunMemory, TreePss, cpu_seconds, machine_memory, process_tree, pss_bytes, rss_bytes,
@@ -22,36 +31,70 @@ from loongsage.controller.memory import (
 MB = 1 << 20
 CHILD = "import sys, time; block = bytearray(200 << 20); block[::4096] = b'x' * len(block[::4096]); " \
         "print('ready', flush=True); time.sleep(float(sys.argv[1]))"
+ROOT = (f"import subprocess, sys\n"
+        f"for seconds in sys.stdin:\n"
+        f"    child = subprocess.Popen([sys.executable, '-c', {CHILD!r}, seconds.strip()],"
+        f" stdout=subprocess.PIPE, text=True)\n"
+        f"    print(child.stdout.readline().strip(), child.pid, flush=True)\n"
+        f"    child.wait()\n"
+        f"    print('exited', flush=True)\n")
 
 
-def start_child(seconds: float) -> subprocess.Popen:
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(seconds)], stdout=subprocess.PIPE, text=True)
-    assert child.stdout.readline().strip() == "ready"
-    return child
+class QuietTree:
+    """A process whose tree holds nothing but the 200 MB child it is asked for, one at a time."""
+
+    def __init__(self) -> None:
+        self._root = subprocess.Popen([sys.executable, "-c", ROOT], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True)
+        self.pid = self._root.pid
+
+    def start_child(self, seconds: float) -> int:
+        """The child's pid once its 200 MB are written; it lives ``seconds``."""
+        self._root.stdin.write(f"{seconds}\n")
+        self._root.stdin.flush()
+        word, pid = self._root.stdout.readline().split()
+        assert word == "ready"
+        return int(pid)
+
+    def reaped(self) -> None:
+        """Returns once the root has reaped its child."""
+        assert self._root.stdout.readline().strip() == "exited"
+
+    def kill_child(self, pid: int) -> None:
+        os.kill(pid, signal.SIGKILL)
+        self.reaped()
+
+    def close(self) -> None:
+        self._root.kill()
+        self._root.wait()
 
 
-def test_child_memory_counts_in_rss_and_in_the_tree_pss():
-    own = tree_pss_bytes(os.getpid())
-    child = start_child(30)
+@pytest.fixture
+def tree():
+    quiet = QuietTree()
+    yield quiet
+    quiet.close()
+
+
+def test_child_memory_counts_in_rss_and_in_the_tree_pss(tree):
+    own = tree_pss_bytes(tree.pid)
+    child = tree.start_child(30)
     try:
-        assert child.pid in process_tree(os.getpid())
-        assert rss_bytes(child.pid) >= 200 * MB and pss_bytes(child.pid) >= 195 * MB
-        assert tree_pss_bytes(os.getpid()) >= own + 195 * MB
+        assert child in process_tree(tree.pid)
+        assert rss_bytes(child) >= 200 * MB and pss_bytes(child) >= 195 * MB
+        assert tree_pss_bytes(tree.pid) >= own + 195 * MB
     finally:
-        child.kill()
-        child.wait()
-    assert rss_bytes(child.pid) == 0 and pss_bytes(child.pid) == 0  # gone: no error, no figure
+        tree.kill_child(child)
+    assert rss_bytes(child) == 0 and pss_bytes(child) == 0  # gone: no error, no figure
 
 
-def test_peak_sampler_keeps_a_peak_that_is_gone():
-    root = os.getpid()
-    sampler = PeakSampler(lambda: tree_pss_bytes(root), interval_s=0.05)
+def test_peak_sampler_keeps_a_peak_that_is_gone(tree):
+    sampler = PeakSampler(lambda: tree_pss_bytes(tree.pid), interval_s=0.05)
     try:
         base = sampler.take()
-        child = start_child(0.5)
-        child.wait()
-        time.sleep(0.1)
-        assert tree_pss_bytes(root) < base + 100 * MB  # the child has exited ...
+        tree.start_child(0.5)
+        tree.reaped()
+        assert tree_pss_bytes(tree.pid) < base + 100 * MB  # the child has exited ...
         peak = sampler.take()
         assert peak >= base + 195 * MB  # ... but its memory was seen
         assert sampler.take() < base + 100 * MB and sampler.overall >= peak  # a new window starts
@@ -59,32 +102,31 @@ def test_peak_sampler_keeps_a_peak_that_is_gone():
         sampler.close()
 
 
-def test_tree_pss_is_re_read_when_memory_moves_and_not_otherwise():
-    reader = TreePss(os.getpid(), slack=64 * MB, max_age_s=3600)
+def test_tree_pss_is_re_read_when_memory_moves_and_not_otherwise(tree):
+    reader = TreePss(tree.pid, slack=64 * MB, max_age_s=3600)
     base = reader()
-    assert reader.readings == 1 and abs(base - tree_pss_bytes(os.getpid())) < 64 * MB
+    assert reader.readings == 1 and abs(base - tree_pss_bytes(tree.pid)) < 64 * MB
     assert reader() == base and reader.readings == 1  # nothing moved: the reading stands
-    child = start_child(30)
+    child = tree.start_child(30)
     try:
         assert reader() >= base + 195 * MB and reader.readings == 2
     finally:
-        child.kill()
-        child.wait()
+        tree.kill_child(child)
     assert reader() < base + 64 * MB and reader.readings == 3  # the drop is seen too
-    aged = TreePss(os.getpid(), max_age_s=0.0)
+    aged = TreePss(tree.pid, max_age_s=0.0)
     aged(), aged()
     assert aged.readings == 2  # past max_age_s a call always reads
 
 
-def test_run_sampler_sees_a_child_peak_through_the_gated_reader():
+def test_run_sampler_sees_a_child_peak_through_the_gated_reader(tree):
     """Within the reader's documented error: a reading taken while the child was still
     touching its pages stands until the tree's RSS moves by ``slack`` again (seen under load)."""
-    reader = TreePss(os.getpid(), slack=16 * MB, max_age_s=3600)
+    reader = TreePss(tree.pid, slack=16 * MB, max_age_s=3600)
     sampler = PeakSampler(reader, interval_s=0.05)
     try:
         base = sampler.take()
-        child = start_child(0.5)
-        child.wait()
+        tree.start_child(0.5)
+        tree.reaped()
         time.sleep(0.2)
         assert sampler.take() >= base + 195 * MB - reader.slack
         assert sampler.take() < base + 100 * MB
