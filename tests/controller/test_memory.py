@@ -45,7 +45,7 @@ class QuietTree:
 
     def __init__(self) -> None:
         self._root = subprocess.Popen([sys.executable, "-c", ROOT], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, text=True)
+                                      stdout=subprocess.PIPE, text=True, start_new_session=True)
         self.pid = self._root.pid
 
     def start_child(self, seconds: float) -> int:
@@ -65,7 +65,8 @@ class QuietTree:
         self.reaped()
 
     def close(self) -> None:
-        self._root.kill()
+        """Kills the root and a child a failed test left alive (one process group)."""
+        os.killpg(self.pid, signal.SIGKILL)
         self._root.wait()
 
 
